@@ -1,0 +1,19 @@
+// Package ibv is the verbs provider backed by libibverbs: mlx5, Soft-RoCE
+// (rxe), siw and every other device rdma-core drives. It is the only
+// package of go-rdma that imports "C".
+//
+// Rules at the boundary with C:
+//   - No C type appears in an exported signature: the package implements
+//     the interfaces of internal/verbs.
+//   - C never keeps a Go pointer. Work requests are flattened into arrays
+//     without pointers; the C shim builds the ibv_send_wr chain in C
+//     memory owned by the QP and posts it in one call. Registered memory
+//     comes from internal/mem (mmap), never from the Go heap.
+//   - wr_id is the caller's integer, passed through untouched.
+//   - One cgo call polls up to 128 completions.
+//   - Completion and async-event fds are non-blocking and waited on
+//     through Go's netpoller, so no OS thread blocks in C.
+//
+// Without cgo, or off Linux, Provider lists devices from sysfs but every
+// other call fails with verbs.ErrNotSupported.
+package ibv

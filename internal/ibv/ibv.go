@@ -1,0 +1,302 @@
+//go:build linux && cgo
+
+package ibv
+
+/*
+#cgo LDFLAGS: -libverbs
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"unsafe"
+
+	"github.com/go-rdma/rdma/internal/sysfs"
+	"github.com/go-rdma/rdma/internal/verbs"
+)
+
+// Provider is the libibverbs provider.
+var Provider verbs.Provider = provider{}
+
+type provider struct{}
+
+func (provider) Name() string { return "verbs" }
+
+// Devices lists devices from sysfs and marks those this process can open
+// and that have an ACTIVE port as usable. It fills the port MTUs from
+// ibv_query_port, which sysfs lacks.
+func (provider) Devices() ([]verbs.DeviceInfo, error) {
+	devs, err := sysfs.Devices()
+	if err != nil || len(devs) == 0 {
+		return devs, err
+	}
+	for i := range devs {
+		probe(&devs[i])
+	}
+	return devs, nil
+}
+
+// probe opens d to learn whether it is usable and what its MTUs are.
+func probe(d *verbs.DeviceInfo) {
+	c, err := openByName(d.Name)
+	if err != nil {
+		d.Why = err.Error()
+		return
+	}
+	defer C.ibv_close_device(c)
+	for i := range d.Ports {
+		var pa C.struct_ibv_port_attr
+		if C.gordma_query_port(c, C.uint8_t(d.Ports[i].Port), &pa) != 0 {
+			continue
+		}
+		d.Ports[i].State = verbs.PortState(pa.state)
+		d.Ports[i].ActiveMTU = verbs.MTU(pa.active_mtu)
+		d.Ports[i].MaxMTU = verbs.MTU(pa.max_mtu)
+		if d.Ports[i].State == verbs.PortActive {
+			d.Usable = true
+		}
+	}
+	if !d.Usable {
+		d.Why = "no port is ACTIVE"
+	}
+}
+
+// openByName opens the libibverbs device called name.
+func openByName(name string) (*C.struct_ibv_context, error) {
+	var n C.int
+	list, err := C.ibv_get_device_list(&n)
+	if list == nil {
+		return nil, errnoErr("ibv_get_device_list", err)
+	}
+	defer C.ibv_free_device_list(list)
+	for _, d := range unsafe.Slice(list, int(n)) {
+		if C.GoString(C.ibv_get_device_name(d)) != name {
+			continue
+		}
+		c, err := C.ibv_open_device(d)
+		if c == nil {
+			return nil, errnoErr("ibv_open_device "+name, err)
+		}
+		return c, nil
+	}
+	return nil, fmt.Errorf("ibv: device %q: %w (libibverbs lists %d devices; is ibverbs-providers installed?)", name, verbs.ErrNoDevice, int(n))
+}
+
+func (p provider) Open(name string) (verbs.Context, error) {
+	info, err := p.pick(name)
+	if err != nil {
+		return nil, err
+	}
+	c, err := openByName(info.Name)
+	if err != nil {
+		return nil, err
+	}
+	ctx := &devContext{c: c, info: info}
+	var da C.struct_ibv_device_attr
+	if rc := C.ibv_query_device(c, &da); rc != 0 {
+		C.ibv_close_device(c)
+		return nil, errnoErr("ibv_query_device", syscall.Errno(rc))
+	}
+	ctx.attr = deviceAttr(&da)
+	return ctx, nil
+}
+
+// pick finds the named device, or the first usable one for "".
+func (p provider) pick(name string) (verbs.DeviceInfo, error) {
+	if name != "" {
+		d, err := sysfs.Device(name)
+		if err != nil {
+			return d, fmt.Errorf("ibv: %w", err)
+		}
+		probe(&d)
+		return d, nil
+	}
+	devs, err := p.Devices()
+	if err != nil {
+		return verbs.DeviceInfo{}, err
+	}
+	for _, d := range devs {
+		if d.Usable {
+			return d, nil
+		}
+	}
+	return verbs.DeviceInfo{}, fmt.Errorf("ibv: %w: no usable device among %d", verbs.ErrNoDevice, len(devs))
+}
+
+func deviceAttr(a *C.struct_ibv_device_attr) verbs.DeviceAttr {
+	return verbs.DeviceAttr{
+		FWVer:           C.GoString(&a.fw_ver[0]),
+		NodeGUID:        verbs.GUID(be64(uint64(a.node_guid))),
+		VendorID:        uint32(a.vendor_id),
+		VendorPartID:    uint32(a.vendor_part_id),
+		MaxMRSize:       uint64(a.max_mr_size),
+		MaxQP:           int(a.max_qp),
+		MaxQPWR:         int(a.max_qp_wr),
+		MaxSGE:          int(a.max_sge),
+		MaxCQ:           int(a.max_cq),
+		MaxCQE:          int(a.max_cqe),
+		MaxMR:           int(a.max_mr),
+		MaxPD:           int(a.max_pd),
+		MaxQPRdAtom:     int(a.max_qp_rd_atom),
+		MaxQPInitRdAtom: int(a.max_qp_init_rd_atom),
+		MaxSRQ:          int(a.max_srq),
+		MaxSRQWR:        int(a.max_srq_wr),
+		MaxSRQSGE:       int(a.max_srq_sge),
+		AtomicCap:       int(a.atomic_cap),
+		PhysPortCnt:     int(a.phys_port_cnt),
+	}
+}
+
+// be64 converts a big-endian field (__be64) to host order.
+func be64(v uint64) uint64 {
+	var b [8]byte
+	*(*uint64)(unsafe.Pointer(&b)) = v
+	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 | uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
+}
+
+// devContext is an open device.
+type devContext struct {
+	lt    verbs.Lifetime
+	c     *C.struct_ibv_context
+	info  verbs.DeviceInfo
+	attr  verbs.DeviceAttr
+	async *fdWaiter // created on the first AsyncEvent call
+}
+
+func (c *devContext) Info() verbs.DeviceInfo { return c.info }
+
+func (c *devContext) QueryDevice() (verbs.DeviceAttr, error) {
+	if !c.lt.Enter() {
+		return verbs.DeviceAttr{}, verbs.ErrClosed
+	}
+	defer c.lt.Exit()
+	return c.attr, nil
+}
+
+func (c *devContext) QueryPort(port uint8) (verbs.PortAttr, error) {
+	if !c.lt.Enter() {
+		return verbs.PortAttr{}, verbs.ErrClosed
+	}
+	defer c.lt.Exit()
+	var pa C.struct_ibv_port_attr
+	if rc := C.gordma_query_port(c.c, C.uint8_t(port), &pa); rc != 0 {
+		return verbs.PortAttr{}, errnoErr(fmt.Sprintf("ibv_query_port %d", port), syscall.Errno(rc))
+	}
+	ll := "InfiniBand"
+	if pa.link_layer == C.IBV_LINK_LAYER_ETHERNET {
+		ll = "Ethernet"
+	}
+	return verbs.PortAttr{
+		State:       verbs.PortState(pa.state),
+		MaxMTU:      verbs.MTU(pa.max_mtu),
+		ActiveMTU:   verbs.MTU(pa.active_mtu),
+		LID:         uint16(pa.lid),
+		GIDTableLen: int(pa.gid_tbl_len),
+		LinkLayer:   ll,
+		MaxMsgSize:  uint32(pa.max_msg_sz),
+	}, nil
+}
+
+func (c *devContext) QueryGID(port uint8, index int) (verbs.GID, error) {
+	if !c.lt.Enter() {
+		return verbs.GID{}, verbs.ErrClosed
+	}
+	defer c.lt.Exit()
+	var g C.union_ibv_gid
+	if rc, err := C.ibv_query_gid(c.c, C.uint8_t(port), C.int(index), &g); rc != 0 {
+		return verbs.GID{}, errnoErr(fmt.Sprintf("ibv_query_gid port %d index %d", port, index), err)
+	}
+	return *(*verbs.GID)(unsafe.Pointer(&g)), nil
+}
+
+func (c *devContext) AsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {
+	if !c.lt.Enter() {
+		return verbs.AsyncEvent{}, verbs.ErrClosed
+	}
+	if c.async == nil {
+		w, err := newFDWaiter(c.c.async_fd, "ibv-async")
+		if err != nil {
+			c.lt.Exit()
+			return verbs.AsyncEvent{}, err
+		}
+		c.async = w
+	}
+	w := c.async
+	c.lt.Exit() // waiting must not hold off Close; Close wakes us
+	var ev C.gordma_async_event
+	err := w.wait(ctx, func() (bool, error) {
+		rc := C.gordma_get_async_event(c.c, &ev)
+		if rc == C.EAGAIN {
+			return false, nil
+		}
+		if rc != 0 {
+			return true, errnoErr("ibv_get_async_event", syscall.Errno(rc))
+		}
+		return true, nil
+	})
+	if err != nil {
+		return verbs.AsyncEvent{}, err
+	}
+	return verbs.AsyncEvent{Type: verbs.AsyncEventType(ev._type), QPN: uint32(ev.qp_num), Port: uint8(ev.port)}, nil
+}
+
+func (c *devContext) Close() error {
+	return c.lt.Close(func() error {
+		if c.async != nil {
+			c.async.close()
+		}
+		if rc := C.ibv_close_device(c.c); rc != 0 {
+			return errnoErr("ibv_close_device", syscall.Errno(rc))
+		}
+		return nil
+	})
+}
+
+// opError is an errno from libibverbs, matched by errors.Is against both
+// the errno and the verbs sentinel it means.
+type opError struct {
+	op    string
+	errno syscall.Errno
+	kind  error
+}
+
+func (e *opError) Error() string {
+	if e.kind != nil {
+		return fmt.Sprintf("ibv: %s: %v (%v)", e.op, e.kind, e.errno)
+	}
+	return fmt.Sprintf("ibv: %s: %v", e.op, e.errno)
+}
+
+func (e *opError) Unwrap() []error {
+	if e.kind != nil {
+		return []error{e.errno, e.kind}
+	}
+	return []error{e.errno}
+}
+
+// errnoErr wraps an errno returned (or left in errno) by libibverbs.
+func errnoErr(op string, err error) error {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) || errno == 0 {
+		errno = syscall.EIO
+	}
+	if errno < 0 {
+		errno = -errno
+	}
+	e := &opError{op: op, errno: errno}
+	switch errno {
+	case syscall.EOPNOTSUPP, syscall.ENOSYS, syscall.EPROTONOSUPPORT:
+		e.kind = verbs.ErrNotSupported
+	case syscall.EINVAL:
+		e.kind = verbs.ErrInvalid
+	case syscall.EBUSY:
+		e.kind = verbs.ErrBusy
+	case syscall.ENODEV, syscall.ENXIO:
+		e.kind = verbs.ErrNoDevice
+	}
+	return e
+}

@@ -1,0 +1,200 @@
+// C helpers for package ibv. Everything here is static so each cgo file
+// that includes it gets its own copy; nothing keeps a pointer into Go
+// memory past the call that passed it.
+#include <infiniband/verbs.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+
+// gordma_wc mirrors verbs.WorkCompletion field by field; ibv checks the
+// layout at compile time.
+typedef struct {
+	uint64_t wr_id;
+	uint32_t status;
+	uint32_t opcode;
+	uint32_t vendor_err;
+	uint32_t byte_len;
+	uint32_t imm;
+	uint32_t qp_num;
+	uint32_t src_qp;
+	uint32_t flags;
+	uint16_t pkey_index;
+	uint16_t slid;
+	uint8_t  sl;
+	uint8_t  pad[3];
+} gordma_wc;
+
+#define GORDMA_POLL_MAX 128
+
+// gordma_poll polls up to n (<= GORDMA_POLL_MAX) completions in one call
+// and converts them into the Go layout. Failed completions copy only the
+// fields valid for them.
+static int gordma_poll(struct ibv_cq *cq, int n, gordma_wc *out) {
+	struct ibv_wc wc[GORDMA_POLL_MAX];
+	if (n > GORDMA_POLL_MAX) n = GORDMA_POLL_MAX;
+	int got = ibv_poll_cq(cq, n, wc);
+	for (int i = 0; i < got; i++) {
+		gordma_wc *o = &out[i];
+		memset(o, 0, sizeof(*o));
+		o->wr_id = wc[i].wr_id;
+		o->status = wc[i].status;
+		o->vendor_err = wc[i].vendor_err;
+		o->qp_num = wc[i].qp_num;
+		if (wc[i].status != IBV_WC_SUCCESS) {
+			continue;
+		}
+		o->opcode = wc[i].opcode;
+		o->byte_len = wc[i].byte_len;
+		o->flags = wc[i].wc_flags & (IBV_WC_GRH | IBV_WC_WITH_IMM);
+		if (wc[i].wc_flags & IBV_WC_WITH_IMM) o->imm = ntohl(wc[i].imm_data);
+		o->src_qp = wc[i].src_qp;
+		o->pkey_index = wc[i].pkey_index;
+		o->slid = wc[i].slid;
+		o->sl = wc[i].sl;
+	}
+	return got;
+}
+
+// gordma_send_wr is a send WR without pointers, so Go can pass an array
+// of them. Its SGEs are the next num_sge entries of the SGE array.
+typedef struct {
+	uint64_t wr_id;
+	uint64_t remote_addr;
+	uint64_t compare_add;
+	uint64_t swap;
+	uint64_t ah; // struct ibv_ah * (C memory) as an integer
+	uint32_t rkey;
+	uint32_t imm;
+	uint32_t remote_qpn;
+	uint32_t remote_qkey;
+	uint32_t send_flags;
+	uint16_t num_sge;
+	uint8_t  opcode;
+	uint8_t  pad;
+} gordma_send_wr;
+
+typedef struct {
+	uint64_t wr_id;
+	uint32_t num_sge;
+	uint32_t pad;
+} gordma_recv_wr;
+
+// gordma_post_send builds the chain in scratch (C memory owned by the QP,
+// room for n WRs) and posts it with one ibv_post_send. It returns the
+// errno and sets *posted to the number of WRs before bad_wr.
+static int gordma_post_send(struct ibv_qp *qp, struct ibv_send_wr *scratch, const gordma_send_wr *w, int n, struct ibv_sge *sges, int *posted) {
+	int s = 0;
+	for (int i = 0; i < n; i++) {
+		struct ibv_send_wr *d = &scratch[i];
+		memset(d, 0, sizeof(*d));
+		d->wr_id = w[i].wr_id;
+		d->next = (i + 1 < n) ? &scratch[i + 1] : NULL;
+		d->sg_list = w[i].num_sge ? &sges[s] : NULL;
+		d->num_sge = w[i].num_sge;
+		s += w[i].num_sge;
+		d->opcode = (enum ibv_wr_opcode)w[i].opcode;
+		d->send_flags = w[i].send_flags;
+		d->imm_data = htonl(w[i].imm);
+		switch (d->opcode) {
+		case IBV_WR_RDMA_WRITE:
+		case IBV_WR_RDMA_WRITE_WITH_IMM:
+		case IBV_WR_RDMA_READ:
+			d->wr.rdma.remote_addr = w[i].remote_addr;
+			d->wr.rdma.rkey = w[i].rkey;
+			break;
+		case IBV_WR_ATOMIC_CMP_AND_SWP:
+		case IBV_WR_ATOMIC_FETCH_AND_ADD:
+			d->wr.atomic.remote_addr = w[i].remote_addr;
+			d->wr.atomic.rkey = w[i].rkey;
+			d->wr.atomic.compare_add = w[i].compare_add;
+			d->wr.atomic.swap = w[i].swap;
+			break;
+		default:
+			if (w[i].ah) {
+				d->wr.ud.ah = (struct ibv_ah *)(uintptr_t)w[i].ah;
+				d->wr.ud.remote_qpn = w[i].remote_qpn;
+				d->wr.ud.remote_qkey = w[i].remote_qkey;
+			}
+		}
+	}
+	struct ibv_send_wr *bad = NULL;
+	int rc = ibv_post_send(qp, scratch, &bad);
+	*posted = rc == 0 ? n : (bad ? (int)(bad - scratch) : 0);
+	return rc;
+}
+
+// gordma_post_recv posts a receive chain to a QP (srq == NULL) or an SRQ.
+static int gordma_post_recv(struct ibv_qp *qp, struct ibv_srq *srq, struct ibv_recv_wr *scratch, const gordma_recv_wr *w, int n, struct ibv_sge *sges, int *posted) {
+	int s = 0;
+	for (int i = 0; i < n; i++) {
+		struct ibv_recv_wr *d = &scratch[i];
+		memset(d, 0, sizeof(*d));
+		d->wr_id = w[i].wr_id;
+		d->next = (i + 1 < n) ? &scratch[i + 1] : NULL;
+		d->sg_list = w[i].num_sge ? &sges[s] : NULL;
+		d->num_sge = w[i].num_sge;
+		s += w[i].num_sge;
+	}
+	struct ibv_recv_wr *bad = NULL;
+	int rc = srq ? ibv_post_srq_recv(srq, scratch, &bad) : ibv_post_recv(qp, scratch, &bad);
+	*posted = rc == 0 ? n : (bad ? (int)(bad - scratch) : 0);
+	return rc;
+}
+
+static int gordma_req_notify(struct ibv_cq *cq, int solicited) {
+	return ibv_req_notify_cq(cq, solicited);
+}
+
+// gordma_set_nonblock makes fd non-blocking so Go's netpoller can wait
+// on it instead of a blocked OS thread.
+static int gordma_set_nonblock(int fd) {
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return errno;
+	return 0;
+}
+
+// gordma_get_cq_event returns 0 and the CQ, or an errno (EAGAIN when no
+// event is ready).
+static int gordma_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq) {
+	void *ctx;
+	if (ibv_get_cq_event(ch, cq, &ctx) == 0) return 0;
+	return errno ? errno : EIO;
+}
+
+typedef struct {
+	uint32_t type;
+	uint32_t qp_num;
+	uint32_t port;
+} gordma_async_event;
+
+// gordma_get_async_event reads and acknowledges one async event.
+static int gordma_get_async_event(struct ibv_context *ctx, gordma_async_event *out) {
+	struct ibv_async_event ev;
+	if (ibv_get_async_event(ctx, &ev) != 0) return errno ? errno : EIO;
+	out->type = ev.event_type;
+	out->qp_num = 0;
+	out->port = 0;
+	switch (ev.event_type) {
+	case IBV_EVENT_QP_FATAL: case IBV_EVENT_QP_REQ_ERR: case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST: case IBV_EVENT_SQ_DRAINED: case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR: case IBV_EVENT_QP_LAST_WQE_REACHED:
+		if (ev.element.qp) out->qp_num = ev.element.qp->qp_num;
+		break;
+	case IBV_EVENT_PORT_ACTIVE: case IBV_EVENT_PORT_ERR: case IBV_EVENT_LID_CHANGE:
+	case IBV_EVENT_PKEY_CHANGE: case IBV_EVENT_SM_CHANGE: case IBV_EVENT_CLIENT_REREGISTER:
+	case IBV_EVENT_GID_CHANGE:
+		out->port = ev.element.port_num;
+		break;
+	default:
+		break;
+	}
+	ibv_ack_async_event(&ev);
+	return 0;
+}
+
+// ibv_query_port is a macro around a compat symbol; cgo cannot call it.
+static int gordma_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr) {
+	return ibv_query_port(ctx, port, attr);
+}
