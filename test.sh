@@ -31,7 +31,7 @@ go test -race -count=1 ./...
 [ "${SKIP_VM:-0}" = 1 ] && { step "SKIP_VM=1: VM tests skipped"; exit 0; }
 
 # Packages whose tests run on the rxe device in the VM.
-VM_PKGS=(internal/conformance)
+VM_PKGS=(internal/ibv internal/conformance)
 bindir=$(mktemp -d)
 trap 'rm -rf "$bindir"' EXIT
 step "build test binaries for the VM"

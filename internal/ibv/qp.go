@@ -183,7 +183,9 @@ func (q *qp) ToInit(a verbs.InitAttr) error {
 		attr.qkey = C.uint32_t(a.QKey)
 		mask |= C.IBV_QP_QKEY
 	} else {
-		if err := a.Access.Validate(); err != nil {
+		// A QP's access flags only say which remote operations it
+		// accepts; the LOCAL_WRITE rule is for memory regions.
+		if err := (a.Access | verbs.AccessLocalWrite).Validate(); err != nil {
 			return fmt.Errorf("ibv: QP access: %w", err)
 		}
 		attr.qp_access_flags = C.uint(a.Access)
