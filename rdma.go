@@ -1,13 +1,20 @@
 package rdma
 
 import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
 	"github.com/go-rdma/rdma/internal/ibv"
+	"github.com/go-rdma/rdma/internal/soft"
 	"github.com/go-rdma/rdma/internal/verbs"
+	"github.com/go-rdma/rdma/poller"
 )
 
 type (
-	// Device describes an RDMA device: name, node GUID, transport, ports
-	// and whether this build can use it.
+	// Device describes an RDMA device: name, provider, node GUID,
+	// transport, ports and whether this build can use it.
 	Device = verbs.DeviceInfo
 	// Port describes one port of a device: state, link layer, MTU, GIDs.
 	Port = verbs.PortInfo
@@ -21,20 +28,179 @@ type (
 	MTU = verbs.MTU
 	// PortState is the logical state of a port.
 	PortState = verbs.PortState
+	// PollMode is how completion pollers wait: poller.Adaptive (the
+	// default), poller.Busy or poller.Event.
+	PollMode = poller.Mode
+	// CompletionError is a failed work completion: status name, opcode,
+	// wr_id and vendor error. It matches ErrRemoteAccess, ErrRNRRetry,
+	// ErrFlushed, ErrRetryExceeded ... with errors.Is.
+	CompletionError = verbs.WCError
 )
 
-// ErrNotSupported means the build, provider or device cannot do what was
-// asked.
-var ErrNotSupported = verbs.ErrNotSupported
+var (
+	// ErrNotSupported: the build, provider or device cannot do this.
+	ErrNotSupported = verbs.ErrNotSupported
+	// ErrClosed: the connection, listener or object is closed. It wraps
+	// net.ErrClosed.
+	ErrClosed = verbs.ErrClosed
+	// ErrInvalid: an argument breaks the rule in the method's doc.
+	ErrInvalid = verbs.ErrInvalid
+	// ErrNoDevice: no RDMA device of that name, or no usable one.
+	ErrNoDevice = verbs.ErrNoDevice
+	// ErrMemlock: registering memory hit RLIMIT_MEMLOCK (`ulimit -l`).
+	ErrMemlock = verbs.ErrMemlock
+
+	// Completion errors; a *CompletionError matches the one for its
+	// status.
+	ErrRemoteAccess  = verbs.ErrRemoteAccess
+	ErrRNRRetry      = verbs.ErrRNRRetryExceeded
+	ErrFlushed       = verbs.ErrFlushed
+	ErrRetryExceeded = verbs.ErrRetryExceeded
+	ErrRemoteOp      = verbs.ErrRemoteOp
+)
+
+// Provider names.
+const (
+	ProviderAuto  = "auto"
+	ProviderVerbs = "verbs"
+	ProviderSoft  = "soft"
+)
+
+// Option configures Dial and Listen.
+type Option func(*config) error
+
+type config struct {
+	provider   string
+	device     string
+	port       uint8
+	pollMode   PollMode
+	sqDepth    int // send WRs in flight per connection
+	rqDepth    int // receives kept posted per connection
+	maxMsg     int // largest SEND a connection accepts
+	slabSize   int
+	maxPool    int64
+	setup      time.Duration // bound on the handshake
+	maxExpose  int           // bytes a peer may RequestRegion in total
+	exposeLife time.Duration // lifetime of exposures made for RequestRegion
+}
+
+func defaultConfig() config {
+	c := config{
+		provider:   os.Getenv("RDMA_PROVIDER"),
+		port:       1,
+		sqDepth:    128,
+		rqDepth:    64,
+		maxMsg:     64 << 10,
+		setup:      30 * time.Second,
+		maxExpose:  64 << 20,
+		exposeLife: 0,
+	}
+	if c.provider == "" {
+		c.provider = ProviderAuto
+	}
+	return c
+}
+
+func (c *config) apply(opts []Option) error {
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WithProvider chooses the provider: "auto" (verbs where a usable device
+// exists and the build has cgo, else soft), "verbs" or "soft". The
+// default is $RDMA_PROVIDER, or "auto".
+func WithProvider(name string) Option {
+	return func(c *config) error {
+		switch name {
+		case ProviderAuto, ProviderVerbs, ProviderSoft:
+			c.provider = name
+			return nil
+		}
+		return fmt.Errorf("rdma: %w: provider %q (want auto, verbs or soft)", ErrInvalid, name)
+	}
+}
+
+// WithDevice names the device to use; the default is chosen by the local
+// address of the connection, else the first usable device.
+func WithDevice(name string) Option {
+	return func(c *config) error { c.device = name; return nil }
+}
+
+// WithPollMode sets how this connection's or listener's pollers wait.
+func WithPollMode(m PollMode) Option {
+	return func(c *config) error {
+		switch m {
+		case poller.Adaptive, poller.Busy, poller.Event:
+			c.pollMode = m
+			return nil
+		}
+		return fmt.Errorf("rdma: %w: poll mode %v", ErrInvalid, m)
+	}
+}
+
+// WithQueueDepth sets how many operations a connection keeps in flight
+// (send queue) and how many receives it keeps posted.
+func WithQueueDepth(send, recv int) Option {
+	return func(c *config) error {
+		if send < 1 || send > 16384 || recv < 1 || recv > 16384 {
+			return fmt.Errorf("rdma: %w: queue depth %d/%d (want 1..16384)", ErrInvalid, send, recv)
+		}
+		c.sqDepth, c.rqDepth = send, recv
+		return nil
+	}
+}
+
+// WithMaxMessage sets the largest message Send may carry to this side
+// (the size of each posted receive buffer). Default 64 KiB.
+func WithMaxMessage(n int) Option {
+	return func(c *config) error {
+		if n < 64 || n > 1<<30 {
+			return fmt.Errorf("rdma: %w: max message %d (want 64 B..1 GiB)", ErrInvalid, n)
+		}
+		c.maxMsg = n
+		return nil
+	}
+}
+
+// WithPoolLimit bounds the registered memory of the buffer pool.
+func WithPoolLimit(bytes int64) Option {
+	return func(c *config) error {
+		if bytes < 0 {
+			return fmt.Errorf("rdma: %w: pool limit %d", ErrInvalid, bytes)
+		}
+		c.maxPool = bytes
+		return nil
+	}
+}
+
+// WithRegionLimit bounds the memory a peer may obtain with RequestRegion
+// in total (default 64 MiB; 0 refuses every request).
+func WithRegionLimit(bytes int) Option {
+	return func(c *config) error {
+		if bytes < 0 {
+			return fmt.Errorf("rdma: %w: region limit %d", ErrInvalid, bytes)
+		}
+		c.maxExpose = bytes
+		return nil
+	}
+}
 
 // providers are the verbs providers in the order Devices lists them.
 func providers() []verbs.Provider {
-	return []verbs.Provider{ibv.Provider}
+	return []verbs.Provider{ibv.Provider, soft.Provider}
 }
 
-// Devices lists the RDMA devices of every provider. It reads sysfs and
-// opens devices only to learn whether they are usable; on a machine
-// without devices it returns an empty list and no error.
+// Devices lists the RDMA devices of every provider: real devices through
+// libibverbs, then the soft provider's soft0. It reads sysfs and opens
+// devices only to learn whether they are usable; on a machine without
+// RDMA devices it lists soft0 alone and returns no error.
 func Devices() ([]Device, error) {
 	var all []Device
 	for _, p := range providers() {
@@ -46,3 +212,37 @@ func Devices() ([]Device, error) {
 	}
 	return all, nil
 }
+
+// chooseProvider resolves "auto" and checks that the choice can work.
+func chooseProvider(name, device string) (verbs.Provider, error) {
+	switch name {
+	case ProviderSoft:
+		return soft.Provider, nil
+	case ProviderVerbs, ProviderAuto:
+		devs, err := ibv.Provider.Devices()
+		if err != nil && name == ProviderVerbs {
+			return nil, err
+		}
+		for _, d := range devs {
+			if d.Usable && (device == "" || d.Name == device) {
+				return ibv.Provider, nil
+			}
+		}
+		if name == ProviderAuto && (device == "" || device == "soft0") {
+			return soft.Provider, nil
+		}
+		why := fmt.Sprintf("%d devices listed, none usable", len(devs))
+		for _, d := range devs {
+			if device == "" || d.Name == device {
+				why += fmt.Sprintf("; %s: %s", d.Name, d.Why)
+			}
+		}
+		if device != "" {
+			why = fmt.Sprintf("device %q: %s", device, why)
+		}
+		return nil, fmt.Errorf("rdma: provider %q: %w: %s", name, ErrNoDevice, why)
+	}
+	return nil, fmt.Errorf("rdma: %w: provider %q (want auto, verbs or soft)", ErrInvalid, name)
+}
+
+var errPeerClosed = errors.New("peer closed the connection")

@@ -180,6 +180,15 @@ func (q *cq) Poll(wc []verbs.WorkCompletion) (int, error) {
 			break
 		}
 	}
+	for i := range wc[:total] {
+		if wc[i].Status != verbs.WCSuccess {
+			// The QP is in the error state now; remember it so
+			// receives posted later are flushed (see qp.PostRecv).
+			if v, ok := q.ctx.qps.Load(wc[i].QPN); ok {
+				v.(*qp).state.Store(uint32(verbs.StateError))
+			}
+		}
+	}
 	return total, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -165,6 +166,8 @@ type devContext struct {
 	info  verbs.DeviceInfo
 	attr  verbs.DeviceAttr
 	async *fdWaiter // created on the first AsyncEvent call
+
+	qps sync.Map // QP number -> *qp, so a failed completion can mark its QP
 }
 
 func (c *devContext) Info() verbs.DeviceInfo { return c.info }

@@ -129,6 +129,7 @@ func (p *pd) CreateQP(a verbs.QPInit) (verbs.QP, error) {
 		dropAll()
 		return nil, fmt.Errorf("ibv: create QP: out of C memory for the WR scratch")
 	}
+	p.ctx.qps.Store(q.qpn, q)
 	return q, nil
 }
 
@@ -380,7 +381,16 @@ func (q *qp) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	}
 	q.recvMu.Lock()
 	defer q.recvMu.Unlock()
-	return postRecv(q.qp, nil, q.recvC, q.recvWRs, q.recvSGEs, q.cap.MaxRecvSGE, wrs)
+	n, err := postRecv(q.qp, nil, q.recvC, q.recvWRs, q.recvSGEs, q.cap.MaxRecvSGE, wrs)
+	if n > 0 && verbs.QPState(q.state.Load()) == verbs.StateError {
+		// Receives posted to a QP in the error state must flush. rxe
+		// queues them without entering the kernel and flushes only on
+		// a state change, so make one.
+		var attr C.struct_ibv_qp_attr
+		attr.qp_state = C.IBV_QPS_ERR
+		C.ibv_modify_qp(q.qp, &attr, C.IBV_QP_STATE)
+	}
+	return n, err
 }
 
 // postRecv flattens and posts a receive chain for a QP or an SRQ.
@@ -425,6 +435,7 @@ func (q *qp) Close() error {
 			return errnoErr("ibv_destroy_qp", syscall.Errno(rc))
 		}
 		q.freeScratch()
+		q.pd.ctx.qps.CompareAndDelete(q.qpn, q)
 		q.pd.lt.DropChild()
 		q.scq.lt.DropChild()
 		q.rcq.lt.DropChild()

@@ -1,0 +1,664 @@
+package rdma
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/go-rdma/rdma/internal/verbs"
+	"github.com/go-rdma/rdma/pool"
+)
+
+// Conn is a reliable connection (an RC queue pair) to one peer. Its
+// operations return Futures; they are safe to call from many goroutines.
+//
+// Completions are polled by the pollers of the Listener or Dial that made
+// the connection; no OS thread blocks per connection.
+type Conn struct {
+	eng    *engine
+	unit   *cqUnit
+	qp     verbs.QP
+	ctrl   net.Conn
+	ctrlMu sync.Mutex // serializes control frames
+	peer   hello
+	local  net.Addr
+	remote net.Addr
+	inline int // bytes a SEND may carry inline
+
+	ctx    context.Context // ends when the connection fails or closes
+	cancel context.CancelFunc
+	sq     *semaphore.Weighted // send-queue credits
+	failed atomic.Pointer[error]
+
+	postMu sync.Mutex
+	wr     [1]verbs.SendWR
+	sge    [1]verbs.SGE
+
+	inflight  atomic.Int64 // posted WRs not yet completed, receives included
+	closing   atomic.Bool
+	drained   chan struct{} // closed when inflight reaches 0 while closing
+	drainOnce sync.Once
+
+	rmu      sync.Mutex
+	rposted  int // receives posted
+	ready    []message
+	waiters  []*Future
+	rwrs     []verbs.RecvWR
+	rsges    []verbs.SGE
+	recvSize int
+
+	emu       sync.Mutex
+	exposed   map[uint32]*exposure
+	granted   int // bytes exposed for the peer's RequestRegion
+	requests  map[uint32]chan regionAnswer
+	nextReq   uint32
+	regions   chan RemoteRegion
+	ctrlDone  chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// message is a received message waiting for Recv.
+type message struct {
+	pb  *pool.Buffer // nil for WRITE_WITH_IMM notifications
+	n   int
+	imm uint32
+	has bool
+}
+
+type exposure struct {
+	mr      verbs.MR
+	pb      *pool.Buffer
+	granted int // bytes, when made for a RequestRegion
+}
+
+type regionAnswer struct {
+	r   RemoteRegion
+	err error
+}
+
+// Dial connects to a Listener at address ("host:port") over network
+// "rdma". The TCP connection used for the handshake stays open as the
+// control channel.
+func Dial(ctx context.Context, network, address string, opts ...Option) (*Conn, error) {
+	if network != "rdma" {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("%w: network %q (want \"rdma\")", ErrInvalid, network)}
+	}
+	cfg := defaultConfig()
+	if err := cfg.apply(opts); err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	tc, err := d.DialContext(ctx, "tcp", address)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+	}
+	eng, err := newEngine(cfg, addrIP(tc.LocalAddr()))
+	if err != nil {
+		tc.Close()
+		return nil, &net.OpError{Op: "dial", Net: network, Addr: tc.RemoteAddr(), Err: err}
+	}
+	c, err := handshake(ctx, eng, tc, true)
+	eng.release() // the connection holds its own reference
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Addr: tc.RemoteAddr(), Err: err}
+	}
+	return c, nil
+}
+
+func addrIP(a net.Addr) netip.Addr {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		if ip, ok := netip.AddrFromSlice(ta.IP); ok {
+			return ip.Unmap()
+		}
+	}
+	return netip.Addr{}
+}
+
+func randPSN() uint32 {
+	var b [4]byte
+	rand.Read(b[:])
+	return binary.BigEndian.Uint32(b[:]) & 0xffffff
+}
+
+// handshake sets up the QP over the TCP connection tc and returns the
+// connection. It closes tc on failure.
+func handshake(ctx context.Context, eng *engine, tc net.Conn, dialer bool) (c *Conn, err error) {
+	if err := eng.acquire(); err != nil {
+		tc.Close()
+		return nil, err
+	}
+	cfg := eng.cfg
+	c = &Conn{eng: eng, ctrl: tc, local: tc.LocalAddr(), remote: tc.RemoteAddr(),
+		drained: make(chan struct{}), exposed: map[uint32]*exposure{}, requests: map[uint32]chan regionAnswer{},
+		regions: make(chan RemoteRegion, 16), ctrlDone: make(chan struct{}), recvSize: cfg.maxMsg}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.sq = semaphore.NewWeighted(int64(cfg.sqDepth))
+	defer func() {
+		if err != nil {
+			close(c.ctrlDone)
+			c.teardown()
+		}
+	}()
+	deadline := time.Now().Add(cfg.setup)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	tc.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { tc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	if c.unit, err = eng.reserve(cfg.sqDepth + cfg.rqDepth); err != nil {
+		return nil, err
+	}
+	c.qp, err = eng.pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: c.unit.cq, RecvCQ: c.unit.cq,
+		Cap: verbs.QPCap{MaxSendWR: cfg.sqDepth, MaxRecvWR: cfg.rqDepth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}})
+	if err != nil {
+		return nil, fmt.Errorf("rdma: create QP: %w", err)
+	}
+	c.inline = min(c.qp.Cap().MaxInlineData, 64)
+	if err := c.qp.ToInit(verbs.InitAttr{Port: eng.port.Port, Access: RemoteRead | RemoteWrite | RemoteAtomic}); err != nil {
+		return nil, err
+	}
+	c.rwrs = make([]verbs.RecvWR, cfg.rqDepth)
+	c.rsges = make([]verbs.SGE, cfg.rqDepth)
+	for i := range c.rwrs {
+		c.rwrs[i].SGL = c.rsges[i : i+1]
+	}
+	c.rmu.Lock()
+	err = c.repostLocked(cfg.rqDepth)
+	c.rmu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+
+	gid, err := eng.gidFor(addrIP(tc.LocalAddr()))
+	if err != nil {
+		return nil, err
+	}
+	me := hello{QPN: c.qp.QPN(), PSN: randPSN(), LID: eng.port.LID, MTU: uint8(eng.port.ActiveMTU), GID: gid.GID,
+		RecvDepth: uint32(cfg.rqDepth), MaxMsg: uint32(cfg.maxMsg)}
+	if me.MTU == 0 {
+		me.MTU = uint8(verbs.MTU1024)
+	}
+	copy(me.Provider[:], eng.prov.Name())
+	br := bufio.NewReader(tc)
+	var peer *hello
+	if dialer {
+		if err := writeHello(tc, &me); err != nil {
+			return nil, err
+		}
+		if peer, err = readAnswer(br); err != nil {
+			return nil, err
+		}
+	} else {
+		if peer, err = readHello(br); err != nil {
+			writeRefusal(tc, err.Error())
+			return nil, err
+		}
+		if p := providerName(peer.Provider); p != eng.prov.Name() {
+			err := fmt.Errorf("%w: peer uses provider %q, this side %q", ErrRefused, p, eng.prov.Name())
+			writeRefusal(tc, err.Error())
+			return nil, err
+		}
+		if _, err := tc.Write([]byte{answerAccept}); err != nil {
+			return nil, err
+		}
+		if err := writeHello(tc, &me); err != nil {
+			return nil, err
+		}
+	}
+	if p := providerName(peer.Provider); p != eng.prov.Name() {
+		return nil, fmt.Errorf("%w: peer uses provider %q, this side %q", ErrRefused, p, eng.prov.Name())
+	}
+	c.peer = *peer
+	mtu := verbs.MTU(min(me.MTU, peer.MTU))
+	if err := c.qp.ToRTR(verbs.RTRAttr{PathMTU: mtu, DestQPN: peer.QPN, RQPSN: peer.PSN,
+		Dest: verbs.Address{Port: eng.port.Port, LID: peer.LID, GID: peer.GID, SGIDIndex: uint8(gid.Index)}, MinRNRTimer: 12}); err != nil {
+		return nil, err
+	}
+	if err := c.qp.ToRTS(verbs.RTSAttr{SQPSN: me.PSN, Timeout: 14, RetryCount: 7, RNRRetry: 7}); err != nil {
+		return nil, err
+	}
+	// Both receive queues are posted: tell the peer, and wait for its word.
+	var ready [1]byte
+	if _, err := tc.Write(ready[:]); err != nil {
+		return nil, err
+	}
+	if _, err := br.Read(ready[:]); err != nil {
+		return nil, fmt.Errorf("%w: no ready from peer: %v", ErrNotRDMA, err)
+	}
+	tc.SetDeadline(time.Time{})
+	go c.readControl(br)
+	return c, nil
+}
+
+// LocalAddr is the local address of the connection's control channel.
+func (c *Conn) LocalAddr() net.Addr { return c.local }
+
+// RemoteAddr is the peer's address.
+func (c *Conn) RemoteAddr() net.Addr { return c.remote }
+
+// Provider is "verbs" or "soft".
+func (c *Conn) Provider() string { return c.eng.prov.Name() }
+
+// Device is the name of the device the connection uses.
+func (c *Conn) Device() string { return c.eng.ctx.Info().Name }
+
+// MaxMessage is the largest message Send may carry to the peer.
+func (c *Conn) MaxMessage() int { return int(c.peer.MaxMsg) }
+
+// err is why the connection cannot be used, or nil.
+func (c *Conn) err() error {
+	if p := c.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// fail records the first fatal error, moves the QP to the error state
+// (every outstanding WR then completes with WR_FLUSH_ERR) and resolves
+// the pending receives.
+func (c *Conn) fail(err error) {
+	if !c.failed.CompareAndSwap(nil, &err) {
+		return
+	}
+	c.cancel()
+	if c.qp != nil {
+		c.qp.ToError()
+	}
+	c.rmu.Lock()
+	ws := c.waiters
+	c.waiters = nil
+	c.rmu.Unlock()
+	for _, f := range ws {
+		f.resolve(err, 0, 0, false, nil, 0)
+	}
+	c.emu.Lock()
+	for id, ch := range c.requests {
+		ch <- regionAnswer{err: err}
+		delete(c.requests, id)
+	}
+	c.emu.Unlock()
+}
+
+// closedErr is the error of an operation on a closed or failed
+// connection; it wraps net.ErrClosed.
+func (c *Conn) closedErr() error {
+	if err := c.err(); err != nil {
+		if errors.Is(err, net.ErrClosed) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return ErrClosed
+}
+
+// Alloc returns n bytes of registered memory from the connection's pool.
+func (c *Conn) Alloc(n int) (*Buffer, error) {
+	if c.err() != nil {
+		return nil, c.closedErr()
+	}
+	if n <= 0 {
+		return nil, fmt.Errorf("rdma: alloc %d bytes: %w", n, ErrInvalid)
+	}
+	pb, err := c.eng.pool.Get(n)
+	if err != nil {
+		return nil, fmt.Errorf("rdma: alloc %d bytes: %w", n, err)
+	}
+	return newBuffer(pb), nil
+}
+
+// Send sends the bytes of b as one message; the peer gets them from Recv.
+// b may be released before the future resolves.
+func (c *Conn) Send(b Local) *Future { return c.sendOp(verbs.OpSend, b, 0) }
+
+// SendWithImm sends b with a 32-bit immediate value that the peer's Recv
+// reports.
+func (c *Conn) SendWithImm(b Local, imm uint32) *Future { return c.sendOp(verbs.OpSendWithImm, b, imm) }
+
+func (c *Conn) sendOp(opc verbs.Opcode, b Local, imm uint32) *Future {
+	pb, off, n, err := local(b)
+	if err != nil {
+		return newResolved(err)
+	}
+	if n > int(c.peer.MaxMsg) {
+		return newResolved(fmt.Errorf("rdma: send of %d bytes: %w: the peer accepts messages up to %d bytes", n, ErrInvalid, c.peer.MaxMsg))
+	}
+	flags := verbs.SendSignaled
+	if n <= c.inline {
+		flags |= verbs.SendInline
+	}
+	return c.post(op{kind: opSend, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Flags: flags, Imm: imm})
+}
+
+// Write writes the bytes of src to the start of dst in the peer's
+// memory. dst must be at least as long as src.
+func (c *Conn) Write(src Local, dst RemoteRegion) *Future {
+	return c.rdmaOp(opWrite, verbs.OpWrite, src, dst, 0)
+}
+
+// WriteWithImm writes like Write, then delivers imm to one of the peer's
+// Recv calls (whose future has no buffer and reports the written length).
+func (c *Conn) WriteWithImm(src Local, dst RemoteRegion, imm uint32) *Future {
+	return c.rdmaOp(opWrite, verbs.OpWriteWithImm, src, dst, imm)
+}
+
+// Read reads len(dst) bytes from the start of src in the peer's memory
+// into dst.
+func (c *Conn) Read(dst Local, src RemoteRegion) *Future {
+	return c.rdmaOp(opRead, verbs.OpRead, dst, src, 0)
+}
+
+func (c *Conn) rdmaOp(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, imm uint32) *Future {
+	pb, off, n, err := local(l)
+	if err != nil {
+		return newResolved(err)
+	}
+	if n > r.Len {
+		return newResolved(fmt.Errorf("rdma: %v of %d bytes into a %d-byte remote region: %w", opc, n, r.Len, ErrInvalid))
+	}
+	if n == 0 && opc != verbs.OpWriteWithImm {
+		return newResolved(fmt.Errorf("rdma: %v of 0 bytes: %w", opc, ErrInvalid))
+	}
+	return c.post(op{kind: kind, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Flags: verbs.SendSignaled, Imm: imm, RemoteAddr: r.Addr, RKey: r.RKey})
+}
+
+// CompareAndSwap sets the 8-byte word at the start of r to new if it
+// holds old. The future's Old is the value it held. r must be 8-byte
+// aligned and at least 8 bytes long. Atomics are atomic only against
+// other atomics on the same word.
+func (c *Conn) CompareAndSwap(r RemoteRegion, old, new uint64) *Future {
+	return c.atomic(verbs.OpCompareSwap, r, old, new)
+}
+
+// FetchAdd adds delta to the 8-byte word at the start of r; the future's
+// Old is the value before.
+func (c *Conn) FetchAdd(r RemoteRegion, delta uint64) *Future {
+	return c.atomic(verbs.OpFetchAdd, r, delta, 0)
+}
+
+func (c *Conn) atomic(opc verbs.Opcode, r RemoteRegion, cmpAdd, swap uint64) *Future {
+	if r.Len < 8 || r.Addr%8 != 0 {
+		return newResolved(fmt.Errorf("rdma: %v on %v: %w: needs an 8-byte aligned word", opc, r, ErrInvalid))
+	}
+	if c.err() != nil {
+		return newResolved(c.closedErr())
+	}
+	pb, err := c.eng.pool.Get(8)
+	if err != nil {
+		return newResolved(fmt.Errorf("rdma: %v: %w", opc, err))
+	}
+	return c.post(op{kind: opAtomic, buf: pb, n: 8}, verbs.SendWR{Opcode: opc, Flags: verbs.SendSignaled, RemoteAddr: r.Addr, RKey: r.RKey, CompareAdd: cmpAdd, Swap: swap})
+}
+
+// local resolves a Local into pool memory, refusing nil and released
+// buffers and buffers of another pool.
+func local(l Local) (*pool.Buffer, int, int, error) {
+	if l == nil {
+		return nil, 0, 0, fmt.Errorf("rdma: nil buffer: %w", ErrInvalid)
+	}
+	return l.span()
+}
+
+// post posts one signaled WR for o and returns its future. The buffer is
+// referenced until the completion; atomics own theirs outright.
+func (c *Conn) post(o op, wr verbs.SendWR) *Future {
+	if o.kind != opAtomic {
+		if o.buf.Pool() != c.eng.pool {
+			return newResolved(fmt.Errorf("rdma: %w: buffer from another connection's pool (allocate it with this connection's Alloc)", ErrInvalid))
+		}
+		if err := o.buf.Ref(); err != nil {
+			return newResolved(fmt.Errorf("rdma: %w", err))
+		}
+	}
+	if err := c.sq.Acquire(c.ctx, 1); err != nil {
+		c.dropBuf(&o)
+		return newResolved(c.closedErr())
+	}
+	f := &Future{}
+	o.conn, o.fut = c, f
+	c.inflight.Add(1)
+	id := c.eng.ops.add(o)
+	wr.ID = id
+	c.postMu.Lock()
+	c.sge[0] = verbs.SGE{Addr: o.buf.Addr() + uint64(o.off), Length: uint32(o.n), LKey: o.buf.LKey()}
+	wr.SGL = c.sge[:]
+	if o.n == 0 {
+		wr.SGL = nil
+	}
+	c.wr[0] = wr
+	_, err := c.qp.PostSend(c.wr[:])
+	c.wr[0] = verbs.SendWR{}
+	c.postMu.Unlock()
+	if err != nil {
+		if _, ok := c.eng.ops.take(id); ok {
+			c.dropBuf(&o)
+			c.sq.Release(1)
+			c.opDone()
+			if errors.Is(err, verbs.ErrClosed) || c.err() != nil {
+				err = c.closedErr()
+			}
+			f.resolve(fmt.Errorf("rdma: post %v: %w", wr.Opcode, err), 0, 0, false, nil, 0)
+		}
+	}
+	return f
+}
+
+func (c *Conn) dropBuf(o *op) {
+	if o.kind == opAtomic {
+		o.buf.Release()
+	} else {
+		o.buf.Unref()
+	}
+}
+
+// opDone counts a finished WR and wakes Close when it was the last.
+func (c *Conn) opDone() {
+	if c.inflight.Add(-1) == 0 && c.closing.Load() {
+		c.drainOnce.Do(func() { close(c.drained) })
+	}
+}
+
+// onSendDone resolves a send-side operation. It runs on a poller.
+func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
+	var err error
+	var old uint64
+	if wc.Status != verbs.WCSuccess {
+		err = wc.Err()
+		if cause := c.err(); cause != nil && wc.Status == verbs.WCWRFlushErr {
+			err = fmt.Errorf("%w (%w)", err, cause)
+		}
+	} else if o.kind == opAtomic {
+		old = *(*uint64)(unsafe.Pointer(&o.buf.Bytes()[0]))
+	}
+	o.fut.resolve(err, o.n, 0, false, nil, old)
+	c.dropBuf(o)
+	c.sq.Release(1)
+	c.opDone()
+	if err != nil {
+		c.fail(err)
+	}
+}
+
+// onRecv delivers a receive completion. It runs on a poller.
+func (c *Conn) onRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
+	defer c.opDone()
+	c.rmu.Lock()
+	c.rposted--
+	if wc.Status != verbs.WCSuccess {
+		c.rmu.Unlock()
+		pb.Release()
+		c.fail(wc.Err())
+		return
+	}
+	m := message{pb: pb, n: int(wc.ByteLen), imm: wc.Imm, has: wc.Flags&verbs.WCWithImm != 0}
+	if wc.Opcode == verbs.WCRecvWriteWithImm {
+		// The data went to the written region; the buffer stayed empty.
+		pb.Release()
+		m.pb = nil
+	} else {
+		pb.SetLen(m.n)
+	}
+	if len(c.waiters) > 0 {
+		f := c.waiters[0]
+		c.waiters[0] = nil
+		c.waiters = c.waiters[1:]
+		c.repostLocked(1)
+		c.rmu.Unlock()
+		f.resolve(nil, m.n, m.imm, m.has, m.pb, 0)
+		return
+	}
+	c.ready = append(c.ready, m)
+	c.rmu.Unlock()
+}
+
+// Recv receives the next message. The future's Buffer holds its bytes
+// (the caller must Release it), Len its length and Imm its immediate
+// value. A WRITE_WITH_IMM from the peer also resolves a Recv, with no
+// buffer.
+func (c *Conn) Recv() *Future {
+	c.rmu.Lock()
+	if len(c.ready) > 0 {
+		m := c.ready[0]
+		c.ready[0] = message{}
+		c.ready = c.ready[1:]
+		c.repostLocked(1)
+		c.rmu.Unlock()
+		f := &Future{}
+		f.resolve(nil, m.n, m.imm, m.has, m.pb, 0)
+		return f
+	}
+	if c.err() != nil {
+		c.rmu.Unlock()
+		return newResolved(c.closedErr())
+	}
+	f := &Future{}
+	c.waiters = append(c.waiters, f)
+	c.rmu.Unlock()
+	return f
+}
+
+// repostLocked posts up to k receives, keeping at most rqDepth posted or
+// waiting in ready. Caller holds rmu.
+func (c *Conn) repostLocked(k int) error {
+	if c.closing.Load() || c.err() != nil {
+		return nil
+	}
+	k = min(k, len(c.rwrs)-c.rposted-len(c.ready))
+	if k <= 0 {
+		return nil
+	}
+	for i := 0; i < k; i++ {
+		pb, err := c.eng.pool.Get(c.recvSize)
+		if err != nil {
+			c.unpost(i)
+			return fmt.Errorf("rdma: receive buffers: %w", err)
+		}
+		c.rsges[i] = verbs.SGE{Addr: pb.Addr(), Length: uint32(c.recvSize), LKey: pb.LKey()}
+		c.inflight.Add(1)
+		c.rwrs[i].ID = c.eng.ops.add(op{kind: opRecv, conn: c, buf: pb})
+	}
+	n, err := c.qp.PostRecv(c.rwrs[:k])
+	c.rposted += n
+	if err != nil {
+		for i := n; i < k; i++ {
+			if o, ok := c.eng.ops.take(c.rwrs[i].ID); ok {
+				o.buf.Release()
+				c.opDone()
+			}
+		}
+		return fmt.Errorf("rdma: post receives: %w", err)
+	}
+	return nil
+}
+
+// unpost undoes the first i prepared receives.
+func (c *Conn) unpost(i int) {
+	for j := 0; j < i; j++ {
+		if o, ok := c.eng.ops.take(c.rwrs[j].ID); ok {
+			o.buf.Release()
+			c.opDone()
+		}
+	}
+}
+
+// Close moves the QP to the error state, waits (bounded) for every
+// outstanding WR to complete, resolves every pending future with an error
+// wrapping net.ErrClosed, returns every buffer the connection holds and
+// revokes its exposures. Close is safe to call twice.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() {
+		c.ctrlMu.Lock()
+		c.ctrl.SetWriteDeadline(time.Now().Add(time.Second))
+		writeFrame(c.ctrl, ctrlClose, nil)
+		c.ctrlMu.Unlock()
+		c.closeErr = c.teardown()
+	})
+	return c.closeErr
+}
+
+// teardown releases everything the connection holds.
+func (c *Conn) teardown() error {
+	c.closing.Store(true)
+	c.fail(ErrClosed)
+	var errs []error
+	if c.qp != nil {
+		// The QP is in the error state: the outstanding WRs flush.
+		if c.inflight.Load() == 0 {
+			c.drainOnce.Do(func() { close(c.drained) })
+		}
+		select {
+		case <-c.drained:
+		case <-time.After(5 * time.Second):
+		}
+		errs = append(errs, c.qp.Close())
+	}
+	// The QP is gone, so no completion can arrive for what is left:
+	// resolve it here. take makes sure each op is resolved once.
+	for _, id := range c.eng.ops.ids(c) {
+		if o, ok := c.eng.ops.take(id); ok {
+			if o.kind == opRecv {
+				o.buf.Release()
+			} else {
+				o.fut.resolve(c.closedErr(), 0, 0, false, nil, 0)
+				c.dropBuf(&o)
+				c.sq.Release(1)
+			}
+			c.opDone()
+		}
+	}
+	c.rmu.Lock()
+	for _, m := range c.ready {
+		if m.pb != nil {
+			m.pb.Release()
+		}
+	}
+	c.ready = nil
+	c.rmu.Unlock()
+	c.ctrl.Close()
+	<-c.ctrlDone
+	c.emu.Lock()
+	for k, x := range c.exposed {
+		errs = append(errs, x.mr.Close())
+		x.pb.Unref()
+		delete(c.exposed, k)
+	}
+	c.emu.Unlock()
+	if c.unit != nil {
+		c.eng.unreserve(c.unit, c.eng.cfg.sqDepth+c.eng.cfg.rqDepth)
+	}
+	errs = append(errs, c.eng.release())
+	return errors.Join(errs...)
+}

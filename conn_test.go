@@ -1,0 +1,153 @@
+package rdma_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/go-rdma/rdma"
+)
+
+// pair connects a Conn pair over a fresh listener with opts.
+func pair(t *testing.T, opts ...rdma.Option) (client, server *rdma.Conn) {
+	t.Helper()
+	ln, err := rdma.Listen("rdma", "127.0.0.1:0", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type res struct {
+		c   *rdma.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := ln.Accept(ctx)
+		ch <- res{c, err}
+	}()
+	client, err = rdma.Dial(ctx, "rdma", ln.Addr().String(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := client.Close(); err != nil {
+			t.Errorf("client close: %v", err)
+		}
+		if err := r.c.Close(); err != nil {
+			t.Errorf("server close: %v", err)
+		}
+	})
+	return client, r.c
+}
+
+func wait(t *testing.T, f *rdma.Future) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := f.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Rule: Send delivers the bytes in a pool buffer to the peer's Recv,
+// with its immediate; the sender may release its buffer at once.
+func TestSendRecv(t *testing.T) {
+	c, s := pair(t, rdma.WithProvider("soft"))
+	for _, n := range []int{1, 64, 4096, 60000} {
+		b, err := c.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range b.Bytes() {
+			b.Bytes()[i] = byte(i * 7)
+		}
+		want := bytes.Clone(b.Bytes())
+		rf := s.Recv()
+		sf := c.SendWithImm(b, uint32(n))
+		b.Release()
+		wait(t, sf)
+		wait(t, rf)
+		got := rf.Buffer()
+		if got == nil || !bytes.Equal(got.Bytes(), want) || rf.Len() != n {
+			t.Fatalf("%d bytes: received %d bytes, differ", n, rf.Len())
+		}
+		if imm, ok := rf.Imm(); !ok || imm != uint32(n) {
+			t.Errorf("imm = %d, %v", imm, ok)
+		}
+		got.Release()
+	}
+}
+
+// Rule: WRITE and READ move bytes to and from an exposed region, and
+// atomics return the old value.
+func TestOneSided(t *testing.T) {
+	c, s := pair(t, rdma.WithProvider("soft"))
+	target, err := s.Alloc(8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Release()
+	region, err := s.Expose(target, rdma.RemoteRead|rdma.RemoteWrite|rdma.RemoteAtomic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.SendRegion(ctx, region); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.RecvRegion(ctx)
+	if err != nil || r != region {
+		t.Fatalf("RecvRegion = %v, %v; want %v", r, err, region)
+	}
+	src, _ := c.Alloc(100)
+	defer src.Release()
+	copy(src.Bytes(), bytes.Repeat([]byte("go-rdma!"), 13))
+	sub, err := r.Slice(1000, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, c.Write(src, sub))
+	if !bytes.Equal(target.Bytes()[1000:1100], src.Bytes()) {
+		t.Fatal("WRITE data differs")
+	}
+	dst, _ := c.Alloc(100)
+	defer dst.Release()
+	wait(t, c.Read(dst, sub))
+	if !bytes.Equal(dst.Bytes(), src.Bytes()) {
+		t.Fatal("READ data differs")
+	}
+	word, _ := r.Slice(4096, 8)
+	f := c.FetchAdd(word, 5)
+	wait(t, f)
+	f = c.CompareAndSwap(word, 5, 42)
+	wait(t, f)
+	if f.Old() != 5 {
+		t.Fatalf("CAS old = %d, want 5", f.Old())
+	}
+	f = c.FetchAdd(word, 1)
+	wait(t, f)
+	if f.Old() != 42 {
+		t.Fatalf("FAA old = %d, want 42", f.Old())
+	}
+	if err := s.Revoke(region); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Write(src, sub).Wait(ctx)
+	if !errors.Is(err, rdma.ErrRemoteAccess) {
+		t.Fatalf("write to a revoked region: %v, want ErrRemoteAccess", err)
+	}
+	if !errors.Is(c.Send(src).Wait(ctx), net.ErrClosed) {
+		t.Fatal("send after a failed completion should report a closed connection")
+	}
+}

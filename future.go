@@ -1,0 +1,135 @@
+package rdma
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-rdma/rdma/pool"
+)
+
+// Future is the result of one operation. It resolves exactly once, when
+// the completion that covers the operation arrives or the connection
+// fails. Waiting on it never cancels the operation: a Wait that returns
+// early because its context ended leaves the operation tracked, and the
+// buffers it uses stay out of the pool until the device is done with them.
+type Future struct {
+	state atomic.Uint32 // 0 pending, 1 resolved
+
+	mu   sync.Mutex
+	done chan struct{} // made on demand by Done or a blocking Wait
+
+	err  error
+	n    int     // bytes moved or received
+	imm  uint32  // immediate value of a receive
+	has  bool    // imm is valid
+	buf  *Buffer // received buffer (points at rbuf)
+	rbuf Buffer  // the received buffer's handle, kept here to save an allocation
+	old  uint64  // old value of an atomic
+}
+
+// closedChan is the Done channel of futures that resolved before anyone
+// asked for one, so resolved futures cost no channel.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func newResolved(err error) *Future {
+	f := &Future{err: err}
+	f.state.Store(1)
+	return f
+}
+
+// Done is closed when the future resolves.
+func (f *Future) Done() <-chan struct{} {
+	if f.state.Load() == 1 {
+		return closedChan
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state.Load() == 1 {
+		return closedChan
+	}
+	if f.done == nil {
+		f.done = make(chan struct{})
+	}
+	return f.done
+}
+
+// Wait waits for the future to resolve and returns its error. When ctx
+// ends first it returns ctx.Err() at once; the operation goes on.
+func (f *Future) Wait(ctx context.Context) error {
+	if f.state.Load() == 1 {
+		return f.err
+	}
+	select {
+	case <-f.Done():
+		return f.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Resolved reports whether the future has resolved, without blocking.
+func (f *Future) Resolved() bool { return f.state.Load() == 1 }
+
+// Err is the operation's error once resolved, and nil before.
+func (f *Future) Err() error {
+	if f.state.Load() == 1 {
+		return f.err
+	}
+	return nil
+}
+
+// Len is the number of bytes the operation moved (for a receive: the
+// message length). Valid once resolved.
+func (f *Future) Len() int {
+	if f.state.Load() == 1 {
+		return f.n
+	}
+	return 0
+}
+
+// Imm is the immediate value of a receive that carried one; ok is false
+// otherwise.
+func (f *Future) Imm() (imm uint32, ok bool) {
+	if f.state.Load() == 1 {
+		return f.imm, f.has
+	}
+	return 0, false
+}
+
+// Buffer is the buffer a receive delivered into. The caller owns it and
+// must Release it. Nil for other operations and before resolution.
+func (f *Future) Buffer() *Buffer {
+	if f.state.Load() == 1 {
+		return f.buf
+	}
+	return nil
+}
+
+// Old is the value the remote word held before an atomic.
+func (f *Future) Old() uint64 {
+	if f.state.Load() == 1 {
+		return f.old
+	}
+	return 0
+}
+
+// resolve sets the results and wakes waiters. Only the first call counts.
+func (f *Future) resolve(err error, n int, imm uint32, hasImm bool, pb *pool.Buffer, old uint64) bool {
+	f.mu.Lock()
+	if f.state.Load() == 1 {
+		f.mu.Unlock()
+		return false
+	}
+	f.err, f.n, f.imm, f.has, f.old = err, n, imm, hasImm, old
+	if pb != nil {
+		f.rbuf.p.Store(pb)
+		f.buf = &f.rbuf
+	}
+	f.state.Store(1)
+	if f.done != nil {
+		close(f.done)
+	}
+	f.mu.Unlock()
+	return true
+}

@@ -1,0 +1,240 @@
+package soft
+
+import (
+	"context"
+	"sync"
+
+	"github.com/go-rdma/rdma/internal/verbs"
+)
+
+// cq is a completion queue: a fixed ring. When it is full a new completion
+// is dropped, as hardware does, and the QPs on the CQ go to ERR with an
+// EventCQErr; memory never grows.
+type cq struct {
+	lt  verbs.Lifetime
+	ctx *devContext
+	ch  *compChannel
+
+	mu     sync.Mutex
+	ring   []verbs.WorkCompletion
+	head   int
+	n      int
+	armed  uint8 // 0 not armed, armAny, armSolicited
+	events int   // events delivered and not acknowledged
+	qps    map[*qp]int
+	ovf    bool // overrun reported and not yet handled
+}
+
+const (
+	armAny       = 1
+	armSolicited = 2
+)
+
+func (c *cq) Len() int { return len(c.ring) }
+
+func (c *cq) Poll(wc []verbs.WorkCompletion) (int, error) {
+	if !c.lt.Enter() {
+		return 0, errClosed("poll cq")
+	}
+	c.mu.Lock()
+	k := min(len(wc), c.n)
+	for i := 0; i < k; i++ {
+		wc[i] = c.ring[c.head]
+		c.head++
+		if c.head == len(c.ring) {
+			c.head = 0
+		}
+	}
+	c.n -= k
+	c.mu.Unlock()
+	c.lt.Exit()
+	return k, nil
+}
+
+func (c *cq) ReqNotify(solicitedOnly bool) error {
+	if !c.lt.Enter() {
+		return errClosed("req notify cq")
+	}
+	defer c.lt.Exit()
+	if c.ch == nil {
+		return nil
+	}
+	c.mu.Lock()
+	if solicitedOnly {
+		if c.armed != armAny {
+			c.armed = armSolicited
+		}
+	} else {
+		c.armed = armAny
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *cq) AckEvents(n int) {
+	c.mu.Lock()
+	c.events = max(c.events-n, 0)
+	c.mu.Unlock()
+}
+
+// push adds one completion. solicited marks a receive of a solicited
+// message; errors always count as solicited for notification.
+func (c *cq) push(wc verbs.WorkCompletion, solicited bool) {
+	c.mu.Lock()
+	if c.n == len(c.ring) {
+		if !c.ovf {
+			c.ovf = true
+			overruns.mu.Lock()
+			overruns.list = append(overruns.list, c)
+			overruns.pending.Store(1)
+			overruns.mu.Unlock()
+		}
+		c.mu.Unlock()
+		return
+	}
+	i := c.head + c.n
+	if i >= len(c.ring) {
+		i -= len(c.ring)
+	}
+	c.ring[i] = wc
+	c.n++
+	notify := c.armed == armAny || (c.armed == armSolicited && (solicited || wc.Status != verbs.WCSuccess))
+	if notify {
+		c.armed = 0
+	}
+	c.mu.Unlock()
+	if notify {
+		c.ch.post(c)
+	}
+}
+
+// overrun handles a CQ that dropped a completion: every QP on it goes to
+// ERR, and the Context reports EventCQErr.
+func (c *cq) overrun() {
+	c.mu.Lock()
+	c.ovf = false
+	var qpns []uint32
+	for q := range c.qps {
+		qpns = append(qpns, q.qpn)
+	}
+	c.mu.Unlock()
+	c.ctx.event(verbs.EventCQErr, 0)
+	for _, n := range qpns {
+		if q := getQP(n); q != nil {
+			q.mu.Lock()
+			q.enterErr(errCQOverrun)
+			q.mu.Unlock()
+			q.refs.release()
+		}
+	}
+}
+
+func (c *cq) attach(q *qp) error {
+	if err := c.lt.AddChild(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.qps[q]++
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *cq) detach(q *qp) {
+	c.mu.Lock()
+	if c.qps[q]--; c.qps[q] <= 0 {
+		delete(c.qps, q)
+	}
+	c.mu.Unlock()
+	c.lt.DropChild()
+}
+
+func (c *cq) Close() error {
+	return c.lt.Close(func() error {
+		if c.ch != nil {
+			c.ch.forget(c)
+			c.ch.lt.DropChild()
+		}
+		c.ctx.lt.DropChild()
+		return nil
+	})
+}
+
+// compChannel delivers CQ events.
+type compChannel struct {
+	lt  verbs.Lifetime
+	ctx *devContext
+
+	mu   sync.Mutex
+	q    []*cq
+	wake chan struct{}
+	done chan struct{}
+}
+
+func (ch *compChannel) post(c *cq) {
+	ch.mu.Lock()
+	ch.q = append(ch.q, c)
+	ch.mu.Unlock()
+	ch.signal()
+}
+
+func (ch *compChannel) signal() {
+	select {
+	case ch.wake <- struct{}{}:
+	default:
+	}
+}
+
+// forget drops the queued events of a CQ being destroyed.
+func (ch *compChannel) forget(c *cq) {
+	ch.mu.Lock()
+	k := 0
+	for _, x := range ch.q {
+		if x != c {
+			ch.q[k] = x
+			k++
+		}
+	}
+	clear(ch.q[k:])
+	ch.q = ch.q[:k]
+	ch.mu.Unlock()
+}
+
+func (ch *compChannel) GetEvent(ctx context.Context) (verbs.CQ, error) {
+	for {
+		if ch.lt.Closed() {
+			return nil, errClosed("get cq event")
+		}
+		ch.mu.Lock()
+		if len(ch.q) > 0 {
+			c := ch.q[0]
+			copy(ch.q, ch.q[1:])
+			ch.q[len(ch.q)-1] = nil
+			ch.q = ch.q[:len(ch.q)-1]
+			more := len(ch.q) > 0
+			c.mu.Lock()
+			c.events++
+			c.mu.Unlock()
+			ch.mu.Unlock()
+			if more {
+				ch.signal()
+			}
+			return c, nil
+		}
+		ch.mu.Unlock()
+		select {
+		case <-ch.wake:
+		case <-ch.done:
+			return nil, errClosed("get cq event")
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (ch *compChannel) Close() error {
+	return ch.lt.Close(func() error {
+		close(ch.done)
+		ch.ctx.lt.DropChild()
+		return nil
+	})
+}

@@ -1,0 +1,84 @@
+// Package soft is the software RDMA provider: the verbs of internal/verbs
+// in pure Go, for machines without an RDMA device. It builds without cgo
+// and passes the same conformance suite (internal/conformance) as the
+// libibverbs provider.
+//
+// # Device and addressing
+//
+// A process has one device, "soft0", with one port (1): ACTIVE, link
+// layer Ethernet, MTU 4096, and one RoCE v2 GID, the IPv4-mapped address
+// of the provider's TCP listener. The port's LID is the listener's TCP
+// port. The listener starts when the first Context opens and stops when
+// the last one closes; it listens on 127.0.0.1 on a free port, or on
+// RDMA_SOFT_ADDR=ip:port (another host must reach exactly that address).
+// Peers are named as on RoCE, by GID and LID, which the soft provider
+// reads as IP and TCP port; QPs are connected with the usual
+// RESET→INIT→RTR→RTS transitions and PSNs.
+//
+// QPs of one process talk in-process: a WRITE is one copy from the
+// requester's registered memory into the responder's. QPs in other
+// processes or hosts talk over TCP (see the wire format in wire.go);
+// RDMA_SOFT_TRANSPORT=tcp sends in-process traffic over loopback TCP too,
+// to test that path.
+//
+// # Semantics
+//
+// Registration, keys and access checks are as on hardware: lkeys and
+// rkeys are random 32-bit values; every SGE is checked against its lkey,
+// range, PD and LOCAL_WRITE, and every remote access against the rkey,
+// the range, the MR's and the QP's remote rights. RC, UC and UD QPs,
+// SRQs, address handles, the completion channel and async events behave
+// as on hardware, including their errors: RNR retries and
+// RNR_RETRY_EXC_ERR, REM_ACCESS_ERR moving both RC QPs to ERR, flushes
+// with WR_FLUSH_ERR, CQ overrun (the QPs on the CQ go to ERR, the Context
+// reports EVENT_CQ_ERR, and the CQ never grows), posts refused in the
+// wrong state, and partial chains. A UD receive starts with a 40-byte
+// IPv6-style GRH that carries the source GID. Atomics use sync/atomic on
+// the target word, so they are atomic against every other atomic on it,
+// from any QP or process, and against the owner's own sync/atomic use of
+// the word; they operate in host byte order, as rxe does.
+//
+// VendorErr of a failed completion says what the provider saw (see the
+// VendorErr constants), and QPError tells why a QP entered ERR.
+//
+// # Who does the work, and what it costs
+//
+// One-sided operations (WRITE, READ, atomics) are served by the soft
+// provider, never by the target's application code, but unlike an RDMA
+// NIC the provider spends CPU on the target: across processes the
+// target's connection goroutines read each WRITE from the socket into
+// registered memory and write each READ response out, and in-process the
+// requester's goroutine does the copy. Nothing here is kernel bypass;
+// numbers measured on soft are software numbers.
+//
+// PostSend runs in-process work at once, in the caller's goroutine, and
+// leaves what needs the network or a timer (TCP traffic, RNR retries) to
+// a per-QP worker goroutine. A completion may therefore already be in the
+// CQ when PostSend returns; as on hardware, nothing may rely on either
+// order.
+//
+// Each TCP connection has a reader and a writer goroutine. A goroutine
+// that busy-polls a CQ with only runtime.Gosched between polls can keep
+// the Go scheduler from polling the network, which delays those
+// goroutines by up to 10 ms; poll briefly, then wait on the completion
+// channel.
+//
+// # Failures
+//
+// A malformed or truncated frame, a wrong version, or a frame for an
+// unknown QP never panics and never allocates by a length it was told:
+// payloads go straight into registered memory after their target has
+// been checked, or are skipped. The connection is closed and the QPs it
+// served go to ERR with an error that says what was wrong; a request for
+// an unknown QP is answered with a NAK that moves the requester to ERR.
+// A peer of another wire version is refused at connect with a
+// *VersionError. A peer that disappears fails every outstanding WR: at
+// once when its connection drops (a killed process), or after the QP's
+// timeout (4.096 µs·2^Timeout per try, RetryCount+1 tries, bounded to
+// [200 ms, 4 s]) when it stops answering.
+//
+// # Performance
+//
+// WRITE and SEND allocate nothing per operation in-process. Figures are
+// in README.md.
+package soft

@@ -1,0 +1,358 @@
+package soft
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-rdma/rdma/internal/mem"
+	"github.com/go-rdma/rdma/internal/verbs"
+)
+
+// The tests below re-execute the test binary as a second process, a peer
+// on the other side of the loopback TCP transport. childEnv selects the
+// child's role: "qp:<receives>" serves one RC QP with a 4 MiB MR and that
+// many receives posted; "sink:<size>:<m>" is a plain TCP sink for the
+// baseline benchmark.
+const childEnv = "SOFT_TEST_CHILD"
+
+const childMR = 4 << 20
+
+// endpoint is what two sides exchange out of band to connect a QP.
+type endpoint struct {
+	LID  uint16
+	GID  string
+	QPN  uint32
+	Addr uint64
+	RKey uint32
+	Len  int
+	Port int // sink: TCP port
+}
+
+func childMain() {
+	role := os.Getenv(childEnv)
+	args := strings.Split(role, ":")
+	num := func(i int) int {
+		n := 0
+		if i < len(args) {
+			n, _ = strconv.Atoi(args[i])
+		}
+		return n
+	}
+	var err error
+	switch args[0] {
+	case "qp":
+		err = childQP(num(1))
+	case "sink":
+		err = childSink(num(1), max(num(2), 1))
+	default:
+		err = fmt.Errorf("unknown role %q", role)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func childQP(nrecv int) error {
+	ctx, err := Provider.Open(DeviceName)
+	if err != nil {
+		return err
+	}
+	defer ctx.Close()
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		return err
+	}
+	defer pd.Close()
+	cq, err := ctx.CreateCQ(4096, nil)
+	if err != nil {
+		return err
+	}
+	defer cq.Close()
+	buf, err := mem.Map(childMR)
+	if err != nil {
+		return err
+	}
+	defer mem.Unmap(buf)
+	mr, err := pd.RegMR(buf, allAccess)
+	if err != nil {
+		return err
+	}
+	defer mr.Close()
+	qp, err := pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 1024, MaxRecvSGE: 1}})
+	if err != nil {
+		return err
+	}
+	defer qp.Close()
+	p := ctx.Info().Ports[0]
+	me := endpoint{LID: p.LID, GID: p.GIDs[0].GID.String(), QPN: qp.QPN(), Addr: mr.Addr(), RKey: mr.RKey(), Len: mr.Len()}
+	if err := json.NewEncoder(os.Stdout).Encode(me); err != nil {
+		return err
+	}
+	in := bufio.NewReader(os.Stdin)
+	var peer endpoint
+	if err := json.NewDecoder(in).Decode(&peer); err != nil {
+		return err
+	}
+	if err := qp.ToInit(verbs.InitAttr{Port: 1, Access: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}); err != nil {
+		return err
+	}
+	for i := range nrecv {
+		if _, err := qp.PostRecv([]verbs.RecvWR{{ID: uint64(i), SGL: []verbs.SGE{{Addr: mr.Addr() + uint64(i%64)*4096, Length: 4096, LKey: mr.LKey()}}}}); err != nil {
+			return err
+		}
+	}
+	dest := verbs.Address{Port: 1, LID: peer.LID, GID: verbs.GIDFromIP(netip.MustParseAddr(peer.GID))}
+	if err := qp.ToRTR(verbs.RTRAttr{PathMTU: verbs.MTU4096, DestQPN: peer.QPN, Dest: dest, MaxDestRdAtomic: 16, MinRNRTimer: 1}); err != nil {
+		return err
+	}
+	if err := qp.ToRTS(verbs.RTSAttr{Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: 16}); err != nil {
+		return err
+	}
+	fmt.Println("ready")
+	// Serve until the parent closes stdin (or kills us).
+	io.Copy(io.Discard, in)
+	return nil
+}
+
+type child struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
+	ep  endpoint
+}
+
+func startChild(t testing.TB, role string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+role, EnvTransport+"=")
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	must(t, err)
+	out, err := cmd.StdoutPipe()
+	must(t, err)
+	must(t, cmd.Start())
+	c := &child{cmd: cmd, in: in, out: bufio.NewReader(out)}
+	t.Cleanup(func() {
+		c.in.Close()
+		done := make(chan struct{})
+		go func() { c.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			c.cmd.Process.Kill()
+			<-done
+		}
+	})
+	line, err := c.out.ReadBytes('\n')
+	if err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	must(t, json.Unmarshal(line, &c.ep))
+	return c
+}
+
+// connect brings s's QP to RTS against the child's and the child's
+// against s.
+func (c *child) connect(t testing.TB, s *side, co connOpt) {
+	t.Helper()
+	p := s.ctx.Info().Ports[0]
+	must(t, json.NewEncoder(c.in).Encode(endpoint{LID: p.LID, GID: p.GIDs[0].GID.String(), QPN: s.qp.QPN()}))
+	if line, err := c.out.ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("child: %q %v", line, err)
+	}
+	must(t, s.qp.ToInit(verbs.InitAttr{Port: 1}))
+	dest := verbs.Address{Port: 1, LID: c.ep.LID, GID: verbs.GIDFromIP(netip.MustParseAddr(c.ep.GID)), HopLimit: 64}
+	must(t, s.qp.ToRTR(verbs.RTRAttr{PathMTU: verbs.MTU4096, DestQPN: c.ep.QPN, Dest: dest, MaxDestRdAtomic: 16}))
+	if co.timeout == 0 {
+		co.timeout, co.retry = 14, 7
+	}
+	must(t, s.qp.ToRTS(verbs.RTSAttr{Timeout: co.timeout, RetryCount: co.retry, RNRRetry: co.rnrRetry, MaxRdAtomic: 16}))
+}
+
+func (c *child) signal(t testing.TB, sig syscall.Signal) {
+	t.Helper()
+	must(t, c.cmd.Process.Signal(sig))
+}
+
+func TestCrossProcess(t *testing.T) {
+	c := startChild(t, "qp:16")
+	s := newSide(t, sideOpt{size: childMR})
+	c.connect(t, s, connOpt{rnrRetry: 7})
+	// WRITE 1 MiB, READ it back into another place, compare.
+	fill(s.buf[:1<<20], 3)
+	s.post(verbs.SendWR{ID: 1, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{s.sge(0, 1<<20)}, RemoteAddr: c.ep.Addr + 12345, RKey: c.ep.RKey},
+		verbs.SendWR{ID: 2, Opcode: verbs.OpRead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{s.sge(2<<20, 1<<20)}, RemoteAddr: c.ep.Addr + 12345, RKey: c.ep.RKey})
+	wcs := poll(t, s.scq, 2)
+	if wcs[0].Status != 0 || wcs[1].Status != 0 || wcs[1].ByteLen != 1<<20 {
+		t.Fatalf("%+v", wcs)
+	}
+	if !bytes.Equal(s.buf[:1<<20], s.buf[2<<20:3<<20]) {
+		t.Fatal("READ returned other data than was written")
+	}
+	// Atomics are served by the child's provider.
+	for i := range 50 {
+		s.post(verbs.SendWR{ID: uint64(i), Opcode: verbs.OpFetchAdd, Flags: verbs.SendSignaled, SGL: []verbs.SGE{s.sge(8, 8)}, RemoteAddr: c.ep.Addr + 3<<20, RKey: c.ep.RKey, CompareAdd: 2})
+	}
+	for i, wc := range poll(t, s.scq, 50) {
+		if wc.Status != 0 || wc.WRID != uint64(i) {
+			t.Fatalf("%+v", wc)
+		}
+	}
+	if got := binary.NativeEndian.Uint64(s.buf[8:]); got != 98 {
+		t.Fatalf("last FAA returned %d, want 98", got)
+	}
+	// SENDs into the child's receives, some inline.
+	for i := range 16 {
+		fl := verbs.SendSignaled
+		if i%2 == 0 {
+			fl |= verbs.SendInline
+		}
+		s.post(verbs.SendWR{ID: uint64(i), Opcode: verbs.OpSend, Flags: fl, SGL: []verbs.SGE{s.sge(0, 100)}})
+	}
+	for _, wc := range poll(t, s.scq, 16) {
+		if wc.Status != 0 {
+			t.Fatalf("%+v", wc)
+		}
+	}
+	// Bad rkey across processes: remote access error.
+	s.post(verbs.SendWR{ID: 99, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{s.sge(0, 8)}, RemoteAddr: c.ep.Addr, RKey: c.ep.RKey + 1})
+	if wc := poll(t, s.scq, 1)[0]; wc.Status != verbs.WCRemAccessErr {
+		t.Fatalf("%+v", wc)
+	}
+}
+
+// checkAllFail checks that every one of the n WRs completed, the ones
+// after the first failure with WR_FLUSH_ERR, and at least one failed.
+func checkAllFail(t *testing.T, s *side, n int, start time.Time, limit time.Duration) {
+	t.Helper()
+	wcs := poll(t, s.scq, n)
+	failed := -1
+	for i, wc := range wcs {
+		if wc.WRID != uint64(i) {
+			t.Fatalf("completion %d has wr_id %d", i, wc.WRID)
+		}
+		switch {
+		case failed < 0 && wc.Status == verbs.WCSuccess:
+		case failed < 0:
+			failed = i
+			if wc.Status != verbs.WCRetryExcErr {
+				t.Fatalf("first failure %+v", wc)
+			}
+		case wc.Status != verbs.WCWRFlushErr:
+			t.Fatalf("after the failure: %+v", wc)
+		}
+	}
+	if failed < 0 {
+		t.Fatal("no WR failed")
+	}
+	if d := time.Since(start); d > limit {
+		t.Fatalf("the WRs took %v to fail, more than %v", d, limit)
+	}
+	waitState(t, s.qp, verbs.StateError)
+	t.Logf("%d of %d WRs completed before the failure; QP error: %v", failed, n, QPError(s.qp))
+}
+
+func TestPeerKilled(t *testing.T) {
+	t.Run("in flight", func(t *testing.T) {
+		c := startChild(t, "qp:0")
+		s := newSide(t, sideOpt{size: childMR, caps: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 1, MaxSendSGE: 1}})
+		c.connect(t, s, connOpt{})
+		s.post(verbs.SendWR{ID: 0, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{s.sge(0, 8)}, RemoteAddr: c.ep.Addr, RKey: c.ep.RKey})
+		pollOK(t, s.scq) // connected
+		const n = 64
+		for i := range n {
+			op := verbs.OpWrite
+			if i%4 == 3 {
+				op = verbs.OpRead
+			}
+			s.post(verbs.SendWR{ID: uint64(i), Opcode: op, Flags: verbs.SendSignaled, SGL: []verbs.SGE{s.sge(0, 256<<10)}, RemoteAddr: c.ep.Addr, RKey: c.ep.RKey})
+		}
+		start := time.Now()
+		c.signal(t, syscall.SIGKILL)
+		checkAllFail(t, s, n, start, 10*time.Second)
+	})
+	t.Run("waiting on RNR", func(t *testing.T) {
+		c := startChild(t, "qp:0")
+		s := newSide(t, sideOpt{})
+		c.connect(t, s, connOpt{rnrRetry: 7})
+		for i := range 8 {
+			s.post(verbs.SendWR{ID: uint64(i), Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{s.sge(0, 64)}})
+		}
+		runtimeYield(20) // let the first RNR NAKs come back; not required
+		start := time.Now()
+		c.signal(t, syscall.SIGKILL)
+		checkAllFail(t, s, 8, start, 10*time.Second)
+	})
+}
+
+// TestPeerStopped: a peer that stops answering (a stopped process, a host
+// gone without a reset) fails the outstanding WRs after the QP's timeout.
+func TestPeerStopped(t *testing.T) {
+	c := startChild(t, "qp:0")
+	s := newSide(t, sideOpt{})
+	c.connect(t, s, connOpt{timeout: 10, retry: 1}) // 4 ms × 2: the 200 ms floor
+	s.post(verbs.SendWR{ID: 0, Opcode: verbs.OpRead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{s.sge(0, 64)}, RemoteAddr: c.ep.Addr, RKey: c.ep.RKey})
+	pollOK(t, s.scq)
+	c.signal(t, syscall.SIGSTOP)
+	t.Cleanup(func() { c.cmd.Process.Signal(syscall.SIGKILL) })
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(c.cmd.Process.Pid, &ws, syscall.WUNTRACED, nil); err != nil || !ws.Stopped() {
+		t.Fatalf("child not stopped: %v %v", ws, err)
+	}
+	start := time.Now()
+	for i := range 4 {
+		s.post(verbs.SendWR{ID: uint64(i), Opcode: verbs.OpRead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{s.sge(0, 64)}, RemoteAddr: c.ep.Addr, RKey: c.ep.RKey})
+	}
+	checkAllFail(t, s, 4, start, 5*time.Second)
+	if wc := s.qp; QPError(wc) == nil || !strings.Contains(QPError(wc).Error(), "no response") {
+		t.Fatalf("QP error %v", QPError(wc))
+	}
+}
+
+// childSink reads size-byte messages from one TCP connection until EOF,
+// answering one byte after every m: the raw Go TCP baseline of the
+// cross-process benchmark.
+func childSink(size, m int) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	if err := json.NewEncoder(os.Stdout).Encode(endpoint{Port: ln.Addr().(*net.TCPAddr).Port}); err != nil {
+		return err
+	}
+	nc, err := ln.Accept()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	buf := make([]byte, size)
+	for i := 1; ; i++ {
+		if _, err := io.ReadFull(nc, buf); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+		if i%m == 0 {
+			if _, err := nc.Write([]byte{1}); err != nil {
+				return err
+			}
+		}
+	}
+}

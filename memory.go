@@ -1,0 +1,128 @@
+package rdma
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/go-rdma/rdma/pool"
+)
+
+// Buffer is registered memory from a connection's buffer pool. Its bytes
+// live off the Go heap. Release gives it back; the memory returns to the
+// pool only when no operation uses it any more, so releasing a buffer
+// that is still being sent or written is safe.
+//
+// A Buffer handle is never reused: after Release every method fails or
+// returns zero, even when the pool has handed the memory to someone else.
+type Buffer struct {
+	p atomic.Pointer[pool.Buffer]
+}
+
+func newBuffer(pb *pool.Buffer) *Buffer {
+	b := &Buffer{}
+	b.p.Store(pb)
+	return b
+}
+
+// Bytes is the buffer's memory, Len bytes long; nil after Release.
+func (b *Buffer) Bytes() []byte {
+	if pb := b.pb(); pb != nil {
+		return pb.Bytes()
+	}
+	return nil
+}
+
+// Len is the buffer's length: what Alloc asked for, what a receive
+// delivered, or what SetLen set.
+func (b *Buffer) Len() int { return b.pb().Len() }
+
+// Cap is how far SetLen may grow the buffer.
+func (b *Buffer) Cap() int { return b.pb().Cap() }
+
+// SetLen changes the length, up to Cap.
+func (b *Buffer) SetLen(n int) error {
+	pb := b.pb()
+	if pb == nil {
+		return fmt.Errorf("rdma: buffer: %w", pool.ErrReleased)
+	}
+	return pb.SetLen(n)
+}
+
+// Release gives the buffer back. Operations still using it keep the
+// memory until their completions arrive. A second Release returns an
+// error and does nothing.
+func (b *Buffer) Release() error {
+	if b == nil {
+		return fmt.Errorf("rdma: release of a nil buffer: %w", ErrInvalid)
+	}
+	pb := b.p.Swap(nil)
+	if pb == nil {
+		return fmt.Errorf("rdma: buffer: %w", pool.ErrReleased)
+	}
+	return pb.Release()
+}
+
+func (b *Buffer) pb() *pool.Buffer {
+	if b == nil {
+		return nil
+	}
+	return b.p.Load()
+}
+
+// Slice names n bytes of the buffer at offset off, for an operation that
+// should use only part of it.
+func (b *Buffer) Slice(off, n int) (Slice, error) {
+	pb := b.pb()
+	if pb == nil {
+		return Slice{}, fmt.Errorf("rdma: buffer: %w", pool.ErrReleased)
+	}
+	if off < 0 || n < 0 || off > pb.Len() || n > pb.Len()-off {
+		return Slice{}, fmt.Errorf("rdma: slice [%d:+%d] of a %d-byte buffer: %w", off, n, pb.Len(), ErrInvalid)
+	}
+	return Slice{buf: b, off: off, n: n}, nil
+}
+
+// Slice is a sub-range of a Buffer.
+type Slice struct {
+	buf    *Buffer
+	off, n int
+}
+
+// Bytes is the slice's memory.
+func (s Slice) Bytes() []byte {
+	if bb := s.buf.Bytes(); bb != nil && s.off+s.n <= len(bb) {
+		return bb[s.off : s.off+s.n]
+	}
+	return nil
+}
+
+// Len is the slice's length.
+func (s Slice) Len() int { return s.n }
+
+// Local is memory an operation reads or writes on this side: a *Buffer
+// (all of it) or a Slice.
+type Local interface {
+	span() (pb *pool.Buffer, off, n int, err error)
+}
+
+func (b *Buffer) span() (*pool.Buffer, int, int, error) {
+	pb := b.pb()
+	if pb == nil {
+		if b == nil {
+			return nil, 0, 0, fmt.Errorf("rdma: nil buffer: %w", ErrInvalid)
+		}
+		return nil, 0, 0, fmt.Errorf("rdma: buffer: %w", pool.ErrReleased)
+	}
+	return pb, 0, pb.Len(), nil
+}
+
+func (s Slice) span() (*pool.Buffer, int, int, error) {
+	pb, _, n, err := s.buf.span()
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if s.off+s.n > n {
+		return nil, 0, 0, fmt.Errorf("rdma: slice [%d:+%d] past the buffer's %d bytes: %w", s.off, s.n, n, ErrInvalid)
+	}
+	return pb, s.off, s.n, nil
+}

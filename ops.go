@@ -1,0 +1,105 @@
+package rdma
+
+import (
+	"sync"
+
+	"github.com/go-rdma/rdma/pool"
+)
+
+// opKind says what a work request was for, so its completion is
+// dispatched to the right place.
+type opKind uint8
+
+const (
+	opSend opKind = iota + 1
+	opWrite
+	opRead
+	opAtomic
+	opRecv
+)
+
+// op is the Go-side record of one posted work request. The wr_id of the
+// WR is its index in the table plus a generation, never a pointer.
+type op struct {
+	kind opKind
+	conn *Conn
+	fut  *Future      // nil for receives
+	buf  *pool.Buffer // holds a reference until the completion
+	off  int          // where in buf (atomics read their old value here)
+	n    int          // bytes moved
+}
+
+type slot struct {
+	op
+	gen  uint32
+	next uint32 // next free index + 1, while on the free list
+}
+
+// opChunk is the size of one block of the table; blocks never move.
+const opChunk = 1024
+
+// opTable maps wr_ids to ops for one engine. Whoever takes an op first,
+// the completion handler or a connection's teardown, owns it; the other
+// finds nothing.
+type opTable struct {
+	mu     sync.Mutex
+	chunks [][]slot
+	head   uint32 // first free index + 1; 0 when the free list is empty
+	n      uint32 // slots made so far
+}
+
+func (t *opTable) at(idx uint32) *slot { return &t.chunks[idx/opChunk][idx%opChunk] }
+
+// add records o and returns its wr_id.
+func (t *opTable) add(o op) uint64 {
+	t.mu.Lock()
+	var idx uint32
+	if t.head != 0 {
+		idx = t.head - 1
+		t.head = t.at(idx).next
+	} else {
+		idx = t.n
+		if idx%opChunk == 0 {
+			t.chunks = append(t.chunks, make([]slot, opChunk))
+		}
+		t.n++
+	}
+	s := t.at(idx)
+	s.op = o
+	s.gen++
+	s.next = 0
+	id := uint64(s.gen)<<32 | uint64(idx)
+	t.mu.Unlock()
+	return id
+}
+
+// take removes the op of wrID and returns it; ok is false when the id is
+// stale, unknown or already taken.
+func (t *opTable) take(wrID uint64) (o op, ok bool) {
+	idx, gen := uint32(wrID), uint32(wrID>>32)
+	t.mu.Lock()
+	if idx < t.n {
+		s := t.at(idx)
+		if s.gen == gen && s.kind != 0 {
+			o, ok = s.op, true
+			s.op = op{}
+			s.next = t.head
+			t.head = idx + 1
+		}
+	}
+	t.mu.Unlock()
+	return o, ok
+}
+
+// ids lists the wr_ids of c's live ops.
+func (t *opTable) ids(c *Conn) []uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var ids []uint64
+	for i := uint32(0); i < t.n; i++ {
+		if s := t.at(i); s.kind != 0 && s.conn == c {
+			ids = append(ids, uint64(s.gen)<<32|uint64(i))
+		}
+	}
+	return ids
+}

@@ -1,0 +1,189 @@
+package poller
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"time"
+)
+
+// The poller's goroutine owns these (no other goroutine touches them).
+type loopState struct {
+	empty    uint64 // empty polls not yet published to st.empty
+	maxBatch int
+}
+
+// epoch is the origin of the spin clock: time.Since on a time with a
+// monotonic reading costs one vDSO clock read.
+var epoch = time.Now()
+
+func nanotime() int64 { return int64(time.Since(epoch)) }
+
+// flushEvery is how many empty polls a spinning poller makes between
+// publishing its empty-poll count.
+const flushEvery = 1024
+
+// clockEvery is how many empty polls an Adaptive poller makes between
+// reading the clock (power of two).
+const clockEvery = 16
+
+func (p *Poller) run() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var ls loopState
+	err := p.loop(&ls)
+	p.flush(&ls)
+	if p.stop.Load() {
+		err = nil // errors caused by Close tearing things down are no news
+	}
+	p.err = err
+	close(p.done)
+}
+
+func (p *Poller) flush(ls *loopState) {
+	if ls.empty != 0 {
+		p.st.empty.Add(ls.empty)
+		ls.empty = 0
+	}
+}
+
+func (p *Poller) loop(ls *loopState) error {
+	for !p.stop.Load() {
+		var err error
+		switch p.cfg.Mode {
+		case Busy:
+			return p.spin(ls, 0)
+		case Adaptive:
+			err = p.spin(ls, p.cfg.Spin.Nanoseconds())
+		case Event:
+			err = p.drain(ls)
+		}
+		if err != nil || p.stop.Load() {
+			return err
+		}
+		if err := p.park(ls); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// poll polls once and hands what it got to the handler.
+func (p *Poller) poll(ls *loopState) (int, error) {
+	n, err := p.cq.Poll(p.wc)
+	if n > 0 {
+		p.h.Completions(p.wc[:n:n])
+		p.st.batches.Add(1)
+		p.st.completions.Add(uint64(n))
+		if n > ls.maxBatch {
+			ls.maxBatch = n
+			p.st.maxBatch.Store(uint64(n))
+		}
+	} else {
+		ls.empty++
+		if ls.empty >= flushEvery {
+			p.flush(ls)
+		}
+	}
+	return n, err
+}
+
+// spin polls until Close, or, when window > 0, until the CQ has stayed
+// empty for window nanoseconds with no Kick in between.
+func (p *Poller) spin(ls *loopState, window int64) error {
+	var idle int    // consecutive empty polls
+	var since int64 // when the CQ was first seen empty
+	yield := p.cfg.YieldEvery
+	for !p.stop.Load() {
+		n, err := p.poll(ls)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			idle = 0
+			continue
+		}
+		idle++
+		if yield > 0 && idle%yield == 0 {
+			p.st.yields.Add(1)
+			runtime.Gosched()
+		}
+		if window <= 0 {
+			continue
+		}
+		if idle == 1 {
+			since = nanotime()
+		} else if idle%clockEvery == 0 && nanotime()-since >= window {
+			if p.kick.Swap(false) {
+				since = nanotime()
+				continue
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// drain polls until a poll comes back short: the CQ was empty then.
+func (p *Poller) drain(ls *loopState) error {
+	for !p.stop.Load() {
+		n, err := p.poll(ls)
+		if err != nil {
+			return err
+		}
+		if n < len(p.wc) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// park arms the CQ, polls once more, and waits for an event, a Kick or
+// Close. It returns nil when the poller should go back to polling.
+//
+// The order is what loses nothing: a completion that arrives after the
+// last empty poll but before ReqNotify raises no event, so the poll after
+// ReqNotify must find it; one that arrives after ReqNotify raises an
+// event. The event is acked at once (one event, one ack), and the CQ is
+// re-armed only on the next park, after polling: GetEvent, AckEvents,
+// poll, ReqNotify, poll again.
+func (p *Poller) park(ls *loopState) error {
+	if err := p.cq.ReqNotify(false); err != nil {
+		return err
+	}
+	p.st.arms.Add(1)
+	if !p.cfg.noRepoll {
+		n, err := p.poll(ls)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			p.st.repolled.Add(uint64(n))
+			return nil
+		}
+	}
+	p.parked.Store(true)
+	if p.kick.Swap(false) {
+		p.parked.Store(false)
+		return nil
+	}
+	ctx := p.waitCtx()
+	p.flush(ls)
+	p.st.parks.Add(1)
+	cq, err := p.ch.GetEvent(ctx)
+	p.parked.Store(false)
+	if err != nil {
+		if p.stop.Load() || (ctx.Err() != nil && errors.Is(err, context.Canceled)) {
+			p.kick.Store(false) // this wake served the Kick
+			p.st.wakeups.Add(1)
+			return nil
+		}
+		return err
+	}
+	cq.AckEvents(1)
+	p.st.events.Add(1)
+	if cq != p.cq {
+		return ErrSharedChannel
+	}
+	return nil
+}

@@ -1,0 +1,274 @@
+package poller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-rdma/rdma/internal/verbs"
+)
+
+// Mode is how a poller waits when its CQ is empty.
+type Mode uint8
+
+const (
+	// Adaptive spins for Config.Spin after the last completion, then arms
+	// the CQ, polls once more and parks on the completion channel. It is
+	// the zero Mode and the default.
+	Adaptive Mode = iota
+	// Busy spins and never parks. It holds an OS thread and a P for good.
+	Busy
+	// Event never spins: it polls until the CQ is empty, arms, polls once
+	// more and parks until the next event.
+	Event
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Adaptive:
+		return "adaptive"
+	case Busy:
+		return "busy"
+	case Event:
+		return "event"
+	}
+	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
+// ParseMode is the Mode named by s ("adaptive", "busy" or "event").
+func ParseMode(s string) (Mode, error) {
+	for _, m := range []Mode{Adaptive, Busy, Event} {
+		if s == m.String() {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("poller: %w: unknown mode %q (want adaptive, busy or event)", verbs.ErrInvalid, s)
+}
+
+// Defaults, chosen from the measurements in the package documentation.
+const (
+	DefaultBatch = 64
+	MinBatch     = 32
+	MaxBatch     = 4096
+	DefaultSpin  = 50 * time.Microsecond
+	// DefaultYieldEvery is how many consecutive empty polls a spinning
+	// poller makes before runtime.Gosched; see the package documentation.
+	DefaultYieldEvery = 0
+)
+
+// Handler receives the completions of one CQ.
+//
+// Completions is called on the poller's goroutine, one batch at a time,
+// in CQ order. It must not block, must not call Close on its own poller,
+// and must not keep wc (or any part of it) after it returns: the poller
+// reuses the array for the next batch. The handler is library code whose
+// only job is to complete futures (close a channel, store a result,
+// return a buffer to a table); user code, callbacks included, never runs
+// on a poller. A panic in the handler crashes the program.
+type Handler interface {
+	Completions(wc []verbs.WorkCompletion)
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(wc []verbs.WorkCompletion)
+
+// Completions calls f(wc).
+func (f HandlerFunc) Completions(wc []verbs.WorkCompletion) { f(wc) }
+
+// Config configures a Poller. The zero Config is the default: Adaptive,
+// batches of 64, a 50 µs spin.
+type Config struct {
+	// Mode is Adaptive (the zero value), Busy or Event.
+	Mode Mode
+	// Batch is how many completions one Poll may return, MinBatch to
+	// MaxBatch. Zero means DefaultBatch.
+	Batch int
+	// Spin is how long an Adaptive poller keeps polling an empty CQ
+	// after the last completion before it parks. Zero means DefaultSpin.
+	// Busy and Event ignore it.
+	Spin time.Duration
+	// YieldEvery makes a spinning poller (Busy, and Adaptive while it
+	// spins) call runtime.Gosched after every YieldEvery consecutive
+	// empty polls. Zero means DefaultYieldEvery; negative means never.
+	// On a locked thread each yield hands the P to another thread and
+	// back, so it costs microseconds; see the package documentation.
+	YieldEvery int
+
+	// noRepoll drops the poll between arming and parking. Only the tests
+	// set it, to show that they catch the completion it would lose.
+	noRepoll bool
+}
+
+// ErrClosed is returned by Start on a closed poller. It wraps
+// net.ErrClosed.
+var ErrClosed = verbs.ErrClosed
+
+// ErrSharedChannel is the poller's error when its completion channel
+// delivers an event for another CQ. Every poller needs a completion
+// channel of its own.
+var ErrSharedChannel = errors.New("poller: completion channel shared with another CQ")
+
+const (
+	stateNew int32 = iota
+	stateRunning
+	stateClosed
+)
+
+// Poller polls one CQ on its own goroutine, locked to an OS thread, and
+// hands every completion to its Handler. Its methods are safe for
+// concurrent use.
+type Poller struct {
+	cq  verbs.CQ
+	ch  verbs.CompChannel
+	h   Handler
+	cfg Config
+	wc  []verbs.WorkCompletion // reused for every Poll
+
+	state     atomic.Int32
+	stop      atomic.Bool
+	closeOnce sync.Once
+	done      chan struct{}
+	err       error // the reason the loop ended; written before done closes
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+
+	// Kick: the poller sets parked before it checks kick; Kick sets kick
+	// before it checks parked. One of the two always sees the other.
+	parked  atomic.Bool
+	kick    atomic.Bool
+	kmu     sync.Mutex
+	kctx    context.Context // the wait's context; Kick cancels it
+	kcancel context.CancelFunc
+
+	st counters
+}
+
+// New makes a poller for cq. ch is cq's completion channel, used by
+// Adaptive and Event; Busy accepts a nil ch. ch must serve cq alone: an
+// event for another CQ stops the poller with ErrSharedChannel. The poller
+// does not own cq or ch; close the poller before either.
+func New(cq verbs.CQ, ch verbs.CompChannel, h Handler, cfg Config) (*Poller, error) {
+	if cq == nil || h == nil {
+		return nil, fmt.Errorf("poller: %w: nil CQ or handler", verbs.ErrInvalid)
+	}
+	switch cfg.Mode {
+	case Busy:
+	case Adaptive, Event:
+		if ch == nil {
+			return nil, fmt.Errorf("poller: %w: %s mode needs a completion channel", verbs.ErrInvalid, cfg.Mode)
+		}
+	default:
+		return nil, fmt.Errorf("poller: %w: %s", verbs.ErrInvalid, cfg.Mode)
+	}
+	if cfg.Batch == 0 {
+		cfg.Batch = DefaultBatch
+	}
+	if cfg.Batch < MinBatch || cfg.Batch > MaxBatch {
+		return nil, fmt.Errorf("poller: %w: batch %d outside %d..%d", verbs.ErrInvalid, cfg.Batch, MinBatch, MaxBatch)
+	}
+	if cfg.Spin < 0 {
+		return nil, fmt.Errorf("poller: %w: negative spin %v", verbs.ErrInvalid, cfg.Spin)
+	}
+	if cfg.Spin == 0 {
+		cfg.Spin = DefaultSpin
+	}
+	switch {
+	case cfg.YieldEvery == 0:
+		cfg.YieldEvery = DefaultYieldEvery
+	case cfg.YieldEvery < 0:
+		cfg.YieldEvery = 0
+	}
+	p := &Poller{
+		cq:   cq,
+		ch:   ch,
+		h:    h,
+		cfg:  cfg,
+		wc:   make([]verbs.WorkCompletion, cfg.Batch),
+		done: make(chan struct{}),
+	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.kctx, p.kcancel = context.WithCancel(p.ctx)
+	return p, nil
+}
+
+// Config is the configuration in effect, defaults filled in.
+func (p *Poller) Config() Config { return p.cfg }
+
+// Start starts the polling goroutine. It fails on a poller that was
+// started or closed before.
+func (p *Poller) Start() error {
+	if !p.state.CompareAndSwap(stateNew, stateRunning) {
+		if p.state.Load() == stateClosed {
+			return ErrClosed
+		}
+		return fmt.Errorf("poller: %w: already started", verbs.ErrInvalid)
+	}
+	go p.run()
+	return nil
+}
+
+// Close stops the poller, waking it if it is parked, and returns once its
+// goroutine has exited; the handler is not called after that. Completions
+// still in the CQ stay there. Close is safe to call more than once and
+// from several goroutines, but not from the handler. It returns nil; Err
+// tells why the loop ended.
+func (p *Poller) Close() error {
+	p.closeOnce.Do(func() {
+		p.stop.Store(true)
+		p.cancel()
+		if p.state.CompareAndSwap(stateNew, stateClosed) {
+			close(p.done) // never started
+		}
+	})
+	<-p.done
+	p.state.Store(stateClosed)
+	return nil
+}
+
+// Done is closed when the polling goroutine has exited: after Close, or
+// after an error (see Err).
+func (p *Poller) Done() <-chan struct{} { return p.done }
+
+// Err is the error that stopped the poller: nil while it runs and after a
+// plain Close; otherwise the CQ's or channel's error, or ErrSharedChannel.
+// When Err is not nil the poller has stopped polling; the owner must fail
+// the CQ's outstanding work.
+func (p *Poller) Err() error {
+	select {
+	case <-p.done:
+		return p.err
+	default:
+		return nil
+	}
+}
+
+// Kick makes a parked Adaptive or Event poller poll again at once, and an
+// Adaptive one spin for another Spin. Call it after posting work whose
+// completion should be picked up by spinning rather than by an event.
+// It costs two atomic operations while the poller is not parked. Busy
+// pollers ignore it.
+func (p *Poller) Kick() {
+	p.kick.Store(true)
+	if p.parked.Load() {
+		p.kmu.Lock()
+		p.kcancel()
+		p.kmu.Unlock()
+		p.st.kicks.Add(1)
+	}
+}
+
+// waitCtx is the context of the next wait: the current one unless a Kick
+// cancelled it.
+func (p *Poller) waitCtx() context.Context {
+	p.kmu.Lock()
+	defer p.kmu.Unlock()
+	if p.kctx.Err() != nil && p.ctx.Err() == nil {
+		p.kcancel()
+		p.kctx, p.kcancel = context.WithCancel(p.ctx)
+	}
+	return p.kctx
+}

@@ -1,0 +1,55 @@
+package poller
+
+import "sync/atomic"
+
+// Stats are a poller's counters since New. Each field is read atomically,
+// but the set is not one snapshot. Empty polls are published in batches
+// while the poller spins, and exactly whenever it parks or stops.
+type Stats struct {
+	Polls       uint64 // CQ.Poll calls
+	EmptyPolls  uint64 // calls that returned nothing
+	Completions uint64 // completions handed to the handler
+	MaxBatch    uint64 // largest batch seen
+	Yields      uint64 // runtime.Gosched calls while spinning
+	Arms        uint64 // ReqNotify calls
+	// Repolled counts completions found by the poll between arming and
+	// parking: each would have been lost without it.
+	Repolled uint64
+	Parks    uint64 // waits on the completion channel
+	Events   uint64 // events taken from the channel (each acked)
+	Wakeups  uint64 // waits that ended without an event: Kick or Close
+	Kicks    uint64 // Kick calls that found the poller parked
+}
+
+type counters struct {
+	batches     atomic.Uint64 // non-empty polls
+	empty       atomic.Uint64
+	completions atomic.Uint64
+	maxBatch    atomic.Uint64
+	yields      atomic.Uint64
+	arms        atomic.Uint64
+	repolled    atomic.Uint64
+	parks       atomic.Uint64
+	events      atomic.Uint64
+	wakeups     atomic.Uint64
+	kicks       atomic.Uint64
+}
+
+// Stats reads the counters.
+func (p *Poller) Stats() Stats {
+	c := &p.st
+	b, e := c.batches.Load(), c.empty.Load()
+	return Stats{
+		Polls:       b + e,
+		EmptyPolls:  e,
+		Completions: c.completions.Load(),
+		MaxBatch:    c.maxBatch.Load(),
+		Yields:      c.yields.Load(),
+		Arms:        c.arms.Load(),
+		Repolled:    c.repolled.Load(),
+		Parks:       c.parks.Load(),
+		Events:      c.events.Load(),
+		Wakeups:     c.wakeups.Load(),
+		Kicks:       c.kicks.Load(),
+	}
+}
