@@ -62,8 +62,10 @@ func wait(t *testing.T, f *rdma.Future) {
 
 // Rule: Send delivers the bytes in a pool buffer to the peer's Recv,
 // with its immediate; the sender may release its buffer at once.
-func TestSendRecv(t *testing.T) {
-	c, s := pair(t, rdma.WithProvider("soft"))
+func TestSendRecv(t *testing.T) { eachProvider(t, testSendRecv) }
+
+func testSendRecv(t *testing.T, opts []rdma.Option) {
+	c, s := pair(t, opts...)
 	for _, n := range []int{1, 64, 4096, 60000} {
 		b, err := c.Alloc(n)
 		if err != nil {
@@ -91,8 +93,10 @@ func TestSendRecv(t *testing.T) {
 
 // Rule: WRITE and READ move bytes to and from an exposed region, and
 // atomics return the old value.
-func TestOneSided(t *testing.T) {
-	c, s := pair(t, rdma.WithProvider("soft"))
+func TestOneSided(t *testing.T) { eachProvider(t, testOneSided) }
+
+func testOneSided(t *testing.T, opts []rdma.Option) {
+	c, s := pair(t, opts...)
 	target, err := s.Alloc(8192)
 	if err != nil {
 		t.Fatal(err)

@@ -43,13 +43,13 @@ type cqUnit struct {
 const cqEntries = 8192
 
 func newEngine(cfg config, local netip.Addr) (*engine, error) {
-	prov, err := chooseProvider(cfg.provider, cfg.device)
+	prov, devs, err := chooseProvider(cfg.provider, cfg.device)
 	if err != nil {
 		return nil, err
 	}
 	dev := cfg.device
-	if dev == "" && prov.Name() == ProviderVerbs && local.IsValid() {
-		dev = deviceFor(prov, local)
+	if dev == "" && local.IsValid() {
+		dev = deviceFor(devs, local)
 	}
 	ctx, err := prov.Open(dev)
 	if err != nil {
@@ -81,8 +81,7 @@ func newEngine(cfg config, local netip.Addr) (*engine, error) {
 
 // deviceFor finds the device with a GID for the local address the
 // connection uses, as rdma_cm would; "" lets the provider pick.
-func deviceFor(prov verbs.Provider, local netip.Addr) string {
-	devs, _ := prov.Devices()
+func deviceFor(devs []verbs.DeviceInfo, local netip.Addr) string {
 	for _, d := range devs {
 		for _, p := range d.Ports {
 			for _, g := range p.GIDs {

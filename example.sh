@@ -10,4 +10,4 @@ if ! ensure_host_deps >/dev/null 2>&1; then
   echo "example: libibverbs headers missing; building without cgo (soft provider only)" >&2
   export CGO_ENABLED=0
 fi
-exec go run ./cmd/examples/devinfo "$@"
+exec go run ./cmd/examples/quickstart "$@"

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-rdma/rdma/internal/ibv"
 	"github.com/go-rdma/rdma/internal/soft"
+	"github.com/go-rdma/rdma/internal/sysfs"
 	"github.com/go-rdma/rdma/internal/verbs"
 	"github.com/go-rdma/rdma/poller"
 )
@@ -213,23 +214,36 @@ func Devices() ([]Device, error) {
 	return all, nil
 }
 
-// chooseProvider resolves "auto" and checks that the choice can work.
-func chooseProvider(name, device string) (verbs.Provider, error) {
+// chooseProvider resolves "auto" and checks that the choice can work. It
+// returns the verbs devices it listed, so the caller need not list again.
+func chooseProvider(name, device string) (verbs.Provider, []verbs.DeviceInfo, error) {
 	switch name {
 	case ProviderSoft:
-		return soft.Provider, nil
+		return soft.Provider, nil, nil
 	case ProviderVerbs, ProviderAuto:
-		devs, err := ibv.Provider.Devices()
+		// Listing from sysfs is cheap; opening every device is not (it
+		// takes most of a second on an emulated machine). Opening the
+		// chosen device is the real test.
+		devs, err := sysfs.Devices()
 		if err != nil && name == ProviderVerbs {
-			return nil, err
+			return nil, nil, err
+		}
+		for i, d := range devs {
+			devs[i].Usable = ibv.Supported && sysfs.Openable(d)
+			if !devs[i].Usable {
+				devs[i].Why = "no ACTIVE port or no uverbs device"
+				if !ibv.Supported {
+					devs[i].Why = "this build has no libibverbs support (cgo)"
+				}
+			}
 		}
 		for _, d := range devs {
 			if d.Usable && (device == "" || d.Name == device) {
-				return ibv.Provider, nil
+				return ibv.Provider, devs, nil
 			}
 		}
 		if name == ProviderAuto && (device == "" || device == "soft0") {
-			return soft.Provider, nil
+			return soft.Provider, nil, nil
 		}
 		why := fmt.Sprintf("%d devices listed, none usable", len(devs))
 		for _, d := range devs {
@@ -240,9 +254,9 @@ func chooseProvider(name, device string) (verbs.Provider, error) {
 		if device != "" {
 			why = fmt.Sprintf("device %q: %s", device, why)
 		}
-		return nil, fmt.Errorf("rdma: provider %q: %w: %s", name, ErrNoDevice, why)
+		return nil, nil, fmt.Errorf("rdma: provider %q: %w: %s", name, ErrNoDevice, why)
 	}
-	return nil, fmt.Errorf("rdma: %w: provider %q (want auto, verbs or soft)", ErrInvalid, name)
+	return nil, nil, fmt.Errorf("rdma: %w: provider %q (want auto, verbs or soft)", ErrInvalid, name)
 }
 
 var errPeerClosed = errors.New("peer closed the connection")

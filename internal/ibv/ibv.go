@@ -49,6 +49,15 @@ func probe(d *verbs.DeviceInfo) {
 		return
 	}
 	defer C.ibv_close_device(c)
+	if d.Usable = fillPorts(c, d); !d.Usable {
+		d.Why = "no port is ACTIVE"
+	}
+}
+
+// fillPorts sets each port's state and MTUs from ibv_query_port and
+// reports whether one of them is ACTIVE.
+func fillPorts(c *C.struct_ibv_context, d *verbs.DeviceInfo) bool {
+	active := false
 	for i := range d.Ports {
 		var pa C.struct_ibv_port_attr
 		if C.gordma_query_port(c, C.uint8_t(d.Ports[i].Port), &pa) != 0 {
@@ -58,41 +67,65 @@ func probe(d *verbs.DeviceInfo) {
 		d.Ports[i].ActiveMTU = verbs.MTU(pa.active_mtu)
 		d.Ports[i].MaxMTU = verbs.MTU(pa.max_mtu)
 		if d.Ports[i].State == verbs.PortActive {
-			d.Usable = true
+			active = true
 		}
 	}
-	if !d.Usable {
-		d.Why = "no port is ACTIVE"
-	}
+	return active
+}
+
+// devList caches libibverbs' device list. Building it scans sysfs and
+// loads provider libraries, which is slow on an emulated machine; a name
+// that is not in the cache makes it rebuild (a hot-plugged device).
+var devList struct {
+	sync.Mutex
+	list **C.struct_ibv_device
+	n    int
 }
 
 // openByName opens the libibverbs device called name.
 func openByName(name string) (*C.struct_ibv_context, error) {
-	var n C.int
-	list, err := C.ibv_get_device_list(&n)
-	if list == nil {
-		return nil, errnoErr("ibv_get_device_list", err)
-	}
-	defer C.ibv_free_device_list(list)
-	for _, d := range unsafe.Slice(list, int(n)) {
-		if C.GoString(C.ibv_get_device_name(d)) != name {
-			continue
+	devList.Lock()
+	defer devList.Unlock()
+	for attempt := 0; attempt < 2; attempt++ {
+		if devList.list == nil || attempt == 1 {
+			if devList.list != nil {
+				C.ibv_free_device_list(devList.list)
+				devList.list, devList.n = nil, 0
+			}
+			var n C.int
+			list, err := C.ibv_get_device_list(&n)
+			if list == nil {
+				return nil, errnoErr("ibv_get_device_list", err)
+			}
+			devList.list, devList.n = list, int(n)
 		}
-		c, err := C.ibv_open_device(d)
-		if c == nil {
-			return nil, errnoErr("ibv_open_device "+name, err)
+		for _, d := range unsafe.Slice(devList.list, devList.n) {
+			if C.GoString(C.ibv_get_device_name(d)) != name {
+				continue
+			}
+			c, err := C.ibv_open_device(d)
+			if c == nil {
+				return nil, errnoErr("ibv_open_device "+name, err)
+			}
+			return c, nil
 		}
-		return c, nil
 	}
-	return nil, fmt.Errorf("ibv: device %q: %w (libibverbs lists %d devices; is ibverbs-providers installed?)", name, verbs.ErrNoDevice, int(n))
+	return nil, fmt.Errorf("ibv: device %q: %w (libibverbs lists %d devices; is ibverbs-providers installed?)", name, verbs.ErrNoDevice, devList.n)
 }
 
 func (p provider) Open(name string) (verbs.Context, error) {
-	info, err := p.pick(name)
-	if err != nil {
-		return nil, err
+	if name == "" {
+		d, err := p.firstUsable()
+		if err != nil {
+			return nil, err
+		}
+		name = d.Name
 	}
-	c, err := openByName(info.Name)
+	info, err := sysfs.Device(name)
+	if err != nil {
+		return nil, fmt.Errorf("ibv: %w", err)
+	}
+	c, err := openByName(name)
 	if err != nil {
 		return nil, err
 	}
@@ -103,19 +136,16 @@ func (p provider) Open(name string) (verbs.Context, error) {
 		return nil, errnoErr("ibv_query_device", syscall.Errno(rc))
 	}
 	ctx.attr = deviceAttr(&da)
+	// Fill what sysfs lacks from the open device, as Devices does.
+	ctx.info.Usable = fillPorts(c, &ctx.info)
+	if !ctx.info.Usable {
+		ctx.info.Why = "no port is ACTIVE"
+	}
 	return ctx, nil
 }
 
-// pick finds the named device, or the first usable one for "".
-func (p provider) pick(name string) (verbs.DeviceInfo, error) {
-	if name != "" {
-		d, err := sysfs.Device(name)
-		if err != nil {
-			return d, fmt.Errorf("ibv: %w", err)
-		}
-		probe(&d)
-		return d, nil
-	}
+// firstUsable is the first device Devices marks usable.
+func (p provider) firstUsable() (verbs.DeviceInfo, error) {
 	devs, err := p.Devices()
 	if err != nil {
 		return verbs.DeviceInfo{}, err
@@ -303,3 +333,6 @@ func errnoErr(op string, err error) error {
 	}
 	return e
 }
+
+// Supported is true: this build drives devices through libibverbs.
+const Supported = true

@@ -29,3 +29,6 @@ func (provider) Devices() ([]verbs.DeviceInfo, error) {
 func (provider) Open(name string) (verbs.Context, error) {
 	return nil, fmt.Errorf("ibv: open %q: %w: this build has no libibverbs support (built without cgo or not on Linux)", name, verbs.ErrNotSupported)
 }
+
+// Supported is false: this build cannot open devices.
+const Supported = false

@@ -41,10 +41,9 @@ const (
 // (requests and responses) and a writer goroutine (responses); QP workers
 // write their requests themselves.
 type conn struct {
-	nc       net.Conn
-	peer     netip.AddrPort // the peer's listener address, as QPs name it
-	peerGID  verbs.GID
-	outgoing bool
+	nc      net.Conn
+	peer    netip.AddrPort // the peer's listener address, as QPs name it
+	peerGID verbs.GID
 
 	br    *bufio.Reader
 	h     header
@@ -61,13 +60,11 @@ type conn struct {
 	whdr  [hdrSize]byte
 	wdl   time.Time
 
-	mu    sync.Mutex
-	err   error
-	bound map[uint32]struct{} // requester QPs sending on this connection
-	seen  map[uint32]struct{} // responder QPs served from this connection
-	resp  []respEntry
-	wake  chan struct{}
-	done  chan struct{}
+	mu   sync.Mutex
+	dead bool
+	resp []respEntry
+	wake chan struct{}
+	done chan struct{}
 }
 
 type respEntry struct {
@@ -76,12 +73,11 @@ type respEntry struct {
 	data []byte
 }
 
-func newConn(nc net.Conn, peer netip.AddrPort, outgoing bool) *conn {
+func newConn(nc net.Conn, peer netip.AddrPort) *conn {
 	c := &conn{
-		nc: nc, peer: peer, peerGID: verbs.GIDFromIP(peer.Addr()), outgoing: outgoing,
+		nc: nc, peer: peer, peerGID: verbs.GIDFromIP(peer.Addr()),
 		br: bufio.NewReaderSize(nc, rbufSize), wbuf: make([]byte, 0, wbufSize),
-		rscr:  newRespScratch(),
-		bound: map[uint32]struct{}{}, seen: map[uint32]struct{}{},
+		rscr: newRespScratch(),
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	c.rsrc = streamSource{c: c, r: c.br}
@@ -90,34 +86,16 @@ func newConn(nc net.Conn, peer netip.AddrPort, outgoing bool) *conn {
 
 func (c *conn) isDead() bool { return c.rdead.Load() }
 
-func (c *conn) bind(qpn uint32) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.bound == nil {
-		return false
-	}
-	c.bound[qpn] = struct{}{}
-	return true
-}
-
-func (c *conn) unbind(qpn uint32) {
-	c.mu.Lock()
-	delete(c.bound, qpn)
-	c.mu.Unlock()
-}
-
-// fail closes the connection. QPs waiting on it fail (see connFailed);
-// when the peer broke the protocol, every QP it talked to goes to ERR.
+// fail closes the connection. Every RC and UC QP connected to the peer
+// goes to ERR (see peerLost): its peer is gone, stalled or broken.
 func (c *conn) fail(err error, protocol bool) {
 	c.mu.Lock()
-	if c.bound == nil {
+	if c.dead {
 		c.mu.Unlock()
 		return
 	}
-	c.err = err
+	c.dead = true
 	c.rdead.Store(true)
-	bound, seen := c.bound, c.seen
-	c.bound, c.seen = nil, nil
 	pending := c.resp
 	c.resp = nil
 	c.mu.Unlock()
@@ -129,19 +107,15 @@ func (c *conn) fail(err error, protocol bool) {
 			e.mr.refs.release()
 		}
 	}
-	reason := fmt.Errorf("soft: connection with %s: %w", c.peer, err)
-	for n := range bound {
-		if q := getQP(n); q != nil {
-			q.connFailed(c, reason, protocol)
-			q.refs.release()
-		}
-	}
+	vendor := uint32(VendorErrConnLost)
 	if protocol {
-		for n := range seen {
-			if q := getQP(n); q != nil {
-				q.fatal(reason)
-				q.refs.release()
-			}
+		vendor = VendorErrProtocol
+	}
+	reason := fmt.Errorf("soft: connection with %s: %w", c.peer, err)
+	for _, n := range connectedTo(c.peer) {
+		if q := getQP(n); q != nil {
+			q.peerLost(c, vendor, reason)
+			q.refs.release()
 		}
 	}
 }
@@ -206,31 +180,9 @@ func (c *conn) readFrame() error {
 		default:
 			err = c.onResponse(h)
 		}
-	} else if h.dst != 0 {
-		// A malformed frame that names a QP connected to this peer takes
-		// that QP down with the connection.
-		c.suspect(h.dst)
 	}
 	handleOverflows()
 	return err
-}
-
-// suspect adds QP n to the QPs that fail with the connection if it is
-// connected to this connection's peer.
-func (c *conn) suspect(n uint32) {
-	r := getQP(n)
-	if r == nil {
-		return
-	}
-	ok := r.connectedTo(c.peer)
-	r.refs.release()
-	if ok {
-		c.mu.Lock()
-		if c.seen != nil {
-			c.seen[n] = struct{}{}
-		}
-		c.mu.Unlock()
-	}
 }
 
 func (c *conn) onRequest(h *header) error {
@@ -255,13 +207,6 @@ func (c *conn) onRequest(h *header) error {
 	}
 	if req.op == verbs.OpRead {
 		req.length = h.compare
-	}
-	if r.connectedTo(c.peer) {
-		c.mu.Lock()
-		if c.seen != nil {
-			c.seen[r.qpn] = struct{}{}
-		}
-		c.mu.Unlock()
 	}
 	res := r.respond(&req, src, &c.rscr)
 	if res.err != nil {
@@ -313,7 +258,7 @@ func (c *conn) onResponse(h *header) error {
 // its MR until written.
 func (c *conn) queue(h header, m *mr, data []byte) error {
 	c.mu.Lock()
-	if c.bound == nil {
+	if c.dead {
 		c.mu.Unlock()
 		if m != nil {
 			m.refs.release()
@@ -518,7 +463,7 @@ func (d *device) dial(peer netip.AddrPort) (*conn, error) {
 		nc.Close()
 		return nil, err
 	}
-	c := newConn(nc, peer, true)
+	c := newConn(nc, peer)
 	if !d.adopt(c) {
 		nc.Close()
 		return nil, fmt.Errorf("soft: device closed: %w", net.ErrClosed)
@@ -615,7 +560,7 @@ func (d *device) answer(nc net.Conn) (*conn, error) {
 		return nil, err
 	}
 	nc.SetDeadline(time.Time{})
-	return newConn(nc, peer, false), nil
+	return newConn(nc, peer), nil
 }
 
 // adopt registers a connection and starts its goroutines, unless the

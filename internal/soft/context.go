@@ -218,14 +218,13 @@ func (p *pd) CreateAH(dest verbs.Address) (verbs.AH, error) {
 	if err := p.lt.AddChild(); err != nil {
 		return nil, errClosed("create ah")
 	}
-	return &ah{pd: p, dest: dest, peer: peer, local: dev.local(peer)}, nil
+	return &ah{pd: p, peer: peer, local: dev.local(peer)}, nil
 }
 
 // ah is an address handle: where UD sends go.
 type ah struct {
 	lt    verbs.Lifetime
 	pd    *pd
-	dest  verbs.Address
 	peer  netip.AddrPort
 	local bool
 }

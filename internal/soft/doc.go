@@ -68,14 +68,16 @@
 // A malformed or truncated frame, a wrong version, or a frame for an
 // unknown QP never panics and never allocates by a length it was told:
 // payloads go straight into registered memory after their target has
-// been checked, or are skipped. The connection is closed and the QPs it
-// served go to ERR with an error that says what was wrong; a request for
-// an unknown QP is answered with a NAK that moves the requester to ERR.
-// A peer of another wire version is refused at connect with a
-// *VersionError. A peer that disappears fails every outstanding WR: at
-// once when its connection drops (a killed process), or after the QP's
-// timeout (4.096 µs·2^Timeout per try, RetryCount+1 tries, bounded to
-// [200 ms, 4 s]) when it stops answering.
+// been checked, or are skipped. The connection is closed, and every RC
+// and UC QP connected to that peer goes to ERR with an error that says
+// what was wrong; a request for an unknown QP is answered with a NAK that
+// moves the requester to ERR. A peer of another wire version is refused
+// at connect with a *VersionError. A peer that disappears fails every
+// outstanding WR, sends and receives, of the QPs connected to it: at once
+// when its connection drops (a killed process), or after the QP's timeout
+// (4.096 µs·2^Timeout per try, RetryCount+1 tries, bounded to
+// [200 ms, 4 s]) when it stops answering; a connection that stalls in the
+// middle of a frame for 5 s is dropped.
 //
 // # Performance
 //

@@ -357,7 +357,7 @@ func (q *qp) runRemote(s *sendSlot) {
 			w.release()
 			return
 		}
-		if err == nil && q.typ != verbs.UD && !nc.bind(q.qpn) {
+		if err == nil && nc.isDead() {
 			err = fmt.Errorf("soft: connection to %s closed", peer)
 		}
 		if err != nil {
@@ -573,28 +573,21 @@ func (q *qp) progress(yes bool) {
 	}
 }
 
-// connFailed is called when the connection the QP sends on breaks. WRs
-// waiting for a response fail with RETRY_EXC_ERR and the QP goes to ERR;
-// an idle QP just reconnects on its next send, unless the peer broke the
-// protocol.
-func (q *qp) connFailed(c *conn, reason error, protocol bool) {
+// peerLost is called when a connection with the QP's peer fails: the
+// oldest WR fails with RETRY_EXC_ERR, the others flush, receives flush,
+// and the QP reports EventQPFatal.
+func (q *qp) peerLost(c *conn, vendor uint32, reason error) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.conn != c {
+	if q.conn == c {
+		q.conn = nil
+	}
+	if q.typ == verbs.UD || q.peer != c.peer || (q.state != verbs.StateRTR && q.state != verbs.StateRTS) {
+		q.mu.Unlock()
 		return
 	}
-	q.conn = nil
-	if q.state != verbs.StateRTS && q.state != verbs.StateRTR {
-		return
-	}
-	if protocol {
-		q.failHead(verbs.WCRetryExcErr, VendorErrProtocol, reason)
-		q.ctx().event(verbs.EventQPFatal, q.qpn)
-		return
-	}
-	if q.head != q.sent {
-		q.failHead(verbs.WCRetryExcErr, VendorErrConnLost, reason)
-	}
+	q.failHead(verbs.WCRetryExcErr, vendor, reason)
+	q.mu.Unlock()
+	q.ctx().event(verbs.EventQPFatal, q.qpn)
 }
 
 // request is one incoming operation as a responder sees it.

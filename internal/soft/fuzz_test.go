@@ -124,7 +124,6 @@ func (e *fuzzEnv) bind(c *conn) {
 	e.a.mu.Lock()
 	e.a.conn = c
 	e.a.mu.Unlock()
-	c.bind(e.a.qpn)
 }
 
 func (e *fuzzEnv) symbolize(data []byte) []byte {

@@ -178,12 +178,6 @@ func (s *srq) pop(r *recvSlot) bool {
 	return true
 }
 
-func (s *srq) empty() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.head == s.tail
-}
-
 func (s *srq) Close() error {
 	return s.lt.Close(func() error {
 		s.pd.lt.DropChild()

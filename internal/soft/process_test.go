@@ -270,10 +270,13 @@ func checkAllFail(t *testing.T, s *side, n int, start time.Time, limit time.Dura
 func TestPeerKilled(t *testing.T) {
 	t.Run("in flight", func(t *testing.T) {
 		c := startChild(t, "qp:0")
-		s := newSide(t, sideOpt{size: childMR, caps: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 1, MaxSendSGE: 1}})
+		s := newSide(t, sideOpt{size: childMR, caps: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1}})
 		c.connect(t, s, connOpt{})
 		s.post(verbs.SendWR{ID: 0, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{s.sge(0, 8)}, RemoteAddr: c.ep.Addr, RKey: c.ep.RKey})
 		pollOK(t, s.scq) // connected
+		for i := range 3 {
+			s.postRecv(uint64(500+i), s.sge(0, 64)) // receives wait too
+		}
 		const n = 64
 		for i := range n {
 			op := verbs.OpWrite
@@ -285,6 +288,11 @@ func TestPeerKilled(t *testing.T) {
 		start := time.Now()
 		c.signal(t, syscall.SIGKILL)
 		checkAllFail(t, s, n, start, 10*time.Second)
+		for i, wc := range poll(t, s.rcq, 3) {
+			if wc.WRID != uint64(500+i) || wc.Status != verbs.WCWRFlushErr {
+				t.Fatalf("receive %+v", wc)
+			}
+		}
 	})
 	t.Run("waiting on RNR", func(t *testing.T) {
 		c := startChild(t, "qp:0")

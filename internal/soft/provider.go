@@ -296,6 +296,20 @@ func getQP(n uint32) *qp {
 	return q
 }
 
+// connectedTo lists the RC and UC QPs connected to peer. A UD QP serves
+// everyone, so one failed peer does not take it down.
+func connectedTo(peer netip.AddrPort) []uint32 {
+	qps.RLock()
+	defer qps.RUnlock()
+	var out []uint32
+	for n, q := range qps.m {
+		if q.typ != verbs.UD && q.remote() == peer {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 func removeQP(q *qp) {
 	qps.Lock()
 	delete(qps.m, q.qpn)

@@ -193,12 +193,11 @@ func (q *qp) Cap() verbs.QPCap   { return q.caps }
 func (q *qp) ctx() *devContext   { return q.pd.ctx }
 func (q *qp) String() string     { return fmt.Sprintf("soft %v QP %#x", q.typ, q.qpn) }
 
-// connectedTo reports whether the QP is an RC or UC QP connected to peer.
-// A UD QP serves everyone, so one bad peer does not take it down.
-func (q *qp) connectedTo(peer netip.AddrPort) bool {
+// remote is the peer an RC or UC QP is connected to.
+func (q *qp) remote() netip.AddrPort {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.typ != verbs.UD && q.peer == peer
+	return q.peer
 }
 
 func (q *qp) State() (verbs.QPState, error) {
@@ -334,17 +333,13 @@ func (q *qp) ToReset() error {
 	for q.busy > 0 {
 		q.idle.Wait()
 	}
-	c := q.reset()
+	q.reset()
 	q.mu.Unlock()
-	if c != nil {
-		c.unbind(q.qpn)
-	}
 	return nil
 }
 
-// reset discards every WR without completions. It returns the connection
-// the QP was bound to.
-func (q *qp) reset() *conn {
+// reset discards every WR without completions.
+func (q *qp) reset() {
 	q.state = verbs.StateReset
 	q.epoch++
 	q.err = nil
@@ -356,9 +351,7 @@ func (q *qp) reset() *conn {
 	q.rnrUntil = time.Time{}
 	q.rdOut, q.stalled = 0, false
 	q.access, q.qkey, q.destQPN, q.peer, q.local = 0, 0, 0, netip.AddrPort{}, false
-	c := q.conn
 	q.conn = nil
-	return c
 }
 
 func (q *qp) Close() error {
@@ -368,11 +361,8 @@ func (q *qp) Close() error {
 		close(q.stop)
 		<-q.done
 		q.mu.Lock()
-		c := q.reset()
+		q.reset()
 		q.mu.Unlock()
-		if c != nil {
-			c.unbind(q.qpn)
-		}
 		q.sendCQ.detach(q)
 		q.recvCQ.detach(q)
 		if q.srq != nil {

@@ -347,6 +347,6 @@ func (streamConn) SetDeadline(time.Time) error      { return nil }
 func (streamConn) SetReadDeadline(time.Time) error  { return nil }
 func (streamConn) SetWriteDeadline(time.Time) error { return nil }
 func newStreamConn(r io.Reader, peer netip.AddrPort) *conn {
-	c := newConn(streamConn{bufio.NewReader(r)}, peer, false)
+	c := newConn(streamConn{bufio.NewReader(r)}, peer)
 	return c
 }

@@ -75,42 +75,39 @@ const (
 // NAK reasons, carried in the op byte of a NAK and reported as the
 // VendorErr of the failed completion.
 const (
-	nakRNR        = 1 // receiver not ready; aux holds the RNR timer
-	nakRemAccess  = 2 // bad rkey, range or rights
-	nakInvReq     = 3 // message too long for the receive, bad opcode
-	nakRemOp      = 4 // the responder failed locally (bad receive SGE)
-	nakUnknownQP  = 5 // no such QP at the responder
-	nakNotReady   = 6 // the responder QP is not in RTR/RTS, or in ERR
-	nakPSN        = 7 // PSN out of sequence
-	nakWrongPeer  = 8 // the responder QP is connected to someone else
-	nakTooManyRds = 9 // more READs/atomics in flight than allowed
-	nakMax        = 9
+	nakRNR       = 1 // receiver not ready; aux holds the RNR timer
+	nakRemAccess = 2 // bad rkey, range or rights
+	nakInvReq    = 3 // message too long for the receive, bad opcode
+	nakRemOp     = 4 // the responder failed locally (bad receive SGE)
+	nakUnknownQP = 5 // no such QP at the responder
+	nakNotReady  = 6 // the responder QP is not in RTR/RTS, or in ERR
+	nakPSN       = 7 // PSN out of sequence
+	nakWrongPeer = 8 // the responder QP is connected to someone else
+	nakMax       = 8
 )
 
 // Vendor error codes that the soft provider reports in VendorErr of failed
 // completions. 1..9 are the NAK reasons above (the responder's verdict);
 // the values below are found by the requester itself.
 const (
-	VendorErrRNR         = nakRNR
-	VendorErrRemAccess   = nakRemAccess
-	VendorErrInvReq      = nakInvReq
-	VendorErrRemOp       = nakRemOp
-	VendorErrUnknownQP   = nakUnknownQP
-	VendorErrNotReady    = nakNotReady
-	VendorErrPSN         = nakPSN
-	VendorErrWrongPeer   = nakWrongPeer
-	VendorErrTooManyRds  = nakTooManyRds
-	VendorErrConnLost    = 0x10 // the TCP connection to the peer failed
-	VendorErrTimeout     = 0x11 // no response within the QP's timeout
-	VendorErrProtocol    = 0x12 // the peer sent a malformed frame
-	VendorErrConnect     = 0x13 // the peer could not be reached or refused us
-	VendorErrLocal       = 0x14 // a local SGE failed its lkey, range or rights check
-	VendorErrTooLong     = 0x15 // the message exceeds the maximum size or UD MTU
-	VendorErrCQOverrun   = 0x16 // a CQ of the QP overflowed
-	VendorErrRespMissing = 0x17 // the responder skipped a READ or atomic response
+	VendorErrRNR       = nakRNR
+	VendorErrRemAccess = nakRemAccess
+	VendorErrInvReq    = nakInvReq
+	VendorErrRemOp     = nakRemOp
+	VendorErrUnknownQP = nakUnknownQP
+	VendorErrNotReady  = nakNotReady
+	VendorErrPSN       = nakPSN
+	VendorErrWrongPeer = nakWrongPeer
+	VendorErrConnLost  = 0x10 // the TCP connection to the peer failed
+	VendorErrTimeout   = 0x11 // no response within the QP's timeout
+	VendorErrProtocol  = 0x12 // the peer sent a malformed frame
+	VendorErrConnect   = 0x13 // the peer could not be reached or refused us
+	VendorErrLocal     = 0x14 // a local SGE failed its lkey, range or rights check
+	VendorErrTooLong   = 0x15 // the message exceeds the maximum size or UD MTU
+	VendorErrCQOverrun = 0x16 // a CQ of the QP overflowed
 )
 
-var nakNames = [...]string{"", "RNR", "remote access", "invalid request", "remote operation", "unknown QP", "QP not ready", "PSN sequence", "wrong peer", "too many READs/atomics"}
+var nakNames = [...]string{"", "RNR", "remote access", "invalid request", "remote operation", "unknown QP", "QP not ready", "PSN sequence", "wrong peer"}
 
 // errProtocol marks a frame that breaks the wire format.
 var errProtocol = errors.New("soft: protocol error")

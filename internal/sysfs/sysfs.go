@@ -127,6 +127,33 @@ func readPort(dir string, n uint8) verbs.PortInfo {
 	return p
 }
 
+// Openable reports whether the device looks usable without opening it:
+// the kernel exposes its uverbs character device and a port is ACTIVE.
+// Opening it (libibverbs) is the real test; this one is cheap.
+func Openable(d verbs.DeviceInfo) bool {
+	// /sys/class/infiniband_verbs/uverbsN/ibdev names the device that
+	// /dev/infiniband/uverbsN opens.
+	verbsDir := filepath.Join(filepath.Dir(Root), "infiniband_verbs")
+	ents, _ := os.ReadDir(verbsDir)
+	found := false
+	for _, e := range ents {
+		if read(verbsDir, e.Name(), "ibdev") == d.Name {
+			_, err := os.Stat(filepath.Join("/dev/infiniband", e.Name()))
+			found = err == nil
+			break
+		}
+	}
+	if !found {
+		return false
+	}
+	for _, p := range d.Ports {
+		if p.State == verbs.PortActive {
+			return true
+		}
+	}
+	return false
+}
+
 // read returns the trimmed contents of a sysfs attribute, or "" when it
 // is missing or unreadable (unused GID entries fail to read by design).
 func read(dir string, elem ...string) string {
