@@ -41,9 +41,16 @@ type Conn struct {
 	sq     *semaphore.Weighted // send-queue credits
 	failed atomic.Pointer[error]
 
-	postMu sync.Mutex
+	postMu sync.Mutex // orders posts, so sent matches the send queue
 	wr     [1]verbs.SendWR
 	sge    [1]verbs.SGE
+	op     [1]op
+
+	// sent holds the wr_ids of the posted send WRs in posting order. A
+	// send queue completes in order, so a completion covers every
+	// unsignaled WR ahead of it in sent.
+	sentMu sync.Mutex
+	sent   ring
 
 	inflight  atomic.Int64 // posted WRs not yet completed, receives included
 	closing   atomic.Bool
@@ -145,6 +152,7 @@ func handshake(ctx context.Context, eng *engine, tc net.Conn, dialer bool) (c *C
 		regions: make(chan RemoteRegion, 16), ctrlDone: make(chan struct{}), recvSize: cfg.maxMsg}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.sq = semaphore.NewWeighted(int64(cfg.sqDepth))
+	c.sent = newRing(cfg.sqDepth)
 	defer func() {
 		if err != nil {
 			close(c.ctrlDone)
@@ -415,45 +423,92 @@ func local(l Local) (*pool.Buffer, int, int, error) {
 // post posts one signaled WR for o and returns its future. The buffer is
 // referenced until the completion; atomics own theirs outright.
 func (c *Conn) post(o op, wr verbs.SendWR) *Future {
-	if o.kind != opAtomic {
-		if o.buf.Pool() != c.eng.pool {
-			return newResolved(fmt.Errorf("rdma: %w: buffer from another connection's pool (allocate it with this connection's Alloc)", ErrInvalid))
-		}
-		if err := o.buf.Ref(); err != nil {
-			return newResolved(fmt.Errorf("rdma: %w", err))
-		}
+	if err := c.hold(&o); err != nil {
+		return newResolved(err)
 	}
 	if err := c.sq.Acquire(c.ctx, 1); err != nil {
 		c.dropBuf(&o)
 		return newResolved(c.closedErr())
 	}
 	f := &Future{}
-	o.conn, o.fut = c, f
-	c.inflight.Add(1)
-	id := c.eng.ops.add(o)
-	wr.ID = id
+	o.conn, o.fut, o.signaled = c, f, true
 	c.postMu.Lock()
 	c.sge[0] = verbs.SGE{Addr: o.buf.Addr() + uint64(o.off), Length: uint32(o.n), LKey: o.buf.LKey()}
 	wr.SGL = c.sge[:]
 	if o.n == 0 {
 		wr.SGL = nil
 	}
-	c.wr[0] = wr
-	_, err := c.qp.PostSend(c.wr[:])
-	c.wr[0] = verbs.SendWR{}
+	c.wr[0], c.op[0] = wr, o
+	err := c.postLocked(c.wr[:], c.op[:])
+	c.wr[0], c.op[0] = verbs.SendWR{}, op{}
 	c.postMu.Unlock()
 	if err != nil {
-		if _, ok := c.eng.ops.take(id); ok {
+		f.resolve(err, 0, 0, false, nil, 0)
+	}
+	return f
+}
+
+// hold checks that o's buffer belongs to this connection and references
+// it for the operation.
+func (c *Conn) hold(o *op) error {
+	if o.kind == opAtomic {
+		return nil
+	}
+	if o.buf.Pool() != c.eng.pool {
+		return fmt.Errorf("rdma: %w: buffer from another connection's pool (allocate it with this connection's Alloc)", ErrInvalid)
+	}
+	if err := o.buf.Ref(); err != nil {
+		return fmt.Errorf("rdma: %w", err)
+	}
+	return nil
+}
+
+// postLocked records ops[i] for wrs[i] and posts wrs as one chain. The caller holds postMu and one send credit per WR. On
+// failure nothing stays recorded except WRs the provider accepted; those
+// complete (or flush, since a failed post fails the connection) like any
+// other.
+func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
+	if c.closing.Load() {
+		for i := range ops {
+			c.dropBuf(&ops[i])
+		}
+		c.sq.Release(int64(len(ops)))
+		return c.closedErr()
+	}
+	for i := range wrs {
+		c.inflight.Add(1)
+		wrs[i].ID = c.eng.ops.add(ops[i])
+	}
+	c.sentMu.Lock()
+	for i := range wrs {
+		c.sent.push(wrs[i].ID)
+	}
+	c.sentMu.Unlock()
+	n, err := c.qp.PostSend(wrs)
+	if err == nil {
+		return nil
+	}
+	// Undo what was not posted, newest first, so sent stays in order.
+	c.sentMu.Lock()
+	for i := len(wrs) - 1; i >= n; i-- {
+		c.sent.popBack()
+		if o, ok := c.eng.ops.take(wrs[i].ID); ok {
 			c.dropBuf(&o)
 			c.sq.Release(1)
 			c.opDone()
-			if errors.Is(err, verbs.ErrClosed) || c.err() != nil {
-				err = c.closedErr()
-			}
-			f.resolve(fmt.Errorf("rdma: post %v: %w", wr.Opcode, err), 0, 0, false, nil, 0)
 		}
 	}
-	return f
+	c.sentMu.Unlock()
+	if errors.Is(err, verbs.ErrClosed) || c.err() != nil {
+		err = c.closedErr()
+	}
+	err = fmt.Errorf("rdma: post %v: %w", wrs[n].Opcode, err)
+	if n > 0 {
+		// Accepted WRs without a signaled one after them would never
+		// be reported; failing the QP flushes them.
+		c.fail(err)
+	}
+	return err
 }
 
 func (c *Conn) dropBuf(o *op) {
@@ -471,25 +526,50 @@ func (c *Conn) opDone() {
 	}
 }
 
-// onSendDone resolves a send-side operation. It runs on a poller.
+// onSendDone resolves a send-side completion and every unsignaled WR it
+// covers. It runs on a poller.
 func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
+	c.sentMu.Lock()
+	for c.sent.len() > 0 {
+		id := c.sent.popFront()
+		if id == wc.WRID {
+			break
+		}
+		// An earlier unsignaled WR: it completed successfully, or it
+		// would have produced a completion of its own.
+		if p, ok := c.eng.ops.take(id); ok {
+			c.finish(&p, nil)
+		}
+	}
+	c.sentMu.Unlock()
 	var err error
-	var old uint64
 	if wc.Status != verbs.WCSuccess {
 		err = wc.Err()
 		if cause := c.err(); cause != nil && wc.Status == verbs.WCWRFlushErr {
 			err = fmt.Errorf("%w (%w)", err, cause)
 		}
-	} else if o.kind == opAtomic {
-		old = *(*uint64)(unsafe.Pointer(&o.buf.Bytes()[0]))
 	}
-	o.fut.resolve(err, o.n, 0, false, nil, old)
+	if err != nil {
+		// Fail first: whoever sees this future resolve must also see a
+		// failed connection.
+		c.fail(err)
+	}
+	c.finish(o, err)
+}
+
+// finish resolves a send-side op: a signaled one (or any that failed)
+// resolves its future; its buffer and credit go back.
+func (c *Conn) finish(o *op, err error) {
+	if o.signaled || err != nil {
+		var old uint64
+		if err == nil && o.kind == opAtomic {
+			old = *(*uint64)(unsafe.Pointer(&o.buf.Bytes()[0]))
+		}
+		o.fut.resolve(err, o.n, 0, false, nil, old)
+	}
 	c.dropBuf(o)
 	c.sq.Release(1)
 	c.opDone()
-	if err != nil {
-		c.fail(err)
-	}
 }
 
 // onRecv delivers a receive completion. It runs on a poller.
@@ -625,6 +705,12 @@ func (c *Conn) teardown() error {
 		}
 		errs = append(errs, c.qp.Close())
 	}
+	// Posts check closing under postMu, so none is half done here.
+	c.postMu.Lock()
+	c.sentMu.Lock()
+	c.sent.head, c.sent.size = 0, 0
+	c.sentMu.Unlock()
+	c.postMu.Unlock()
 	// The QP is gone, so no completion can arrive for what is left:
 	// resolve it here. take makes sure each op is resolved once.
 	for _, id := range c.eng.ops.ids(c) {
@@ -662,3 +748,8 @@ func (c *Conn) teardown() error {
 	errs = append(errs, c.eng.release())
 	return errors.Join(errs...)
 }
+
+// PoolStats reports the buffer pool the connection shares with its
+// Listener (or owns, when dialed): slabs, registered bytes, buffers in
+// use.
+func (c *Conn) PoolStats() pool.Stats { return c.eng.pool.Stats() }

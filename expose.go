@@ -157,21 +157,25 @@ func (c *Conn) forget(id uint32) {
 
 // control writes one control frame, bounded by ctx.
 func (c *Conn) control(ctx context.Context, typ byte, p []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if c.err() != nil {
 		return c.closedErr()
 	}
 	c.ctrlMu.Lock()
 	defer c.ctrlMu.Unlock()
-	deadline := time.Now().Add(10 * time.Second)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	c.ctrl.SetWriteDeadline(deadline)
+	// Frames are tiny, so the socket buffer takes them at once; a write
+	// that times out means a stuck peer, and a frame cut in half would
+	// corrupt the channel, so a failed write fails the connection.
+	c.ctrl.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	if err := writeFrame(c.ctrl, typ, p); err != nil {
 		if c.err() != nil {
 			return c.closedErr()
 		}
-		return fmt.Errorf("rdma: control channel: %w", err)
+		err = fmt.Errorf("rdma: control channel: %w", err)
+		c.fail(err)
+		return err
 	}
 	return nil
 }

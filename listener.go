@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"sync"
+
+	"github.com/go-rdma/rdma/pool"
 )
 
 // Listener accepts RDMA connections. Every connection it accepts shares
@@ -122,3 +124,7 @@ func (l *Listener) Close() error {
 	})
 	return l.closeErr
 }
+
+// PoolStats reports the buffer pool shared by the listener's
+// connections.
+func (l *Listener) PoolStats() pool.Stats { return l.eng.pool.Stats() }

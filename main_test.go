@@ -1,8 +1,11 @@
 package rdma_test
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -51,10 +54,32 @@ func requireDevice(t *testing.T) {
 	t.Skip("no usable verbs device; ./test.sh runs these tests on rxe in a VM")
 }
 
-// child runs a role in a child process (see TestPeerKilled).
+// child runs a role in a child process (see TestPeerKilled): it dials
+// $RDMA_TEST_ADDR, sends three messages, says "ready" and waits to be
+// killed.
 func child(role string) int {
-	switch role {
-	default:
+	if role != "dialer" {
 		return 2
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := rdma.Dial(ctx, "rdma", os.Getenv("RDMA_TEST_ADDR"), rdma.WithProvider(os.Getenv("RDMA_TEST_PROVIDER")))
+	if err != nil {
+		fmt.Println("dial:", err)
+		return 1
+	}
+	b, err := c.Alloc(4096)
+	if err != nil {
+		fmt.Println("alloc:", err)
+		return 1
+	}
+	for i := 0; i < 3; i++ {
+		if err := c.Send(b).Wait(ctx); err != nil {
+			fmt.Println("send:", err)
+			return 1
+		}
+	}
+	fmt.Println("ready")
+	<-ctx.Done() // killed long before this
+	return 1
 }

@@ -31,13 +31,13 @@ go test -race -count=1 ./...
 [ "${SKIP_VM:-0}" = 1 ] && { step "SKIP_VM=1: VM tests skipped"; exit 0; }
 
 # Packages whose tests run on the rxe device in the VM.
-VM_PKGS=(internal/ibv internal/conformance)
+VM_PKGS=(. internal/ibv internal/conformance)
 bindir=$(mktemp -d)
 trap 'rm -rf "$bindir"' EXIT
 step "build test binaries for the VM"
 specs=()
 for p in "${VM_PKGS[@]}"; do
-  b=$(echo "$p" | tr / _).test
+  b=$(echo "$p" | tr /. _r).test
   go test -c -o "$bindir/$b" "./$p"
   specs+=("$p=$b")
 done

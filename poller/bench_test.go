@@ -63,8 +63,6 @@ var benchModes = []benchCase{
 	{"busy", Config{Mode: Busy}},
 	{"adaptive", Config{Mode: Adaptive}},
 	{"event", Config{Mode: Event}},
-	{"adaptive-1s", Config{Mode: Adaptive, Spin: time.Second}},
-	{"busy-y1024", Config{Mode: Busy, YieldEvery: 1024}},
 }
 
 // BenchmarkDispatch is the throughput of poll and dispatch: a producer

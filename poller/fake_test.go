@@ -105,14 +105,12 @@ func (q *fakeCQ) Poll(wc []verbs.WorkCompletion) (int, error) {
 		}
 		return 0, nil
 	}
-	// A hardware poll never sleeps. With a plain Lock the locked poller
-	// thread would park whenever a producer holds the mutex, and the
-	// benchmarks would measure that. A busy lock reads as "nothing yet":
-	// its holder either pushed before our arm (then the poll after the
-	// arm waited for it in ReqNotify) or after it (then it raises an
-	// event).
-	if !q.mu.TryLock() {
-		return 0, nil
+	// A hardware poll never sleeps: spin for the lock (producers hold it
+	// for a copy). With a plain Lock the locked poller thread would park
+	// whenever a producer holds the mutex, and the benchmarks would
+	// measure that. Failing the poll instead would be wrong: the holder
+	// may be a push that finds the ring full and raises no event.
+	for !q.mu.TryLock() {
 	}
 	size := uint64(len(q.ring))
 	n := min(uint64(len(wc)), q.tail-q.head)

@@ -583,7 +583,18 @@ func (d *device) forget(c *conn) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.conns, c)
-	if dc := d.out[c.peer]; dc != nil && dc.c == c {
-		delete(d.out, c.peer)
+	dc := d.out[c.peer]
+	if dc == nil {
+		return
+	}
+	// dc.c is written by the dialer once dc.done closes; a connection
+	// that fails while still being dialed is dropped by the next
+	// connTo, which finds it dead.
+	select {
+	case <-dc.done:
+		if dc.c == c {
+			delete(d.out, c.peer)
+		}
+	default:
 	}
 }

@@ -1,0 +1,144 @@
+package rdma
+
+import (
+	"fmt"
+
+	"github.com/go-rdma/rdma/internal/verbs"
+)
+
+// Batch collects operations and posts them in one call: one WR chain and
+// one doorbell, with only the last WR signaled. It is the fast path for
+// data movers. A Batch is reusable: Post empties it. It is not safe for
+// concurrent use.
+type Batch struct {
+	c    *Conn
+	wrs  []verbs.SendWR
+	sges []verbs.SGE
+	ops  []op
+	err  error
+}
+
+// NewBatch returns an empty batch for c.
+func (c *Conn) NewBatch() *Batch { return &Batch{c: c} }
+
+// Len is the number of operations in the batch.
+func (b *Batch) Len() int { return len(b.wrs) }
+
+// Send adds a SEND of src.
+func (b *Batch) Send(src Local) { b.addSend(verbs.OpSend, src, 0) }
+
+// SendWithImm adds a SEND of src with an immediate value.
+func (b *Batch) SendWithImm(src Local, imm uint32) { b.addSend(verbs.OpSendWithImm, src, imm) }
+
+// Write adds a WRITE of src to dst.
+func (b *Batch) Write(src Local, dst RemoteRegion) { b.addRDMA(opWrite, verbs.OpWrite, src, dst, 0) }
+
+// WriteWithImm adds a WRITE_WITH_IMM of src to dst.
+func (b *Batch) WriteWithImm(src Local, dst RemoteRegion, imm uint32) {
+	b.addRDMA(opWrite, verbs.OpWriteWithImm, src, dst, imm)
+}
+
+// Read adds a READ from src into dst.
+func (b *Batch) Read(dst Local, src RemoteRegion) { b.addRDMA(opRead, verbs.OpRead, dst, src, 0) }
+
+func (b *Batch) addSend(opc verbs.Opcode, src Local, imm uint32) {
+	if b.err != nil {
+		return
+	}
+	pb, off, n, err := local(src)
+	if err == nil && n > int(b.c.peer.MaxMsg) {
+		err = fmt.Errorf("rdma: send of %d bytes: %w: the peer accepts messages up to %d bytes", n, ErrInvalid, b.c.peer.MaxMsg)
+	}
+	var flags verbs.SendFlags
+	if n <= b.c.inline {
+		flags = verbs.SendInline
+	}
+	b.add(err, op{kind: opSend, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Flags: flags, Imm: imm})
+}
+
+func (b *Batch) addRDMA(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, imm uint32) {
+	if b.err != nil {
+		return
+	}
+	pb, off, n, err := local(l)
+	if err == nil && n > r.Len {
+		err = fmt.Errorf("rdma: %v of %d bytes into a %d-byte remote region: %w", opc, n, r.Len, ErrInvalid)
+	}
+	if err == nil && n == 0 && opc != verbs.OpWriteWithImm {
+		err = fmt.Errorf("rdma: %v of 0 bytes: %w", opc, ErrInvalid)
+	}
+	b.add(err, op{kind: kind, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Imm: imm, RemoteAddr: r.Addr, RKey: r.RKey})
+}
+
+// add records one operation; the first error poisons the batch until
+// Post reports it.
+func (b *Batch) add(err error, o op, wr verbs.SendWR) {
+	if err == nil && len(b.wrs) >= b.c.eng.cfg.sqDepth {
+		err = fmt.Errorf("rdma: batch of more than %d operations (the send queue depth): %w", b.c.eng.cfg.sqDepth, ErrInvalid)
+	}
+	if err == nil {
+		err = b.c.hold(&o)
+	}
+	if err != nil {
+		b.err = err
+		return
+	}
+	o.conn = b.c
+	b.ops = append(b.ops, o)
+	b.sges = append(b.sges, verbs.SGE{Addr: o.buf.Addr() + uint64(o.off), Length: uint32(o.n), LKey: o.buf.LKey()})
+	b.wrs = append(b.wrs, wr)
+}
+
+// Post posts the batch as one chain and empties it. The future resolves
+// when the last operation completes, which covers all of them, or with
+// the first failure. An empty batch resolves at once.
+func (b *Batch) Post() *Future {
+	c := b.c
+	defer b.reset()
+	if b.err != nil {
+		b.unhold()
+		return newResolved(b.err)
+	}
+	n := len(b.wrs)
+	if n == 0 {
+		return newResolved(nil)
+	}
+	if err := c.sq.Acquire(c.ctx, int64(n)); err != nil {
+		b.unhold()
+		return newResolved(c.closedErr())
+	}
+	f := &Future{}
+	total := 0
+	for i := range b.wrs {
+		b.ops[i].fut = f
+		total += b.ops[i].n
+		b.wrs[i].SGL = b.sges[i : i+1]
+		if b.ops[i].n == 0 {
+			b.wrs[i].SGL = nil
+		}
+	}
+	// The last WR is signaled and its future reports the batch's bytes.
+	b.ops[n-1].signaled = true
+	b.ops[n-1].n = total
+	b.wrs[n-1].Flags |= verbs.SendSignaled
+	c.postMu.Lock()
+	err := c.postLocked(b.wrs, b.ops)
+	c.postMu.Unlock()
+	if err != nil {
+		f.resolve(err, 0, 0, false, nil, 0)
+	}
+	return f
+}
+
+// unhold drops the references add took.
+func (b *Batch) unhold() {
+	for i := range b.ops {
+		b.c.dropBuf(&b.ops[i])
+	}
+}
+
+func (b *Batch) reset() {
+	clear(b.wrs)
+	clear(b.ops)
+	b.wrs, b.sges, b.ops, b.err = b.wrs[:0], b.sges[:0], b.ops[:0], nil
+}

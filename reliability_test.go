@@ -1,0 +1,395 @@
+package rdma_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-rdma/rdma"
+)
+
+// Rule: when the peer process is killed with SIGKILL mid-transfer, every
+// pending future on this side resolves with an error in bounded time,
+// nothing leaks, and the listener accepts a new connection afterwards.
+func TestPeerKilled(t *testing.T) { eachProvider(t, testPeerKilled) }
+
+func testPeerKilled(t *testing.T, opts []rdma.Option) {
+	ln, err := rdma.Listen("rdma", "127.0.0.1:0", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	provider := ln.Provider()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "RDMA_TEST_CHILD=dialer", "RDMA_TEST_ADDR="+ln.Addr().String(), "RDMA_TEST_PROVIDER="+provider)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+
+	c, err := ln.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recvs []*rdma.Future
+	for i := 0; i < 8; i++ {
+		recvs = append(recvs, c.Recv())
+	}
+	// The child consumes no message: past its posted receives our sends
+	// wait for receiver-not-ready retries.
+	buf, err := c.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sends []*rdma.Future
+	for i := 0; i < 100; i++ {
+		sends = append(sends, c.Send(buf))
+	}
+	buf.Release() // safe: the sends hold the memory until they resolve
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "ready" {
+		t.Fatalf("child said %q, %v", line, err)
+	}
+	for _, f := range recvs[:3] {
+		if err := f.Wait(ctx); err != nil {
+			t.Fatalf("receive from the child: %v", err)
+		}
+		f.Buffer().Release()
+	}
+	pending := 0
+	for _, f := range sends {
+		if !f.Resolved() {
+			pending++
+		}
+	}
+	if pending == 0 {
+		t.Fatal("no send pending before the kill; the test proves nothing")
+	}
+	start := time.Now()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	bound, cancelBound := context.WithTimeout(ctx, 20*time.Second)
+	defer cancelBound()
+	failed := 0
+	for _, f := range append(recvs[3:], sends...) {
+		if err := f.Wait(bound); errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a future did not resolve within 20 s of the kill")
+		} else if err != nil {
+			failed++
+		}
+	}
+	// The child keeps its default 64 receives posted and consumes none,
+	// so at most 64 sends could succeed; the rest, and the 5 receives
+	// the child never sent, must have failed.
+	if want := len(sends) - 64 + len(recvs) - 3; failed < want {
+		t.Errorf("%d futures failed, want at least %d", failed, want)
+	}
+	t.Logf("%d pending futures failed %v after SIGKILL (%s)", failed, time.Since(start).Round(time.Millisecond), provider)
+	if err := c.Send(buf).Err(); err == nil {
+		t.Error("send on the dead connection did not fail")
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	if st := ln.PoolStats(); st.BuffersInUse != 0 {
+		t.Errorf("%d pool buffers in use after close", st.BuffersInUse)
+	}
+
+	// The listener still serves new peers.
+	acc := make(chan *rdma.Conn, 1)
+	go func() { c, _ := ln.Accept(ctx); acc <- c }()
+	c2, err := rdma.Dial(ctx, "rdma", ln.Addr().String(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	s2 := <-acc
+	if s2 == nil {
+		t.Fatal("no second connection accepted")
+	}
+	defer s2.Close()
+	b2, _ := c2.Alloc(16)
+	defer b2.Release()
+	r := s2.Recv()
+	if err := c2.Send(b2).Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.Buffer().Release()
+}
+
+// Rule: Close while many goroutines post resolves every future (with an
+// error wrapping net.ErrClosed if it did not complete), never panics, and
+// returns every buffer to the pool.
+func TestCloseUnderLoad(t *testing.T) { eachProvider(t, testCloseUnderLoad) }
+
+func testCloseUnderLoad(t *testing.T, opts []rdma.Option) {
+	c, s := pair(t, opts...)
+	target, _ := s.Alloc(1 << 20)
+	defer target.Release()
+	small, _ := c.Alloc(64)
+	defer small.Release()
+	region, err := s.Expose(target, rdma.RemoteWrite|rdma.RemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var futures []*rdma.Future
+	started := make(chan struct{}, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := c.Alloc(4096)
+			if err != nil {
+				return // closed already
+			}
+			defer b.Release()
+			for i := 0; i < 200; i++ {
+				var f *rdma.Future
+				switch i % 3 {
+				case 0:
+					f = c.Write(b, region)
+				case 1:
+					f = c.Read(b, region)
+				default:
+					f = c.Send(b)
+				}
+				mu.Lock()
+				futures = append(futures, f)
+				mu.Unlock()
+				if i == 10 {
+					started <- struct{}{}
+				}
+			}
+		}()
+	}
+	<-started
+	if err := c.Close(); err != nil {
+		t.Errorf("close under load: %v", err)
+	}
+	wg.Wait()
+	for _, f := range futures {
+		err := f.Wait(ctx)
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Fatal("a future did not resolve after Close")
+		}
+		var ce *rdma.CompletionError
+		if err != nil && !errors.Is(err, net.ErrClosed) && !errors.As(err, &ce) {
+			t.Errorf("future after close: %v (want nil, net.ErrClosed or a completion error)", err)
+		}
+	}
+	if st := c.PoolStats(); st.BuffersInUse > 1 { // small, released below
+		t.Errorf("%d buffers in use after close", st.BuffersInUse)
+	}
+	if err := c.Send(small).Err(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("send after close: %v, want net.ErrClosed", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("second close: %v", err)
+	}
+}
+
+// Rule: Wait with a cancelled context returns at once; the operation
+// stays tracked and resolves later, and its buffer stays out of the pool
+// until then.
+func TestWaitCancelled(t *testing.T) { eachProvider(t, testWaitCancelled) }
+
+func testWaitCancelled(t *testing.T, opts []rdma.Option) {
+	c, s := pair(t, opts...)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := s.Recv()
+	start := time.Now()
+	if err := r.Wait(cancelled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait(cancelled) = %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Wait(cancelled) took %v", d)
+	}
+	if r.Resolved() {
+		t.Fatal("receive resolved with nothing sent")
+	}
+	b, _ := c.Alloc(32)
+	copy(b.Bytes(), "still delivered")
+	before := c.PoolStats().BuffersInUse
+	f := c.Send(b)
+	b.Release()
+	if err := f.Wait(cancelled); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	if !f.Resolved() && c.PoolStats().BuffersInUse < before {
+		t.Error("a released buffer went back to the pool while its send was in flight")
+	}
+	wait(t, f)
+	wait(t, r)
+	if got := string(r.Buffer().Bytes()[:15]); got != "still delivered" {
+		t.Errorf("received %q", got)
+	}
+	r.Buffer().Release()
+	select {
+	case <-r.Done():
+	default:
+		t.Error("Done not closed after resolution")
+	}
+}
+
+// Rule: RequestRegion gets memory the peer exposes for us; a peer over
+// its limit refuses with ErrRegionRefused; an expired context gives up.
+func TestRequestRegion(t *testing.T) { eachProvider(t, testRequestRegion) }
+
+func testRequestRegion(t *testing.T, opts []rdma.Option) {
+	c, s := pair(t, append(opts, rdma.WithRegionLimit(1<<20))...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r, err := c.RequestRegion(ctx, 64<<10, rdma.RemoteWrite|rdma.RemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Len != 64<<10 {
+		t.Errorf("granted %v", r)
+	}
+	b, _ := c.Alloc(64 << 10)
+	defer b.Release()
+	for i := range b.Bytes() {
+		b.Bytes()[i] = byte(i)
+	}
+	wait(t, c.Write(b, r))
+	got, _ := c.Alloc(64 << 10)
+	defer got.Release()
+	wait(t, c.Read(got, r))
+	if string(got.Bytes()) != string(b.Bytes()) {
+		t.Error("granted region did not keep the written bytes")
+	}
+	_, err = c.RequestRegion(ctx, 2<<20, rdma.RemoteWrite)
+	if !errors.Is(err, rdma.ErrRegionRefused) {
+		t.Errorf("request over the limit: %v, want ErrRegionRefused", err)
+	}
+	expired, cancel2 := context.WithTimeout(ctx, time.Nanosecond)
+	defer cancel2()
+	<-expired.Done()
+	if _, err := c.RequestRegion(expired, 4096, rdma.RemoteRead); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("request with an expired context: %v", err)
+	}
+	if err := c.ReleaseRegion(ctx, r); err != nil {
+		t.Error(err)
+	}
+	_ = s
+}
+
+// Rule: bad input at every public call is a clear error, never a panic
+// or a hang: nil and foreign buffers, released buffers, out-of-range
+// slices, unaligned atomics, zero and oversized lengths.
+func TestBadInput(t *testing.T) { eachProvider(t, testBadInput) }
+
+func testBadInput(t *testing.T, opts []rdma.Option) {
+	c, s := pair(t, opts...)
+	target, _ := s.Alloc(4096)
+	defer target.Release()
+	region, err := s.Expose(target, rdma.RemoteWrite|rdma.RemoteRead|rdma.RemoteAtomic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, _ := s.Alloc(64) // from the other side's pool
+	defer foreign.Release()
+	released, _ := c.Alloc(64)
+	released.Release()
+	big, _ := c.Alloc(8192)
+	defer big.Release()
+	huge, _ := c.Alloc(c.MaxMessage() + 1)
+	defer huge.Release()
+	zero, _ := big.Slice(0, 0)
+	unaligned, _ := region.Slice(4, 8)
+
+	for name, f := range map[string]*rdma.Future{
+		"send nil":            c.Send(nil),
+		"send nil *Buffer":    c.Send((*rdma.Buffer)(nil)),
+		"send foreign":        c.Send(foreign),
+		"send released":       c.Send(released),
+		"send too large":      c.Send(huge),
+		"write past region":   c.Write(big, region),
+		"write zero":          c.Write(zero, region),
+		"read past region":    c.Read(big, region),
+		"read nil":            c.Read(nil, region),
+		"cas unaligned":       c.CompareAndSwap(unaligned, 0, 1),
+		"faa short region":    c.FetchAdd(rdma.RemoteRegion{Addr: region.Addr, Len: 4, RKey: region.RKey}, 1),
+		"write with imm nil":  c.WriteWithImm(nil, region, 1),
+		"send with imm freed": c.SendWithImm(released, 1),
+	} {
+		if !f.Resolved() || !errors.Is(f.Err(), rdma.ErrInvalid) && !strings.Contains(f.Err().Error(), "released") {
+			t.Errorf("%s: %v (resolved %v), want an immediate ErrInvalid", name, f.Err(), f.Resolved())
+		}
+	}
+	if _, err := big.Slice(8000, 1000); !errors.Is(err, rdma.ErrInvalid) {
+		t.Errorf("out-of-range buffer slice: %v", err)
+	}
+	if _, err := region.Slice(4000, 200); !errors.Is(err, rdma.ErrInvalid) {
+		t.Errorf("out-of-range region slice: %v", err)
+	}
+	if _, err := c.Alloc(0); !errors.Is(err, rdma.ErrInvalid) {
+		t.Errorf("Alloc(0): %v", err)
+	}
+	if _, err := c.Alloc(-1); !errors.Is(err, rdma.ErrInvalid) {
+		t.Errorf("Alloc(-1): %v", err)
+	}
+	if _, err := c.Expose(big, 0); !errors.Is(err, rdma.ErrInvalid) {
+		t.Errorf("Expose with no rights: %v", err)
+	}
+	if _, err := c.Expose(nil, rdma.RemoteRead); !errors.Is(err, rdma.ErrInvalid) {
+		t.Errorf("Expose(nil): %v", err)
+	}
+	if err := c.Revoke(rdma.RemoteRegion{RKey: 12345}); !errors.Is(err, rdma.ErrInvalid) {
+		t.Errorf("Revoke of an unknown region: %v", err)
+	}
+	if err := released.Release(); err == nil {
+		t.Error("second Release succeeded")
+	}
+	if released.Bytes() != nil {
+		t.Error("Bytes of a released buffer is not nil")
+	}
+	var rr rdma.RemoteRegion
+	if err := rr.UnmarshalBinary([]byte{1, 2, 3}); err == nil {
+		t.Error("UnmarshalBinary of 3 bytes succeeded")
+	}
+	if _, err := rdma.Dial(context.Background(), "tcp", "127.0.0.1:1"); !errors.Is(err, rdma.ErrInvalid) {
+		t.Errorf("Dial over tcp: %v", err)
+	}
+	if _, err := rdma.Listen("rdma", "127.0.0.1:0", rdma.WithProvider("nope")); !errors.Is(err, rdma.ErrInvalid) {
+		t.Errorf("unknown provider: %v", err)
+	}
+	if _, err := rdma.Listen("rdma", "127.0.0.1:0", rdma.WithQueueDepth(0, 1)); !errors.Is(err, rdma.ErrInvalid) {
+		t.Errorf("zero queue depth: %v", err)
+	}
+	// The connection survived all of it.
+	wait(t, c.Write(foreignFree(t, c), region))
+}
+
+// foreignFree is a small buffer of c's own, released when the test ends.
+func foreignFree(t *testing.T, c *rdma.Conn) *rdma.Buffer {
+	b, err := c.Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Release() })
+	return b
+}
