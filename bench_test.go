@@ -1,0 +1,310 @@
+package rdma_test
+
+// Benchmarks of the async API against the raw provider path, in one run.
+//
+//	go test -run '^$' -bench . -benchtime 2000x -count 6 . | tee new.txt
+//	benchstat old.txt new.txt
+//
+// RDMA_BENCH_PROVIDER=soft|verbs chooses the provider (default soft). The
+// raw path posts and polls the provider's verbs directly, with no futures
+// and no pool; the ratio future/raw is the API's overhead per operation.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/internal/ibv"
+	"github.com/go-rdma/rdma/internal/mem"
+	"github.com/go-rdma/rdma/internal/soft"
+	"github.com/go-rdma/rdma/internal/verbs"
+)
+
+var benchSizes = []int{8, 4 << 10, 64 << 10, 1 << 20}
+
+func benchProvider() string {
+	if p := os.Getenv("RDMA_BENCH_PROVIDER"); p != "" {
+		return p
+	}
+	return rdma.ProviderSoft
+}
+
+func sizeName(n int) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+func report(b *testing.B, size int, el time.Duration) {
+	b.ReportMetric(float64(b.N)*float64(size)*8/el.Seconds()/1e9, "Gb/s")
+	b.ReportMetric(float64(b.N)/el.Seconds()/1e6, "Mops/s")
+}
+
+// benchPair connects a pair through the public API.
+func benchPair(b *testing.B, maxMsg int) (c, s *rdma.Conn) {
+	b.Helper()
+	opts := []rdma.Option{rdma.WithProvider(benchProvider()), rdma.WithMaxMessage(maxMsg), rdma.WithQueueDepth(128, 128)}
+	ln, err := rdma.Listen("rdma", "127.0.0.1:0", opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	ch := make(chan *rdma.Conn, 1)
+	go func() { c, _ := ln.Accept(context.Background()); ch <- c }()
+	c, err = rdma.Dial(context.Background(), "rdma", ln.Addr().String(), opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s = <-ch
+	b.Cleanup(func() { c.Close(); s.Close() })
+	return c, s
+}
+
+// BenchmarkWrite: RDMA WRITE through futures, batches and the raw path.
+func BenchmarkWrite(b *testing.B) { benchOneSided(b, false) }
+
+// BenchmarkRead: RDMA READ through futures, batches and the raw path.
+func BenchmarkRead(b *testing.B) { benchOneSided(b, true) }
+
+func benchOneSided(b *testing.B, read bool) {
+	for _, size := range benchSizes {
+		for _, qd := range []int{1, 64} {
+			b.Run(fmt.Sprintf("future/%s/qd%d", sizeName(size), qd), func(b *testing.B) {
+				c, s := benchPair(b, 64<<10)
+				target, _ := s.Alloc(size)
+				defer target.Release()
+				region, err := s.Expose(target, rdma.RemoteRead|rdma.RemoteWrite)
+				if err != nil {
+					b.Fatal(err)
+				}
+				buf, _ := c.Alloc(size)
+				defer buf.Release()
+				ctx := context.Background()
+				window := make([]*rdma.Future, qd)
+				b.SetBytes(int64(size))
+				b.ReportAllocs()
+				b.ResetTimer()
+				start := time.Now()
+				for i := 0; i < b.N+qd; i++ {
+					slot := i % qd
+					if f := window[slot]; f != nil {
+						if err := f.Wait(ctx); err != nil {
+							b.Fatal(err)
+						}
+						window[slot] = nil
+					}
+					if i < b.N {
+						if read {
+							window[slot] = c.Read(buf, region)
+						} else {
+							window[slot] = c.Write(buf, region)
+						}
+					}
+				}
+				report(b, size, time.Since(start))
+			})
+			if qd > 1 {
+				b.Run(fmt.Sprintf("batch/%s/qd%d", sizeName(size), qd), func(b *testing.B) {
+					c, s := benchPair(b, 64<<10)
+					target, _ := s.Alloc(size)
+					defer target.Release()
+					region, err := s.Expose(target, rdma.RemoteRead|rdma.RemoteWrite)
+					if err != nil {
+						b.Fatal(err)
+					}
+					buf, _ := c.Alloc(size)
+					defer buf.Release()
+					batch := c.NewBatch()
+					ctx := context.Background()
+					b.SetBytes(int64(size))
+					b.ReportAllocs()
+					b.ResetTimer()
+					start := time.Now()
+					for done := 0; done < b.N; {
+						n := min(qd, b.N-done)
+						for j := 0; j < n; j++ {
+							if read {
+								batch.Read(buf, region)
+							} else {
+								batch.Write(buf, region)
+							}
+						}
+						if err := batch.Post().Wait(ctx); err != nil {
+							b.Fatal(err)
+						}
+						done += n
+					}
+					report(b, size, time.Since(start))
+				})
+			}
+			b.Run(fmt.Sprintf("raw/%s/qd%d", sizeName(size), qd), func(b *testing.B) {
+				op := verbs.OpWrite
+				if read {
+					op = verbs.OpRead
+				}
+				rawBench(b, op, size, qd)
+			})
+		}
+	}
+}
+
+// BenchmarkSendRecv: SEND to a peer that keeps receiving, through futures
+// and the raw path.
+func BenchmarkSendRecv(b *testing.B) {
+	for _, size := range benchSizes {
+		for _, qd := range []int{1, 64} {
+			b.Run(fmt.Sprintf("future/%s/qd%d", sizeName(size), qd), func(b *testing.B) {
+				c, s := benchPair(b, max(size, 64))
+				buf, _ := c.Alloc(size)
+				defer buf.Release()
+				ctx := context.Background()
+				done := make(chan error, 1)
+				go func() {
+					for i := 0; i < b.N; i++ {
+						f := s.Recv()
+						if err := f.Wait(ctx); err != nil {
+							done <- err
+							return
+						}
+						f.Buffer().Release()
+					}
+					done <- nil
+				}()
+				window := make([]*rdma.Future, qd)
+				b.SetBytes(int64(size))
+				b.ReportAllocs()
+				b.ResetTimer()
+				start := time.Now()
+				for i := 0; i < b.N+qd; i++ {
+					slot := i % qd
+					if f := window[slot]; f != nil {
+						if err := f.Wait(ctx); err != nil {
+							b.Fatal(err)
+						}
+						window[slot] = nil
+					}
+					if i < b.N {
+						window[slot] = c.Send(buf)
+					}
+				}
+				if err := <-done; err != nil {
+					b.Fatal(err)
+				}
+				report(b, size, time.Since(start))
+			})
+			b.Run(fmt.Sprintf("raw/%s/qd%d", sizeName(size), qd), func(b *testing.B) {
+				rawBench(b, verbs.OpSend, size, qd)
+			})
+		}
+	}
+}
+
+// rawBench drives a connected QP pair of the provider directly: post up
+// to qd WRs, poll completions 64 at a time, re-post receives in batches.
+func rawBench(b *testing.B, op verbs.Opcode, size, qd int) {
+	var prov verbs.Provider = soft.Provider
+	if benchProvider() == rdma.ProviderVerbs {
+		prov = ibv.Provider
+	}
+	ctx, err := prov.Open("")
+	if err != nil {
+		b.Skip(err)
+	}
+	defer ctx.Close()
+	pd, _ := ctx.AllocPD()
+	defer pd.Close()
+	cq, _ := ctx.CreateCQ(1024, nil)
+	defer cq.Close()
+	mk := func() verbs.QP {
+		qp, err := pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 128, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return qp
+	}
+	a, z := mk(), mk()
+	defer a.Close()
+	defer z.Close()
+	port := ctx.Info().Ports[0]
+	gid, _ := verbs.SelectGID(port, true)
+	for _, p := range [][2]verbs.QP{{a, z}, {z, a}} {
+		p[0].ToInit(verbs.InitAttr{Port: 1, Access: verbs.AccessRemoteRead | verbs.AccessRemoteWrite})
+	}
+	for _, p := range [][2]verbs.QP{{a, z}, {z, a}} {
+		if err := p[0].ToRTR(verbs.RTRAttr{PathMTU: port.ActiveMTU, DestQPN: p[1].QPN(), RQPSN: 1,
+			Dest: verbs.Address{Port: 1, LID: port.LID, GID: gid.GID, SGIDIndex: uint8(gid.Index)}, MinRNRTimer: 1}); err != nil {
+			b.Fatal(err)
+		}
+		if err := p[0].ToRTS(verbs.RTSAttr{SQPSN: 1, Timeout: 14, RetryCount: 7, RNRRetry: 7}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	memA, _ := mem.Map(size)
+	memZ, _ := mem.Map(size * 256)
+	defer mem.Unmap(memA)
+	defer mem.Unmap(memZ)
+	mrA, _ := pd.RegMR(memA, verbs.AccessLocalWrite)
+	mrZ, _ := pd.RegMR(memZ, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	defer mrA.Close()
+	defer mrZ.Close()
+	recvs := make([]verbs.RecvWR, 256)
+	rsge := make([]verbs.SGE, 256)
+	for i := range recvs {
+		rsge[i] = verbs.SGE{Addr: mrZ.Addr() + uint64(i*size), Length: uint32(size), LKey: mrZ.LKey()}
+		recvs[i] = verbs.RecvWR{ID: 1 << 32, SGL: rsge[i : i+1]}
+	}
+	if op == verbs.OpSend {
+		if _, err := z.PostRecv(recvs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sge := []verbs.SGE{{Addr: mrA.Addr(), Length: uint32(size), LKey: mrA.LKey()}}
+	wr := []verbs.SendWR{{Opcode: op, Flags: verbs.SendSignaled, SGL: sge, RemoteAddr: mrZ.Addr(), RKey: mrZ.RKey()}}
+	wc := make([]verbs.WorkCompletion, 64)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	posted, done, recvDone := 0, 0, 0
+	deadline := time.Now().Add(time.Minute)
+	for done < b.N {
+		for posted < b.N && posted-done < qd {
+			if _, err := a.PostSend(wr); err != nil {
+				b.Fatal(err)
+			}
+			posted++
+		}
+		n, err := cq.Poll(wc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		reposts := 0
+		for _, w := range wc[:n] {
+			if w.Status != verbs.WCSuccess {
+				b.Fatal(w.Err())
+			}
+			if w.WRID == 1<<32 {
+				recvDone++
+				reposts++
+				continue
+			}
+			done++
+		}
+		if reposts > 0 {
+			if _, err := z.PostRecv(recvs[:reposts]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if n == 0 && time.Now().After(deadline) {
+			b.Fatal("raw benchmark stalled")
+		}
+	}
+	report(b, size, time.Since(start))
+}
