@@ -286,9 +286,14 @@ func (c *Conn) fail(err error) {
 	if c.qp != nil {
 		c.qp.ToError()
 	}
+	// Receives still posted complete (messages that arrived) or flush,
+	// in order; the first flush fails the waiters left then (onRecv).
+	// With none posted, nothing will come: fail them now.
 	c.rmu.Lock()
-	ws := c.waiters
-	c.waiters = nil
+	var ws []*Future
+	if c.rposted == 0 {
+		ws, c.waiters = c.waiters, nil
+	}
 	c.rmu.Unlock()
 	for _, f := range ws {
 		f.resolve(err, 0, 0, false, nil, 0)
@@ -313,7 +318,8 @@ func (c *Conn) closedErr() error {
 	return ErrClosed
 }
 
-// Alloc returns n bytes of registered memory from the connection's pool.
+// Alloc returns n bytes of zeroed registered memory from the connection's
+// pool (shared with the connection's Listener).
 func (c *Conn) Alloc(n int) (*Buffer, error) {
 	if c.err() != nil {
 		return nil, c.closedErr()
@@ -325,6 +331,9 @@ func (c *Conn) Alloc(n int) (*Buffer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rdma: alloc %d bytes: %w", n, err)
 	}
+	// Pool memory is reused across the listener's connections: never
+	// hand out another peer's bytes.
+	clear(pb.Bytes())
 	return newBuffer(pb), nil
 }
 
@@ -578,9 +587,20 @@ func (c *Conn) onRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 	c.rmu.Lock()
 	c.rposted--
 	if wc.Status != verbs.WCSuccess {
+		// Every receive before this one was delivered; the waiters
+		// left will get nothing more.
+		ws := c.waiters
+		c.waiters = nil
 		c.rmu.Unlock()
 		pb.Release()
-		c.fail(wc.Err())
+		err := wc.Err()
+		if cause := c.err(); cause != nil {
+			err = fmt.Errorf("%w (%w)", cause, err)
+		}
+		c.fail(err)
+		for _, f := range ws {
+			f.resolve(err, 0, 0, false, nil, 0)
+		}
 		return
 	}
 	m := message{pb: pb, n: int(wc.ByteLen), imm: wc.Imm, has: wc.Flags&verbs.WCWithImm != 0}
@@ -680,6 +700,17 @@ func (c *Conn) unpost(i int) {
 // revokes its exposures. Close is safe to call twice.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
+		// Let the operations in flight finish first (bounded): holding
+		// every send credit means none is outstanding, and none can
+		// start. A message we sent is then known to have arrived
+		// before the peer hears that we close.
+		if c.err() == nil {
+			drain, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+			if c.sq.Acquire(drain, int64(c.eng.cfg.sqDepth)) == nil {
+				defer c.sq.Release(int64(c.eng.cfg.sqDepth))
+			}
+			cancel()
+		}
 		c.ctrlMu.Lock()
 		c.ctrl.SetWriteDeadline(time.Now().Add(time.Second))
 		writeFrame(c.ctrl, ctrlClose, nil)
@@ -732,7 +763,12 @@ func (c *Conn) teardown() error {
 		}
 	}
 	c.ready = nil
+	ws := c.waiters
+	c.waiters = nil
 	c.rmu.Unlock()
+	for _, f := range ws {
+		f.resolve(c.closedErr(), 0, 0, false, nil, 0)
+	}
 	c.ctrl.Close()
 	<-c.ctrlDone
 	c.emu.Lock()

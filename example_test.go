@@ -11,9 +11,9 @@ import (
 )
 
 // examplePair connects a client to a server in this process over the soft
-// provider, so the examples run on any machine. close releases both ends
+// provider, so the examples run on any machine. closeAll closes both ends
 // and the listener.
-func examplePair(ctx context.Context, opts ...rdma.Option) (client, server *rdma.Conn, close func()) {
+func examplePair(ctx context.Context, opts ...rdma.Option) (client, server *rdma.Conn, closeAll func()) {
 	opts = append([]rdma.Option{rdma.WithProvider("soft")}, opts...)
 	ln, err := rdma.Listen("rdma", "127.0.0.1:0", opts...)
 	if err != nil {
@@ -42,9 +42,10 @@ func examplePair(ctx context.Context, opts ...rdma.Option) (client, server *rdma
 	}
 }
 
-// exposeTo exposes buf on server with access and hands the region to the
-// client, as a server does with SendRegion and a client with RecvRegion.
-func exposeTo(ctx context.Context, server, client *rdma.Conn, buf *rdma.Buffer, access rdma.Access) rdma.RemoteRegion {
+// exampleExpose exposes buf on server with access and hands the region
+// to the client, as a server does with SendRegion and a client with
+// RecvRegion.
+func exampleExpose(ctx context.Context, server, client *rdma.Conn, buf *rdma.Buffer, access rdma.Access) rdma.RemoteRegion {
 	r, err := server.Expose(buf, access)
 	if err != nil {
 		log.Fatal(err)
@@ -59,13 +60,14 @@ func exposeTo(ctx context.Context, server, client *rdma.Conn, buf *rdma.Buffer, 
 	return r
 }
 
-// alloc allocates n bytes on c and copies s into them.
-func alloc(c *rdma.Conn, n int, s string) *rdma.Buffer {
+// exampleAlloc allocates n bytes on c and copies s into them. Pool memory
+// is recycled, so it clears the rest.
+func exampleAlloc(c *rdma.Conn, n int, s string) *rdma.Buffer {
 	b, err := c.Alloc(n)
 	if err != nil {
 		log.Fatal(err)
 	}
-	copy(b.Bytes(), s)
+	clear(b.Bytes()[copy(b.Bytes(), s):])
 	return b
 }
 
@@ -149,7 +151,7 @@ func ExampleConn_Send() {
 	// user slice.
 	recv := server.Recv()
 
-	msg := alloc(client, 64, "hello")
+	msg := exampleAlloc(client, 64, "hello")
 	msg.SetLen(len("hello"))
 	send := client.Send(msg)
 	msg.Release() // safe: the send keeps the memory until it completes
@@ -165,7 +167,7 @@ func ExampleConn_Send() {
 
 	// SendWithImm adds a 32-bit value that the receiver's Recv reports.
 	recv = server.Recv()
-	msg = alloc(client, 64, "with imm")
+	msg = exampleAlloc(client, 64, "with imm")
 	msg.SetLen(len("with imm"))
 	err := client.SendWithImm(msg, 7).Wait(ctx)
 	msg.Release()
@@ -189,13 +191,13 @@ func ExampleConn_Write() {
 	client, server, closeAll := examplePair(ctx)
 	defer closeAll()
 
-	mem := alloc(server, 64, "")
+	mem := exampleAlloc(server, 64, "")
 	defer mem.Release()
-	region := exposeTo(ctx, server, client, mem, rdma.RemoteWrite)
+	region := exampleExpose(ctx, server, client, mem, rdma.RemoteWrite)
 
 	// Write to bytes 16..27 of the server's buffer. The server's code
 	// takes no part in it.
-	src := alloc(client, 12, "written here")
+	src := exampleAlloc(client, 12, "written here")
 	defer src.Release()
 	at, err := region.Slice(16, 12)
 	if err != nil {
@@ -209,7 +211,7 @@ func ExampleConn_Write() {
 	// the server knows: tell it with a message, which RC delivers after
 	// the data.
 	note := server.Recv()
-	done := alloc(client, 4, "done")
+	done := exampleAlloc(client, 4, "done")
 	err = client.Send(done).Wait(ctx)
 	done.Release()
 	if err != nil {
@@ -230,13 +232,13 @@ func ExampleConn_Read() {
 	client, server, closeAll := examplePair(ctx)
 	defer closeAll()
 
-	mem := alloc(server, 64, "the server's table of contents")
+	mem := exampleAlloc(server, 64, "the server's table of contents")
 	defer mem.Release()
-	region := exposeTo(ctx, server, client, mem, rdma.RemoteRead)
+	region := exampleExpose(ctx, server, client, mem, rdma.RemoteRead)
 
 	// Read 5 bytes from offset 13 of the server's memory into a sub-range
 	// of a local buffer.
-	dst := alloc(client, 32, "read: ?????")
+	dst := exampleAlloc(client, 32, "read: ?????")
 	defer dst.Release()
 	into, err := dst.Slice(6, 5)
 	if err != nil {
@@ -261,15 +263,15 @@ func ExampleConn_WriteWithImm() {
 	client, server, closeAll := examplePair(ctx)
 	defer closeAll()
 
-	mem := alloc(server, 4096, "")
+	mem := exampleAlloc(server, 4096, "")
 	defer mem.Release()
-	region := exposeTo(ctx, server, client, mem, rdma.RemoteWrite)
+	region := exampleExpose(ctx, server, client, mem, rdma.RemoteWrite)
 
 	// Each WRITE_WITH_IMM consumes one of the server's receives: the
 	// server learns that the data arrived, and the immediate says which
 	// part it was (here, a chunk number).
 	note := server.Recv()
-	src := alloc(client, 1024, "chunk three")
+	src := exampleAlloc(client, 1024, "chunk three")
 	defer src.Release()
 	chunk3, _ := region.Slice(3*1024, 1024)
 	if err := client.WriteWithImm(src, chunk3, 3).Wait(ctx); err != nil {
@@ -295,9 +297,9 @@ func ExampleConn_CompareAndSwap() {
 	defer closeAll()
 
 	// A lock word in the server's memory: 0 is free, otherwise the owner.
-	lock := alloc(server, 8, "")
+	lock := exampleAlloc(server, 8, "")
 	defer lock.Release()
-	word := exposeTo(ctx, server, client, lock, rdma.RemoteAtomic)
+	word := exampleExpose(ctx, server, client, lock, rdma.RemoteAtomic)
 
 	for _, owner := range []uint64{1, 2} {
 		cas := client.CompareAndSwap(word, 0, owner)
@@ -321,9 +323,9 @@ func ExampleConn_FetchAdd() {
 	client, server, closeAll := examplePair(ctx)
 	defer closeAll()
 
-	counter := alloc(server, 8, "")
+	counter := exampleAlloc(server, 8, "")
 	defer counter.Release()
-	word := exposeTo(ctx, server, client, counter, rdma.RemoteAtomic)
+	word := exampleExpose(ctx, server, client, counter, rdma.RemoteAtomic)
 
 	// Many clients could take tickets at once; each gets a distinct one.
 	for range 3 {
@@ -345,7 +347,7 @@ func ExampleConn_Expose() {
 	client, server, closeAll := examplePair(ctx)
 	defer closeAll()
 
-	mem := alloc(server, 4096, "exposed for reading")
+	mem := exampleAlloc(server, 4096, "exposed for reading")
 	defer mem.Release()
 
 	// Expose exactly the first 19 bytes, read-only, and hand the region
@@ -367,7 +369,7 @@ func ExampleConn_Expose() {
 		log.Fatal(err)
 	}
 	fmt.Println("the client got a region of", remote.Len, "bytes")
-	dst := alloc(client, remote.Len, "")
+	dst := exampleAlloc(client, remote.Len, "")
 	defer dst.Release()
 	if err := client.Read(dst, remote).Wait(ctx); err != nil {
 		log.Fatal(err)
@@ -403,12 +405,12 @@ func ExampleConn_RequestRegion() {
 	fmt.Println("granted", region.Len, "bytes")
 
 	// Use it as scratch space: park data there and fetch it back.
-	src := alloc(client, 32, "parked in the peer's memory")
+	src := exampleAlloc(client, 32, "parked in the peer's memory")
 	defer src.Release()
 	if err := client.Write(src, region).Wait(ctx); err != nil {
 		log.Fatal(err)
 	}
-	dst := alloc(client, 32, "")
+	dst := exampleAlloc(client, 32, "")
 	defer dst.Release()
 	if err := client.Read(dst, region).Wait(ctx); err != nil {
 		log.Fatal(err)
@@ -441,7 +443,7 @@ func ExampleFuture_Wait() {
 	stop()
 	fmt.Println("gave up:", errors.Is(err, context.DeadlineExceeded), "resolved:", recv.Resolved())
 
-	msg := alloc(client, 5, "later")
+	msg := exampleAlloc(client, 5, "later")
 	defer msg.Release()
 	if err := client.Send(msg).Wait(ctx); err != nil {
 		log.Fatal(err)

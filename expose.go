@@ -27,6 +27,9 @@ func (c *Conn) Expose(b Local, access Access) (RemoteRegion, error) {
 	if err != nil {
 		return RemoteRegion{}, err
 	}
+	if pb.Pool() != c.eng.pool {
+		return RemoteRegion{}, fmt.Errorf("rdma: expose: %w: buffer from another connection's pool", ErrInvalid)
+	}
 	return c.expose(pb, off, n, access, 0)
 }
 
@@ -195,7 +198,7 @@ func (c *Conn) readControl(r *bufio.Reader) {
 				return
 			}
 			if errors.Is(err, io.EOF) {
-				err = errPeerClosed
+				err = ErrPeerClosed
 			}
 			c.fail(fmt.Errorf("rdma: peer %v: %w", c.remote, err))
 			return
@@ -220,7 +223,7 @@ func (c *Conn) readControl(r *bufio.Reader) {
 				c.Revoke(RemoteRegion{RKey: binary.BigEndian.Uint32(p)})
 			}
 		case ctrlClose:
-			c.fail(fmt.Errorf("rdma: peer %v: %w", c.remote, errPeerClosed))
+			c.fail(fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerClosed))
 		}
 	}
 }

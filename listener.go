@@ -128,3 +128,21 @@ func (l *Listener) Close() error {
 // PoolStats reports the buffer pool shared by the listener's
 // connections.
 func (l *Listener) PoolStats() pool.Stats { return l.eng.pool.Stats() }
+
+// Alloc returns n bytes of zeroed registered memory from the pool the
+// listener's connections share, so one buffer can be used, or exposed,
+// on any of them.
+func (l *Listener) Alloc(n int) (*Buffer, error) {
+	if l.ctx.Err() != nil {
+		return nil, ErrClosed
+	}
+	if n <= 0 {
+		return nil, fmt.Errorf("rdma: alloc %d bytes: %w", n, ErrInvalid)
+	}
+	pb, err := l.eng.pool.Get(n)
+	if err != nil {
+		return nil, fmt.Errorf("rdma: alloc %d bytes: %w", n, err)
+	}
+	clear(pb.Bytes())
+	return newBuffer(pb), nil
+}

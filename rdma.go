@@ -1,8 +1,8 @@
 package rdma
 
 import (
-	"errors"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -259,4 +259,6 @@ func chooseProvider(name, device string) (verbs.Provider, []verbs.DeviceInfo, er
 	return nil, nil, fmt.Errorf("rdma: %w: provider %q (want auto, verbs or soft)", ErrInvalid, name)
 }
 
-var errPeerClosed = errors.New("peer closed the connection")
+// ErrPeerClosed means the peer closed the connection (or its process
+// ended). It wraps net.ErrClosed.
+var ErrPeerClosed = fmt.Errorf("peer closed the connection: %w", net.ErrClosed)

@@ -145,7 +145,7 @@ func (s *server) serve(ctx context.Context) error {
 	s.conns = map[*rdma.Conn]struct{}{}
 	s.log.Printf("listening on %s (provider %s, poll %v)", ln.Addr(), ln.Provider(), s.cfg.poll)
 
-	// shutdown ends when a signal comes; handlers watch it to stop.
+	// ctx ends at SIGINT or SIGTERM; the handlers watch it too.
 	var wg sync.WaitGroup
 	var acceptErr error
 	for s.cfg.n == 0 || int(s.clients.Load()) < s.cfg.n {
@@ -157,6 +157,7 @@ func (s *server) serve(ctx context.Context) error {
 			break
 		}
 		id := s.clients.Add(1)
+		s.active.Add(1)
 		s.mu.Lock()
 		s.conns[conn] = struct{}{}
 		s.mu.Unlock()
@@ -222,13 +223,18 @@ func (s *server) sharedCounter(c *rdma.Conn) (*rdma.Buffer, error) {
 // handle serves one client until it says BYE and goes, fails, or the
 // server shuts down.
 func (s *server) handle(ctx context.Context, id int64, conn *rdma.Conn) {
-	s.active.Add(1)
 	defer s.active.Add(-1)
+	var pending *rdma.Future // a receive we stopped waiting for
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, conn)
 		s.mu.Unlock()
+		// Close resolves every pending future; a receive that got a
+		// message after all still hands us its buffer.
 		conn.Close()
+		if pending != nil && pending.Buffer() != nil {
+			pending.Buffer().Release()
+		}
 	}()
 	who := fmt.Sprintf("client %d (%s)", id, conn.RemoteAddr())
 	s.log.Printf("%s connected", who)
@@ -271,12 +277,18 @@ func (s *server) handle(ctx context.Context, id int64, conn *rdma.Conn) {
 			// receive resolves with an error when the connection closes.
 			s.reply(conn, "SHUTDOWN server is shutting down")
 			s.log.Printf("%s: closed by shutdown after %d requests", who, served)
-			drop(f)
+			pending = f
 			return
 		}
 		if err := f.Err(); err != nil {
-			s.log.Printf("%s gone after %d requests: %v", who, served, cause(err))
+			s.log.Printf("%s gone after %d requests: %v", who, served, err)
 			return
+		}
+		if f.Buffer() == nil {
+			// A WRITE_WITH_IMM, not a request: this protocol has none.
+			imm, _ := f.Imm()
+			s.log.Printf("%s: ignoring a write with immediate %d", who, imm)
+			continue
 		}
 		req := string(f.Buffer().Bytes())
 		f.Buffer().Release()
@@ -284,12 +296,23 @@ func (s *server) handle(ctx context.Context, id int64, conn *rdma.Conn) {
 		s.requests.Add(1)
 		resp := s.answer(id, scratch, req, served)
 		s.log.Printf("%s: %s -> %s", who, req, resp)
-		if err := s.reply(conn, resp); err != nil {
+		err := s.reply(conn, resp)
+		if strings.HasPrefix(req, "BYE") {
+			// The client closes as soon as it has the reply, maybe before
+			// its side acknowledged it, so the send may fail although
+			// the reply arrived. Give it a moment to go, then close.
+			f := conn.Recv()
+			wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+			f.Wait(wait)
+			cancel()
+			pending = f
+			s.log.Printf("%s left after %d requests", who, served)
+			return
+		}
+		if err != nil {
 			s.log.Printf("%s: reply: %v", who, err)
 			return
 		}
-		// After BYE the client closes first, having read the reply; the
-		// next Recv then ends the loop.
 	}
 }
 
@@ -346,23 +369,4 @@ func (s *server) reply(conn *rdma.Conn, msg string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return f.Wait(ctx)
-}
-
-// drop releases what a receive we stopped waiting for may still deliver.
-func drop(f *rdma.Future) {
-	go func() {
-		<-f.Done()
-		if b := f.Buffer(); b != nil {
-			b.Release()
-		}
-	}()
-}
-
-// cause shortens the error of a receive that failed because the peer
-// went away.
-func cause(err error) error {
-	if errors.Is(err, rdma.ErrClosed) {
-		return errors.New("connection closed")
-	}
-	return err
 }
