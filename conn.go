@@ -775,6 +775,9 @@ func (c *Conn) teardown() error {
 	for k, x := range c.exposed {
 		errs = append(errs, x.mr.Close())
 		x.pb.Unref()
+		if x.granted > 0 {
+			x.pb.Release() // granted memory is ours alone
+		}
 		delete(c.exposed, k)
 	}
 	c.emu.Unlock()

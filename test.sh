@@ -26,9 +26,26 @@ CGO_ENABLED=0 go vet ./...
 GOOS=darwin go vet ./...
 
 step "host tests (-race)"
-go test -race -count=1 ./...
+hostlog=$(mktemp)
+rc=0
+go test -race -count=1 -v ./... > "$hostlog" 2>&1 || rc=$?
+grep -E '^(ok|FAIL|---|panic:|\?)' "$hostlog" | grep -v -- '--- PASS\|--- SKIP' || true
+if [ "$rc" != 0 ]; then
+  echo "host tests failed; the end of their output:"
+  tail -n 150 "$hostlog"
+  echo "0 passed, $(grep -c -- '--- FAIL' "$hostlog") failed"
+  exit 1
+fi
+host_passed=$(grep -c -- '--- PASS: ' "$hostlog")
+host_skipped=$(grep -c -- '--- SKIP: ' "$hostlog")
+echo "host: $host_passed passed, $host_skipped skipped (tests that need an RDMA device run in the VM below)"
+rm -f "$hostlog"
 
-[ "${SKIP_VM:-0}" = 1 ] && { step "SKIP_VM=1: VM tests skipped"; exit 0; }
+if [ "${SKIP_VM:-0}" = 1 ]; then
+  step "SKIP_VM=1: VM tests skipped"
+  echo "$host_passed passed, 0 failed"
+  exit 0
+fi
 
 # Packages whose tests run on the rxe device in the VM.
 VM_PKGS=(. internal/ibv internal/conformance)
@@ -47,8 +64,20 @@ out=$bindir/vm.log
 rc=0
 test/vm/run.sh -t 900 -f "$bindir" -f test/vm/gotests.sh -c "cd $(basename "$bindir") && bash ../gotests.sh $PWD ${specs[*]}" | tee "$out" || rc=$?
 n=$(sed -n 's/.*VM-SUMMARY: verbs_tests_passed=\([0-9]*\).*/\1/p' "$out" | tail -1)
+vm_all=$(sed -n 's/.*VM-SUMMARY: .*all_tests_passed=\([0-9]*\).*/\1/p' "$out" | tail -1)
 echo "tests passed on the rxe device: ${n:-0}"
 [ "$rc" = 0 ] || { echo "VM tests failed (exit $rc)"; exit 1; }
 [ "${n:-0}" -gt 0 ] || { echo "no test ran on the rxe device"; exit 1; }
 
+step "RC between two VMs"
+go test -c -o "$bindir/ibv.test" ./internal/ibv
+out2=$bindir/vm2.log
+rc=0
+test/vm/run2.sh -t 600 -f "$bindir/ibv.test" -f test/vm/twohost.sh test/vm/twohost-server.sh test/vm/twohost-client.sh | tee "$out2" || rc=$?
+[ "$rc" = 0 ] || { echo "two-VM test failed (exit $rc)"; exit 1; }
+n2=$(grep -c -- '--- PASS: TestVerbsTwoHostRC' "$out2" || true)
+[ "$n2" = 2 ] || { echo "two-VM test: $n2 of 2 sides passed"; exit 1; }
+
 step "done in $(( $(date +%s) - T0 ))s"
+echo "rxe: $n tests passed on the rxe device in one VM, and the two-host RC test on both of two VMs"
+echo "$((host_passed + ${vm_all:-0} + n2)) passed, 0 failed"
