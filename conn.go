@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/go-rdma/rdma/internal/ibv"
 	"github.com/go-rdma/rdma/internal/verbs"
 	"github.com/go-rdma/rdma/pool"
 )
@@ -29,7 +30,8 @@ type Conn struct {
 	eng    *engine
 	unit   *cqUnit
 	qp     verbs.QP
-	ctrl   net.Conn
+	ctrl   net.Conn   // the TCP control channel; nil on rdma_cm connections
+	cm     *ibv.CMID  // the rdma_cm connection; nil on TCP-set-up ones
 	ctrlMu sync.Mutex // serializes control frames
 	peer   hello
 	local  net.Addr
@@ -106,6 +108,13 @@ func Dial(ctx context.Context, network, address string, opts ...Option) (*Conn, 
 	if err := cfg.apply(opts); err != nil {
 		return nil, err
 	}
+	if cfg.cm {
+		c, err := dialCM(ctx, cfg, address)
+		if err != nil {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+		}
+		return c, nil
+	}
 	var d net.Dialer
 	tc, err := d.DialContext(ctx, "tcp", address)
 	if err != nil {
@@ -139,20 +148,59 @@ func randPSN() uint32 {
 	return binary.BigEndian.Uint32(b[:]) & 0xffffff
 }
 
-// handshake sets up the QP over the TCP connection tc and returns the
-// connection. It closes tc on failure.
-func handshake(ctx context.Context, eng *engine, tc net.Conn, dialer bool) (c *Conn, err error) {
+// newConn makes a connection on eng with its QP created (in RESET) and
+// room reserved in a CQ for every WR it can have outstanding. On error
+// nothing is left behind.
+func newConn(eng *engine, local, remote net.Addr) (*Conn, error) {
 	if err := eng.acquire(); err != nil {
-		tc.Close()
 		return nil, err
 	}
 	cfg := eng.cfg
-	c = &Conn{eng: eng, ctrl: tc, local: tc.LocalAddr(), remote: tc.RemoteAddr(),
+	c := &Conn{eng: eng, local: local, remote: remote,
 		drained: make(chan struct{}), exposed: map[uint32]*exposure{}, requests: map[uint32]chan regionAnswer{},
 		regions: make(chan RemoteRegion, 16), ctrlDone: make(chan struct{}), recvSize: cfg.maxMsg}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.sq = semaphore.NewWeighted(int64(cfg.sqDepth))
 	c.sent = newRing(cfg.sqDepth)
+	var err error
+	if c.unit, err = eng.reserve(cfg.sqDepth + cfg.rqDepth); err == nil {
+		c.qp, err = eng.pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: c.unit.cq, RecvCQ: c.unit.cq,
+			Cap: verbs.QPCap{MaxSendWR: cfg.sqDepth, MaxRecvWR: cfg.rqDepth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}})
+		if err != nil {
+			err = fmt.Errorf("rdma: create QP: %w", err)
+		}
+	}
+	if err != nil {
+		close(c.ctrlDone)
+		c.teardown()
+		return nil, err
+	}
+	c.inline = min(c.qp.Cap().MaxInlineData, 64)
+	c.rwrs = make([]verbs.RecvWR, cfg.rqDepth)
+	c.rsges = make([]verbs.SGE, cfg.rqDepth)
+	for i := range c.rwrs {
+		c.rwrs[i].SGL = c.rsges[i : i+1]
+	}
+	return c, nil
+}
+
+// postReceives fills the receive queue; the QP must be in INIT.
+func (c *Conn) postReceives() error {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	return c.repostLocked(c.eng.cfg.rqDepth)
+}
+
+// handshake sets up the QP over the TCP connection tc and returns the
+// connection. It closes tc on failure.
+func handshake(ctx context.Context, eng *engine, tc net.Conn, dialer bool) (c *Conn, err error) {
+	c, err = newConn(eng, tc.LocalAddr(), tc.RemoteAddr())
+	if err != nil {
+		tc.Close()
+		return nil, err
+	}
+	c.ctrl = tc
+	cfg := eng.cfg
 	defer func() {
 		if err != nil {
 			close(c.ctrlDone)
@@ -167,27 +215,10 @@ func handshake(ctx context.Context, eng *engine, tc net.Conn, dialer bool) (c *C
 	stop := context.AfterFunc(ctx, func() { tc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
-	if c.unit, err = eng.reserve(cfg.sqDepth + cfg.rqDepth); err != nil {
-		return nil, err
-	}
-	c.qp, err = eng.pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: c.unit.cq, RecvCQ: c.unit.cq,
-		Cap: verbs.QPCap{MaxSendWR: cfg.sqDepth, MaxRecvWR: cfg.rqDepth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}})
-	if err != nil {
-		return nil, fmt.Errorf("rdma: create QP: %w", err)
-	}
-	c.inline = min(c.qp.Cap().MaxInlineData, 64)
 	if err := c.qp.ToInit(verbs.InitAttr{Port: eng.port.Port, Access: RemoteRead | RemoteWrite | RemoteAtomic}); err != nil {
 		return nil, err
 	}
-	c.rwrs = make([]verbs.RecvWR, cfg.rqDepth)
-	c.rsges = make([]verbs.SGE, cfg.rqDepth)
-	for i := range c.rwrs {
-		c.rwrs[i].SGL = c.rsges[i : i+1]
-	}
-	c.rmu.Lock()
-	err = c.repostLocked(cfg.rqDepth)
-	c.rmu.Unlock()
-	if err != nil {
+	if err := c.postReceives(); err != nil {
 		return nil, err
 	}
 
@@ -553,10 +584,7 @@ func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
 	c.sentMu.Unlock()
 	var err error
 	if wc.Status != verbs.WCSuccess {
-		err = wc.Err()
-		if cause := c.err(); cause != nil && wc.Status == verbs.WCWRFlushErr {
-			err = fmt.Errorf("%w (%w)", err, cause)
-		}
+		err = c.flushCause(wc)
 	}
 	if err != nil {
 		// Fail first: whoever sees this future resolve must also see a
@@ -564,6 +592,23 @@ func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
 		c.fail(err)
 	}
 	c.finish(o, err)
+}
+
+// flushCause is the error of a failed completion. A flush says only that
+// the QP is in the error state, so it carries the reason: the
+// connection's first error, or, when the QP went to the error state
+// without one (a disconnect through rdma_cm, a transport that lost the
+// peer), ErrPeerClosed.
+func (c *Conn) flushCause(wc *verbs.WorkCompletion) error {
+	err := wc.Err()
+	if wc.Status != verbs.WCWRFlushErr {
+		return err
+	}
+	cause := c.err()
+	if cause == nil {
+		cause = fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerClosed)
+	}
+	return fmt.Errorf("%w (%w)", cause, err)
 }
 
 // finish resolves a send-side op: a signaled one (or any that failed)
@@ -593,10 +638,7 @@ func (c *Conn) onRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 		c.waiters = nil
 		c.rmu.Unlock()
 		pb.Release()
-		err := wc.Err()
-		if cause := c.err(); cause != nil {
-			err = fmt.Errorf("%w (%w)", cause, err)
-		}
+		err := c.flushCause(wc)
 		c.fail(err)
 		for _, f := range ws {
 			f.resolve(err, 0, 0, false, nil, 0)
@@ -711,10 +753,15 @@ func (c *Conn) Close() error {
 			}
 			cancel()
 		}
-		c.ctrlMu.Lock()
-		c.ctrl.SetWriteDeadline(time.Now().Add(time.Second))
-		writeFrame(c.ctrl, ctrlClose, nil)
-		c.ctrlMu.Unlock()
+		if c.ctrl != nil {
+			c.ctrlMu.Lock()
+			c.ctrl.SetWriteDeadline(time.Now().Add(time.Second))
+			writeFrame(c.ctrl, ctrlClose, nil)
+			c.ctrlMu.Unlock()
+		}
+		if c.cm != nil {
+			c.cm.Disconnect()
+		}
 		c.closeErr = c.teardown()
 	})
 	return c.closeErr
@@ -769,8 +816,13 @@ func (c *Conn) teardown() error {
 	for _, f := range ws {
 		f.resolve(c.closedErr(), 0, 0, false, nil, 0)
 	}
-	c.ctrl.Close()
+	if c.ctrl != nil {
+		c.ctrl.Close()
+	}
 	<-c.ctrlDone
+	if c.cm != nil {
+		errs = append(errs, c.cm.Close())
+	}
 	c.emu.Lock()
 	for k, x := range c.exposed {
 		errs = append(errs, x.mr.Close())

@@ -13,6 +13,10 @@ import (
 	"github.com/go-rdma/rdma/pool"
 )
 
+// errNoControl: regions travel on the TCP control channel, which
+// connections set up by rdma_cm do not have.
+var errNoControl = fmt.Errorf("rdma: %w: region exchange needs a connection set up by go-rdma's handshake, not rdma_cm", ErrNotSupported)
+
 // ErrRegionRefused means the peer refused a RequestRegion.
 var ErrRegionRefused = errors.New("peer refused the region request")
 
@@ -100,6 +104,9 @@ func (c *Conn) SendRegion(ctx context.Context, r RemoteRegion) error {
 
 // RecvRegion waits for a region the peer sends with SendRegion.
 func (c *Conn) RecvRegion(ctx context.Context) (RemoteRegion, error) {
+	if c.ctrl == nil {
+		return RemoteRegion{}, errNoControl
+	}
 	select {
 	case r, ok := <-c.regions:
 		if !ok {
@@ -118,6 +125,9 @@ func (c *Conn) RecvRegion(ctx context.Context) (RemoteRegion, error) {
 func (c *Conn) RequestRegion(ctx context.Context, size int, access Access) (RemoteRegion, error) {
 	if size <= 0 || access == 0 || access&^(RemoteRead|RemoteWrite|RemoteAtomic) != 0 {
 		return RemoteRegion{}, fmt.Errorf("rdma: request region of %d bytes, access %v: %w", size, access, ErrInvalid)
+	}
+	if c.ctrl == nil {
+		return RemoteRegion{}, errNoControl
 	}
 	ch := make(chan regionAnswer, 1)
 	c.emu.Lock()
@@ -160,6 +170,9 @@ func (c *Conn) forget(id uint32) {
 
 // control writes one control frame, bounded by ctx.
 func (c *Conn) control(ctx context.Context, typ byte, p []byte) error {
+	if c.ctrl == nil {
+		return errNoControl
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

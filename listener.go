@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 
+	"github.com/go-rdma/rdma/internal/ibv"
 	"github.com/go-rdma/rdma/pool"
 )
 
@@ -14,7 +15,9 @@ import (
 // its device context, protection domain, completion pollers and buffer
 // pool.
 type Listener struct {
-	ln   net.Listener
+	ln   net.Listener    // go-rdma's handshake over TCP
+	cmln *ibv.CMListener // or rdma_cm
+	addr net.Addr
 	eng  *engine
 	cfg  config
 	ctx  context.Context // ends at Close
@@ -41,6 +44,13 @@ func Listen(network, address string, opts ...Option) (*Listener, error) {
 	if err := cfg.apply(opts); err != nil {
 		return nil, err
 	}
+	if cfg.cm {
+		l, err := listenCM(cfg, address)
+		if err != nil {
+			return nil, &net.OpError{Op: "listen", Net: network, Err: err}
+		}
+		return l, nil
+	}
 	ln, err := net.Listen("tcp", address)
 	if err != nil {
 		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
@@ -50,15 +60,15 @@ func Listen(network, address string, opts ...Option) (*Listener, error) {
 		ln.Close()
 		return nil, &net.OpError{Op: "listen", Net: network, Addr: ln.Addr(), Err: err}
 	}
-	l := &Listener{ln: ln, eng: eng, cfg: cfg, conns: make(chan *Conn)}
+	l := &Listener{ln: ln, eng: eng, cfg: cfg, conns: make(chan *Conn), addr: ln.Addr()}
 	l.ctx, l.stop = context.WithCancel(context.Background())
 	l.wg.Add(1)
 	go l.acceptLoop()
 	return l, nil
 }
 
-// Addr is the listener's TCP address.
-func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+// Addr is the listener's address: TCP, or rdma_cm's with WithRDMACM.
+func (l *Listener) Addr() net.Addr { return l.addr }
 
 // Provider is "verbs" or "soft".
 func (l *Listener) Provider() string { return l.eng.prov.Name() }
@@ -107,9 +117,9 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 	case c := <-l.conns:
 		return c, nil
 	case <-ctx.Done():
-		return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.ln.Addr(), Err: ctx.Err()}
+		return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: ctx.Err()}
 	case <-l.ctx.Done():
-		return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.ln.Addr(), Err: ErrClosed}
+		return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: ErrClosed}
 	}
 }
 
@@ -118,7 +128,12 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 func (l *Listener) Close() error {
 	l.closeOnce.Do(func() {
 		l.stop()
-		err := l.ln.Close()
+		var err error
+		if l.ln != nil {
+			err = l.ln.Close()
+		} else {
+			err = l.cmln.Close()
+		}
 		l.wg.Wait()
 		l.closeErr = errors.Join(err, l.eng.release())
 	})

@@ -83,6 +83,7 @@ type config struct {
 	setup      time.Duration // bound on the handshake
 	maxExpose  int           // bytes a peer may RequestRegion in total
 	exposeLife time.Duration // lifetime of exposures made for RequestRegion
+	cm         bool          // set connections up through rdma_cm
 }
 
 func defaultConfig() config {

@@ -1,0 +1,156 @@
+package rdma
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	"github.com/go-rdma/rdma/internal/ibv"
+	"github.com/go-rdma/rdma/internal/verbs"
+)
+
+// WithRDMACM makes Dial and Listen set connections up through rdma_cm
+// (librdmacm) instead of go-rdma's TCP handshake, so go-rdma talks to
+// peers it did not write: rdma_server, rdma_client, rsockets-free C
+// services. It needs the verbs provider.
+//
+// Such connections have no TCP control channel: Send, Recv, Write, Read,
+// atomics, batches and Expose work; SendRegion, RecvRegion and
+// RequestRegion return an error wrapping ErrNotSupported. The peer's
+// largest message is not known; Send assumes it takes what this side
+// accepts (WithMaxMessage). A peer's disconnect fails the connection
+// with ErrPeerClosed.
+func WithRDMACM() Option {
+	return func(c *config) error { c.cm = true; return nil }
+}
+
+// cmEngine opens the engine for an rdma_cm connection on device dev.
+func cmEngine(cfg config, dev string) (*engine, error) {
+	if !ibv.CMSupported {
+		return nil, fmt.Errorf("rdma: rdma_cm: %w: this build has no librdmacm (cgo)", ErrNotSupported)
+	}
+	if cfg.provider == ProviderSoft {
+		return nil, fmt.Errorf("rdma: %w: rdma_cm needs the verbs provider", ErrInvalid)
+	}
+	cfg.provider, cfg.device = ProviderVerbs, dev
+	return newEngine(cfg, netip.Addr{})
+}
+
+// dialCM connects through rdma_cm.
+func dialCM(ctx context.Context, cfg config, address string) (*Conn, error) {
+	id, err := ibv.CMDial(ctx, "", address)
+	if err != nil {
+		return nil, err
+	}
+	eng, err := cmEngine(cfg, id.Device())
+	if err != nil {
+		id.Close()
+		return nil, err
+	}
+	c, err := cmConn(eng, id, func(qp verbs.QP) error { return id.Connect(ctx, qp, ibv.CMParams{}) })
+	eng.release() // the connection holds its own reference
+	return c, err
+}
+
+// cmConn makes the connection of id on eng: QP to INIT, receives posted,
+// then connect (or accept) through rdma_cm.
+func cmConn(eng *engine, id *ibv.CMID, connect func(verbs.QP) error) (c *Conn, err error) {
+	c, err = newConn(eng, id.LocalAddr(), id.RemoteAddr())
+	if err != nil {
+		id.Close()
+		return nil, err
+	}
+	c.cm = id
+	c.peer.MaxMsg = uint32(eng.cfg.maxMsg)
+	defer func() {
+		if err != nil {
+			close(c.ctrlDone)
+			c.teardown()
+		}
+	}()
+	if err := id.ModifyQP(c.qp, verbs.StateInit); err != nil {
+		return nil, err
+	}
+	if err := c.postReceives(); err != nil {
+		return nil, err
+	}
+	if err := connect(c.qp); err != nil {
+		return nil, err
+	}
+	go func() {
+		defer close(c.ctrlDone)
+		if id.WaitDisconnect(c.ctx) == nil {
+			c.fail(fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerClosed))
+			// Answer the peer's disconnect request, or its rdma_cm
+			// waits for a timeout before it can tear down.
+			id.Disconnect()
+		}
+	}()
+	return c, nil
+}
+
+// listenCM listens through rdma_cm on one device: the one whose GID
+// carries the listening address, or the configured (or first usable)
+// device for a wildcard address.
+func listenCM(cfg config, address string) (*Listener, error) {
+	ln, err := ibv.CMListen(address, 64)
+	if err != nil {
+		return nil, err
+	}
+	dev := cfg.device
+	if dev == "" {
+		if ta, ok := ln.Addr().(ibv.CMAddr); ok && !ta.Addr().IsUnspecified() {
+			_, devs, _ := chooseProvider(ProviderVerbs, "")
+			dev = deviceFor(devs, ta.Addr())
+		}
+	}
+	eng, err := cmEngine(cfg, dev)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	l := &Listener{eng: eng, cfg: cfg, conns: make(chan *Conn), cmln: ln, addr: ln.Addr()}
+	l.ctx, l.stop = context.WithCancel(context.Background())
+	l.wg.Add(1)
+	go l.acceptCM()
+	return l, nil
+}
+
+func (l *Listener) acceptCM() {
+	defer l.wg.Done()
+	sem := make(chan struct{}, maxHandshakes)
+	for {
+		req, err := l.cmln.Accept(l.ctx)
+		if err != nil {
+			return
+		}
+		if req.Device() != l.eng.ctx.Info().Name {
+			req.Reject([]byte("go-rdma: request on another device than the listener's"))
+			req.Close()
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-l.ctx.Done():
+			req.Close()
+			return
+		}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(l.ctx, l.cfg.setup)
+			defer cancel()
+			c, err := cmConn(l.eng, req.CMID, func(qp verbs.QP) error { return req.Accept(ctx, qp, ibv.CMParams{}) })
+			if err != nil {
+				return
+			}
+			select {
+			case l.conns <- c:
+			case <-l.ctx.Done():
+				c.Close()
+			}
+		}()
+	}
+}
+

@@ -1,0 +1,46 @@
+//go:build !(linux && cgo)
+
+package ibv
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/go-rdma/rdma/internal/verbs"
+)
+
+// CMSupported is false: this build has no rdma_cm support.
+const CMSupported = false
+
+var errNoCM = fmt.Errorf("ibv: rdma_cm: %w: this build has no librdmacm support (built without cgo or not on Linux)", verbs.ErrNotSupported)
+
+// CMID is one rdma_cm connection end. This build cannot make one.
+type CMID struct{}
+
+// CMListener listens for rdma_cm connection requests. This build cannot
+// make one.
+type CMListener struct{}
+
+// CMListen fails with verbs.ErrNotSupported in this build.
+func CMListen(addr string, backlog int) (*CMListener, error) { return nil, errNoCM }
+
+// CMDial fails with verbs.ErrNotSupported in this build.
+func CMDial(ctx context.Context, laddr, raddr string) (*CMID, error) { return nil, errNoCM }
+
+func (l *CMListener) Addr() net.Addr                                 { return CMAddr{} }
+func (l *CMListener) Accept(ctx context.Context) (*CMRequest, error) { return nil, errNoCM }
+func (l *CMListener) Close() error                                   { return nil }
+
+func (c *CMID) Device() string                                            { return "" }
+func (c *CMID) Port() uint8                                               { return 0 }
+func (c *CMID) LocalAddr() net.Addr                                       { return CMAddr{} }
+func (c *CMID) RemoteAddr() net.Addr                                      { return CMAddr{} }
+func (c *CMID) PrivateData() []byte                                       { return nil }
+func (c *CMID) ModifyQP(q verbs.QP, state verbs.QPState) error            { return errNoCM }
+func (c *CMID) Connect(ctx context.Context, q verbs.QP, p CMParams) error { return errNoCM }
+func (c *CMID) Accept(ctx context.Context, q verbs.QP, p CMParams) error  { return errNoCM }
+func (c *CMID) Reject(privateData []byte) error                           { return errNoCM }
+func (c *CMID) Disconnect() error                                         { return errNoCM }
+func (c *CMID) WaitDisconnect(ctx context.Context) error                  { return errNoCM }
+func (c *CMID) Close() error                                              { return nil }
