@@ -153,4 +153,3 @@ func (l *Listener) acceptCM() {
 		}()
 	}
 }
-
