@@ -33,10 +33,11 @@ type engine struct {
 // reserve room in it for every WR they can have outstanding, so the CQ
 // can never overrun.
 type cqUnit struct {
-	cq   verbs.CQ
-	ch   verbs.CompChannel
-	p    *poller.Poller
-	free int
+	cq    verbs.CQ
+	ch    verbs.CompChannel
+	p     *poller.Poller
+	free  int
+	conns map[*Conn]struct{} // under engine.mu
 }
 
 // cqEntries is the size of each CQ, bounded by the device.
@@ -109,7 +110,7 @@ func (e *engine) gidFor(local netip.Addr) (verbs.GIDEntry, error) {
 
 // reserve finds a CQ with room for n more entries, making a new one (and
 // its poller) when all are full.
-func (e *engine) reserve(n int) (*cqUnit, error) {
+func (e *engine) reserve(c *Conn, n int) (*cqUnit, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -118,6 +119,7 @@ func (e *engine) reserve(n int) (*cqUnit, error) {
 	for _, u := range e.units {
 		if u.free >= n {
 			u.free -= n
+			u.conns[c] = struct{}{}
 			return u, nil
 		}
 	}
@@ -139,7 +141,7 @@ func (e *engine) reserve(n int) (*cqUnit, error) {
 		u.close()
 		return nil, fmt.Errorf("rdma: %w", err)
 	}
-	if u.p, err = poller.New(u.cq, u.ch, poller.HandlerFunc(e.completions), poller.Config{Mode: e.cfg.pollMode}); err == nil {
+	if u.p, err = poller.New(u.cq, u.ch, poller.HandlerFunc(e.completions), poller.Config{Mode: e.cfg.pollMode, NoLockOSThread: e.cfg.unlocked}); err == nil {
 		err = u.p.Start()
 	}
 	if err != nil {
@@ -147,13 +149,35 @@ func (e *engine) reserve(n int) (*cqUnit, error) {
 		return nil, fmt.Errorf("rdma: %w", err)
 	}
 	u.free = u.cq.Len() - n
+	u.conns = map[*Conn]struct{}{c: {}}
 	e.units = append(e.units, u)
+	go e.watch(u)
 	return u, nil
 }
 
-func (e *engine) unreserve(u *cqUnit, n int) {
+// watch fails the connections of u if its poller stops on an error: no
+// completion of theirs could be delivered any more.
+func (e *engine) watch(u *cqUnit) {
+	<-u.p.Done()
+	err := u.p.Err()
+	if err == nil {
+		return
+	}
+	e.mu.Lock()
+	conns := make([]*Conn, 0, len(u.conns))
+	for c := range u.conns {
+		conns = append(conns, c)
+	}
+	e.mu.Unlock()
+	for _, c := range conns {
+		c.fail(fmt.Errorf("rdma: completion poller stopped: %w", err))
+	}
+}
+
+func (e *engine) unreserve(c *Conn, u *cqUnit, n int) {
 	e.mu.Lock()
 	u.free += n
+	delete(u.conns, c)
 	e.mu.Unlock()
 }
 

@@ -63,6 +63,8 @@ var benchModes = []benchCase{
 	{"busy", Config{Mode: Busy}},
 	{"adaptive", Config{Mode: Adaptive}},
 	{"event", Config{Mode: Event}},
+	{"adaptive-unlocked", Config{Mode: Adaptive, NoLockOSThread: true}},
+	{"event-unlocked", Config{Mode: Event, NoLockOSThread: true}},
 }
 
 // BenchmarkDispatch is the throughput of poll and dispatch: a producer
@@ -169,12 +171,15 @@ func benchWake(b *testing.B, cfg Config, wname string, gap time.Duration) {
 // machine a Busy poller holds one of the Ps for good.
 func BenchmarkFutureWake(b *testing.B) {
 	cases := []benchCase{
-		{"busy", Config{Mode: Busy, YieldEvery: -1}},
-		{"busy-yield64", Config{Mode: Busy, YieldEvery: 64}},
-		{"busy-yield1024", Config{Mode: Busy, YieldEvery: 1024}},
-		{"adaptive", Config{Mode: Adaptive, YieldEvery: -1}},
-		{"adaptive-yield1024", Config{Mode: Adaptive, YieldEvery: 1024}},
+		{"busy-noyield", Config{Mode: Busy, YieldEvery: -1, NoIdleYield: true}},
+		{"busy-yield1024", Config{Mode: Busy, YieldEvery: 1024, NoIdleYield: true}},
+		{"busy", Config{Mode: Busy}},
+		{"busy-unlocked", Config{Mode: Busy, NoLockOSThread: true}},
+		{"adaptive-noyield", Config{Mode: Adaptive, YieldEvery: -1, NoIdleYield: true}},
+		{"adaptive", Config{Mode: Adaptive}},
+		{"adaptive-unlocked", Config{Mode: Adaptive, NoLockOSThread: true}},
 		{"event", Config{Mode: Event}},
+		{"event-unlocked", Config{Mode: Event, NoLockOSThread: true}},
 	}
 	for _, procs := range []int{1, 2} {
 		for _, bc := range cases {
@@ -187,7 +192,7 @@ func BenchmarkFutureWake(b *testing.B) {
 }
 
 func benchFuture(b *testing.B, cfg Config, delay time.Duration) {
-	ch := newFakeChan()
+	ch := benchWaker(b, "pipe")
 	cq := newFakeCQ(64, ch)
 	futures := make([]chan struct{}, b.N)
 	for i := range futures {
@@ -242,6 +247,24 @@ func benchFuture(b *testing.B, cfg Config, delay time.Duration) {
 	pollLat.report(b, "poll-")
 	wakeLat.report(b, "wake-")
 	e2e.report(b, "e2e-")
+	s := p.Stats()
+	b.ReportMetric(float64(s.Yields)/float64(b.N), "yields/op")
+	b.ReportMetric(float64(s.Parks)/float64(b.N), "parks/op")
+}
+
+// BenchmarkSpinSweep chooses the default spin: the wake latency of an
+// Adaptive poller (pipe waker, like the verbs provider) for completions
+// that arrive gap after the previous one, for several spins. A gap below
+// the spin costs spin-gap of CPU and no park; a gap above it costs a park
+// and the whole spin.
+func BenchmarkSpinSweep(b *testing.B) {
+	for _, spin := range []time.Duration{10 * time.Microsecond, 25 * time.Microsecond, 50 * time.Microsecond, 100 * time.Microsecond} {
+		for _, gap := range []time.Duration{5 * time.Microsecond, 20 * time.Microsecond, 40 * time.Microsecond, 80 * time.Microsecond} {
+			b.Run(fmt.Sprintf("spin=%v/gap=%v", spin, gap), func(b *testing.B) {
+				benchWake(b, Config{Mode: Adaptive, Spin: spin}, "pipe", gap)
+			})
+		}
+	}
 }
 
 // BenchmarkLockedPark is the cost of parking and waking a goroutine that
@@ -270,5 +293,23 @@ func BenchmarkLockedPark(b *testing.B) {
 			close(ping)
 			<-pong
 		})
+	}
+}
+
+// BenchmarkKick is the cost of Kick on a poller that is spinning (the
+// common case: two atomic operations).
+func BenchmarkKick(b *testing.B) {
+	ch := newFakeChan()
+	p, err := New(newFakeCQ(64, ch), ch, HandlerFunc(func([]verbs.WorkCompletion) {}), Config{Spin: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Kick()
 	}
 }

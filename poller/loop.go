@@ -28,8 +28,10 @@ const flushEvery = 1024
 const clockEvery = 16
 
 func (p *Poller) run() {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	if !p.cfg.NoLockOSThread {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
 	var ls loopState
 	err := p.loop(&ls)
 	p.flush(&ls)
@@ -90,10 +92,16 @@ func (p *Poller) poll(ls *loopState) (int, error) {
 
 // spin polls until Close, or, when window > 0, until the CQ has stayed
 // empty for window nanoseconds with no Kick in between.
+//
+// Goroutines that the handler readies (futures' waiters) go to this P's
+// runnext slot, where no other P may take them for a while; so the first
+// time the CQ is found empty after a burst of completions the poller
+// yields once, and the waiters run at once (see the package doc).
 func (p *Poller) spin(ls *loopState, window int64) error {
 	var idle int    // consecutive empty polls
 	var since int64 // when the CQ was first seen empty
-	yield := p.cfg.YieldEvery
+	every := p.yieldEvery()
+	dirty := false // completions handled since the last yield
 	for !p.stop.Load() {
 		n, err := p.poll(ls)
 		if err != nil {
@@ -101,12 +109,20 @@ func (p *Poller) spin(ls *loopState, window int64) error {
 		}
 		if n > 0 {
 			idle = 0
+			dirty = true
 			continue
 		}
 		idle++
-		if yield > 0 && idle%yield == 0 {
-			p.st.yields.Add(1)
-			runtime.Gosched()
+		switch {
+		case dirty:
+			dirty = false
+			if !p.cfg.NoIdleYield {
+				p.yield()
+			}
+		case every > 0 && idle%every == 0:
+			p.yield()
+		case idle%autoCheckEvery == 0:
+			every = p.yieldEvery() // GOMAXPROCS may have changed
 		}
 		if window <= 0 {
 			continue
@@ -122,6 +138,30 @@ func (p *Poller) spin(ls *loopState, window int64) error {
 		}
 	}
 	return nil
+}
+
+// autoCheckEvery is how often (in empty polls) a spinning poller with the
+// automatic YieldEvery re-reads GOMAXPROCS.
+const autoCheckEvery = 1 << 16
+
+// autoYieldEvery is the automatic YieldEvery when GOMAXPROCS is 1.
+const autoYieldEvery = 1024
+
+func (p *Poller) yieldEvery() int {
+	switch {
+	case p.cfg.YieldEvery > 0:
+		return p.cfg.YieldEvery
+	case p.cfg.YieldEvery < 0:
+		return 0
+	case runtime.GOMAXPROCS(0) == 1:
+		return autoYieldEvery
+	}
+	return 0
+}
+
+func (p *Poller) yield() {
+	p.st.yields.Add(1)
+	runtime.Gosched()
 }
 
 // drain polls until a poll comes back short: the CQ was empty then.
@@ -162,12 +202,14 @@ func (p *Poller) park(ls *loopState) error {
 			return nil
 		}
 	}
+	// Take the wait's context before announcing the park: a Kick that
+	// sees parked cancels this very context, never one made after it.
+	ctx := p.waitCtx()
 	p.parked.Store(true)
 	if p.kick.Swap(false) {
 		p.parked.Store(false)
 		return nil
 	}
-	ctx := p.waitCtx()
 	p.flush(ls)
 	p.st.parks.Add(1)
 	cq, err := p.ch.GetEvent(ctx)
@@ -179,6 +221,10 @@ func (p *Poller) park(ls *loopState) error {
 			return nil
 		}
 		return err
+	}
+	if cq == nil { // a provider bug; treat it as a spurious wake-up
+		p.st.wakeups.Add(1)
+		return nil
 	}
 	cq.AckEvents(1)
 	p.st.events.Add(1)

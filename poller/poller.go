@@ -54,9 +54,6 @@ const (
 	MinBatch     = 32
 	MaxBatch     = 4096
 	DefaultSpin  = 50 * time.Microsecond
-	// DefaultYieldEvery is how many consecutive empty polls a spinning
-	// poller makes before runtime.Gosched; see the package documentation.
-	DefaultYieldEvery = 0
 )
 
 // Handler receives the completions of one CQ.
@@ -79,7 +76,9 @@ type HandlerFunc func(wc []verbs.WorkCompletion)
 func (f HandlerFunc) Completions(wc []verbs.WorkCompletion) { f(wc) }
 
 // Config configures a Poller. The zero Config is the default: Adaptive,
-// batches of 64, a 50 µs spin.
+// batches of 64, a 50 µs spin, one yield after each burst, automatic
+// YieldEvery, and a goroutine locked to its OS thread. The package
+// documentation gives the measurements behind these choices.
 type Config struct {
 	// Mode is Adaptive (the zero value), Busy or Event.
 	Mode Mode
@@ -91,11 +90,23 @@ type Config struct {
 	// Busy and Event ignore it.
 	Spin time.Duration
 	// YieldEvery makes a spinning poller (Busy, and Adaptive while it
-	// spins) call runtime.Gosched after every YieldEvery consecutive
-	// empty polls. Zero means DefaultYieldEvery; negative means never.
-	// On a locked thread each yield hands the P to another thread and
-	// back, so it costs microseconds; see the package documentation.
+	// spins) call runtime.Gosched after every YieldEvery consecutive empty
+	// polls, so that goroutines and timers queued on its P get to run.
+	// Zero is automatic: every 1024 empty polls while GOMAXPROCS is 1
+	// (without a yield a Busy poller would hold the only P until the
+	// runtime preempts it, some 10-20 ms), never otherwise. Negative
+	// means never. On a locked thread each yield hands the P to another
+	// thread and back, which costs microseconds.
 	YieldEvery int
+	// NoIdleYield stops a spinning poller from yielding once when it
+	// finds the CQ empty after handling completions. That yield lets the
+	// goroutines the handler woke run on the poller's P at once instead
+	// of waiting, tens of microseconds, for another P to steal them.
+	NoIdleYield bool
+	// NoLockOSThread runs the poller on an ordinary goroutine instead of
+	// one locked to its OS thread. Yields and parks then cost no thread
+	// switch; see the package documentation for the figures.
+	NoLockOSThread bool
 
 	// noRepoll drops the poll between arming and parking. Only the tests
 	// set it, to show that they catch the completion it would lose.
@@ -117,9 +128,9 @@ const (
 	stateClosed
 )
 
-// Poller polls one CQ on its own goroutine, locked to an OS thread, and
-// hands every completion to its Handler. Its methods are safe for
-// concurrent use.
+// Poller polls one CQ on its own goroutine, locked to an OS thread unless
+// Config.NoLockOSThread, and hands every completion to its Handler. Its
+// methods are safe for concurrent use.
 type Poller struct {
 	cq  verbs.CQ
 	ch  verbs.CompChannel
@@ -176,12 +187,6 @@ func New(cq verbs.CQ, ch verbs.CompChannel, h Handler, cfg Config) (*Poller, err
 	if cfg.Spin == 0 {
 		cfg.Spin = DefaultSpin
 	}
-	switch {
-	case cfg.YieldEvery == 0:
-		cfg.YieldEvery = DefaultYieldEvery
-	case cfg.YieldEvery < 0:
-		cfg.YieldEvery = 0
-	}
 	p := &Poller{
 		cq:   cq,
 		ch:   ch,
@@ -195,7 +200,8 @@ func New(cq verbs.CQ, ch verbs.CompChannel, h Handler, cfg Config) (*Poller, err
 	return p, nil
 }
 
-// Config is the configuration in effect, defaults filled in.
+// Config is the configuration in effect, defaults filled in (an
+// automatic YieldEvery stays 0).
 func (p *Poller) Config() Config { return p.cfg }
 
 // Start starts the polling goroutine. It fails on a poller that was

@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -54,7 +53,7 @@ func (c *collector) Completions(wc []verbs.WorkCompletion) {
 	}
 	c.maxLen = max(c.maxLen, len(wc))
 	if c.tids != nil {
-		c.tids[syscall.Gettid()]++
+		c.tids[threadID()]++
 	}
 	if c.total.Add(uint64(len(wc))) >= c.target {
 		c.once.Do(func() { close(c.done) })
@@ -89,6 +88,19 @@ func waitOrFail(t *testing.T, ch <-chan struct{}, what string, p *Poller) {
 		}
 		t.Fatalf("%s: not within %v%s", what, bound, s)
 	}
+}
+
+// spinUntil yields until cond holds and reports whether it did within
+// bound.
+func spinUntil(cond func() bool) bool {
+	deadline := time.Now().Add(bound)
+	for i := 0; !cond(); i++ {
+		if i%1024 == 0 && time.Now().After(deadline) {
+			return false
+		}
+		runtime.Gosched()
+	}
+	return true
 }
 
 func mustNew(t *testing.T, cq verbs.CQ, ch verbs.CompChannel, h Handler, cfg Config) *Poller {
@@ -141,7 +153,7 @@ func TestNewValidates(t *testing.T) {
 	}
 	defer p.Close()
 	got := p.Config()
-	if got.Mode != Adaptive || got.Batch != DefaultBatch || got.Spin != DefaultSpin || got.YieldEvery != DefaultYieldEvery {
+	if got.Mode != Adaptive || got.Batch != DefaultBatch || got.Spin != DefaultSpin {
 		t.Errorf("zero Config resolved to %+v", got)
 	}
 }
@@ -230,8 +242,8 @@ func TestCloseWakesParked(t *testing.T) {
 			}
 			defer ch.Close()
 			p := mustNew(t, newFakeCQ(64, ch), ch, newCollector(1, 1), Config{Mode: m, Spin: time.Microsecond})
-			for p.Stats().Parks == 0 { // no sleep: the poller parks within its spin
-				runtime.Gosched()
+			if !spinUntil(func() bool { return p.Stats().Parks > 0 }) {
+				t.Fatalf("poller never parked: %+v", p.Stats())
 			}
 			closed := make(chan struct{})
 			go func() { p.Close(); close(closed) }()
@@ -268,8 +280,8 @@ func TestDelivers(t *testing.T) {
 					for i := range k {
 						buf[i] = verbs.WorkCompletion{WRID: uint64(id + i)}
 					}
-					for !cq.push(buf[:k]) {
-						runtime.Gosched()
+					if !spinUntil(func() bool { return cq.push(buf[:k]) }) {
+						t.Fatalf("no room in the CQ; stats %+v", p.Stats())
 					}
 					id += k
 					if size%10 == 0 {
@@ -286,7 +298,7 @@ func TestDelivers(t *testing.T) {
 				if s.Completions != n || s.MaxBatch > 32 || s.Polls < s.EmptyPolls+n/32 {
 					t.Fatalf("stats %+v", s)
 				}
-				if m != Busy && s.Arms == 0 {
+				if m == Event && s.Arms == 0 { // Adaptive may never see the CQ idle for a whole spin
 					t.Fatalf("%s poller never armed: %+v", m, s)
 				}
 				if got := cq.acked.Load(); uint64(got) != s.Events {
@@ -343,12 +355,8 @@ func TestAdversarial(t *testing.T) {
 					cq.push1(uint64(k + rounds))
 				}
 				want := uint64(k + rounds)
-				deadline := time.Now().Add(bound)
-				for c.total.Load() < want {
-					if time.Now().After(deadline) {
-						t.Fatalf("%d of %d completions handled; stats %+v", c.total.Load(), want, p.Stats())
-					}
-					runtime.Gosched()
+				if !spinUntil(func() bool { return c.total.Load() >= want }) {
+					t.Fatalf("%d of %d completions handled; stats %+v", c.total.Load(), want, p.Stats())
 				}
 				waitOrFail(t, ch.blocked, "poller parks after the last completion", p)
 				p.Close()
@@ -458,8 +466,9 @@ func TestConcurrentProducers(t *testing.T) {
 							for i := range k {
 								buf[i] = verbs.WorkCompletion{WRID: uint64(id + i)}
 							}
-							for !cq.push(buf[:k]) {
-								runtime.Gosched()
+							if !spinUntil(func() bool { return cq.push(buf[:k]) }) {
+								t.Errorf("no room in the CQ; stats %+v", p.Stats())
+								return
 							}
 							id += k
 							switch x >> 60 {
@@ -472,6 +481,9 @@ func TestConcurrentProducers(t *testing.T) {
 					})
 				}
 				wg.Wait()
+				if t.Failed() {
+					return
+				}
 				// The injector needs the poller to keep cycling until it has
 				// injected its share: kick it round.
 				deadline := time.Now().Add(bound)
@@ -603,6 +615,9 @@ func TestChannelClosedStops(t *testing.T) {
 // TestLockedThread checks that the handler always runs on the same OS
 // thread, across parks and wake-ups.
 func TestLockedThread(t *testing.T) {
+	if threadID() < 0 {
+		t.Skip("no thread IDs on this OS")
+	}
 	ch := newFakeChan()
 	ch.blocked = make(chan struct{}, 1)
 	cq := newFakeCQ(64, ch)
@@ -635,11 +650,9 @@ func TestSteadyStateNoAllocs(t *testing.T) {
 			round := func(rounds int) {
 				for range rounds {
 					want := c.total.Load() + DefaultBatch
-					for !cq.push(batch) {
-						runtime.Gosched()
-					}
-					for c.total.Load() < want {
-						runtime.Gosched()
+					if !spinUntil(func() bool { return cq.push(batch) }) ||
+						!spinUntil(func() bool { return c.total.Load() >= want }) {
+						t.Fatalf("batch not handled; stats %+v", p.Stats())
 					}
 				}
 			}
@@ -674,5 +687,75 @@ func TestPollAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations per batch", allocs)
+	}
+}
+
+// TestIdleYield checks the one yield a spinning poller makes when the CQ
+// runs dry after a burst, and that NoIdleYield turns it off.
+func TestIdleYield(t *testing.T) {
+	for _, noIdle := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoIdleYield=%v", noIdle), func(t *testing.T) {
+			cq := newFakeCQ(64, nil)
+			c := newCollector(1, 1)
+			cq.push1(0)
+			p := mustNew(t, cq, nil, c, Config{Mode: Busy, YieldEvery: -1, NoIdleYield: noIdle})
+			waitOrFail(t, c.done, "completion handled", p)
+			want := uint64(1)
+			if noIdle {
+				want = 0
+			}
+			// The yield follows the first empty poll after the batch.
+			if !spinUntil(func() bool { return p.Stats().EmptyPolls >= 2*flushEvery }) {
+				t.Fatalf("poller stopped polling: %+v", p.Stats())
+			}
+			p.Close()
+			if s := p.Stats(); s.Yields != want {
+				t.Fatalf("%d yields, want %d: %+v", s.Yields, want, s)
+			}
+		})
+	}
+}
+
+// TestYieldEveryAuto checks that a Busy poller yields regularly while
+// GOMAXPROCS is 1 and never otherwise.
+func TestYieldEveryAuto(t *testing.T) {
+	for _, procs := range []int{1, 2} {
+		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			p := mustNew(t, newFakeCQ(64, nil), nil, newCollector(1, 1), Config{Mode: Busy, NoIdleYield: true})
+			if !spinUntil(func() bool { return p.Stats().EmptyPolls >= 64*autoYieldEvery }) {
+				t.Fatalf("poller stopped polling: %+v", p.Stats())
+			}
+			p.Close()
+			s := p.Stats()
+			if procs == 1 && s.Yields < s.EmptyPolls/autoYieldEvery-1 {
+				t.Fatalf("%d yields in %d empty polls at GOMAXPROCS 1", s.Yields, s.EmptyPolls)
+			}
+			if procs > 1 && s.Yields != 0 {
+				t.Fatalf("%d yields at GOMAXPROCS %d", s.Yields, procs)
+			}
+		})
+	}
+}
+
+// TestUnlocked runs the poller on an ordinary goroutine: everything but
+// the thread pinning behaves the same.
+func TestUnlocked(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.String(), func(t *testing.T) {
+			ch := newFakeChan()
+			cq := newFakeCQ(64, ch)
+			const n = 500
+			c := newCollector(n, n)
+			p := mustNew(t, cq, ch, c, Config{Mode: m, NoLockOSThread: true, Spin: time.Microsecond})
+			for i := range n {
+				if !spinUntil(func() bool { return cq.push1(uint64(i)) }) {
+					t.Fatalf("no room in the CQ; stats %+v", p.Stats())
+				}
+			}
+			waitOrFail(t, c.done, "all handled", p)
+			p.Close()
+			c.exactlyOnce(t, n)
+		})
 	}
 }
