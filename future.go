@@ -16,8 +16,9 @@ import (
 type Future struct {
 	state atomic.Uint32 // 0 pending, 1 resolved
 
-	mu   sync.Mutex
-	done chan struct{} // made on demand by Done or a blocking Wait
+	mu     sync.Mutex
+	done   chan struct{} // made on demand by Done
+	waiter chan struct{} // a pooled wake-up channel of one blocked Wait
 
 	err  error
 	n    int     // bytes moved or received
@@ -60,13 +61,46 @@ func (f *Future) Wait(ctx context.Context) error {
 	if f.state.Load() == 1 {
 		return f.err
 	}
+	// Borrow a wake-up channel rather than making Done's: a future is
+	// waited on once, typically, and this keeps Wait free of allocations.
+	w := wakePool.Get().(chan struct{})
+	f.mu.Lock()
+	if f.state.Load() == 1 {
+		f.mu.Unlock()
+		wakePool.Put(w)
+		return f.err
+	}
+	if f.waiter != nil { // another goroutine waits already
+		f.mu.Unlock()
+		wakePool.Put(w)
+		select {
+		case <-f.Done():
+			return f.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f.waiter = w
+	f.mu.Unlock()
 	select {
-	case <-f.Done():
+	case <-w:
+		wakePool.Put(w)
 		return f.err
 	case <-ctx.Done():
+		f.mu.Lock()
+		woken := f.waiter == nil // resolve took it and sent (or sends) a token
+		f.waiter = nil
+		f.mu.Unlock()
+		if woken {
+			<-w // drain, so the pooled channel is empty
+		}
+		wakePool.Put(w)
 		return ctx.Err()
 	}
 }
+
+// wakePool holds one-slot channels for Wait.
+var wakePool = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
 
 // Resolved reports whether the future has resolved, without blocking.
 func (f *Future) Resolved() bool { return f.state.Load() == 1 }
@@ -129,6 +163,10 @@ func (f *Future) resolve(err error, n int, imm uint32, hasImm bool, pb *pool.Buf
 	f.state.Store(1)
 	if f.done != nil {
 		close(f.done)
+	}
+	if f.waiter != nil {
+		f.waiter <- struct{}{} // one slot, never full: the waiter drains it
+		f.waiter = nil
 	}
 	f.mu.Unlock()
 	return true
