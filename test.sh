@@ -49,8 +49,10 @@ fi
 
 # Packages whose tests run on the rxe device in the VM.
 VM_PKGS=(. internal/ibv internal/conformance)
-bindir=$(mktemp -d)
-trap 'rm -rf "$bindir"' EXIT
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+bindir=$work/vmbin
+mkdir -p "$bindir"
 step "build test binaries for the VM"
 specs=()
 for p in "${VM_PKGS[@]}"; do
@@ -59,10 +61,16 @@ for p in "${VM_PKGS[@]}"; do
   specs+=("$p=$b")
 done
 
+# The tests run in their package directories (for testdata). The guest sees
+# the host's root read-only but has its own /tmp, so ship a copy of the
+# tracked sources with the binaries rather than rely on this checkout's path.
+mkdir -p "$bindir/src"
+git ls-files -z | xargs -0 tar cf - | tar xf - -C "$bindir/src"
+
 step "verbs tests on rxe in one VM"
-out=$bindir/vm.log
+out=$work/vm.log
 rc=0
-test/vm/run.sh -t 900 -f "$bindir" -f test/vm/gotests.sh -c "cd $(basename "$bindir") && bash ../gotests.sh $PWD ${specs[*]}" | tee "$out" || rc=$?
+test/vm/run.sh -t 900 -f "$bindir" -f test/vm/gotests.sh -c "cd $(basename "$bindir") && bash ../gotests.sh \$PWD/src ${specs[*]}" | tee "$out" || rc=$?
 n=$(sed -n 's/.*VM-SUMMARY: verbs_tests_passed=\([0-9]*\).*/\1/p' "$out" | tail -1)
 vm_all=$(sed -n 's/.*VM-SUMMARY: .*all_tests_passed=\([0-9]*\).*/\1/p' "$out" | tail -1)
 echo "tests passed on the rxe device: ${n:-0}"
@@ -70,10 +78,10 @@ echo "tests passed on the rxe device: ${n:-0}"
 [ "${n:-0}" -gt 0 ] || { echo "no test ran on the rxe device"; exit 1; }
 
 step "RC between two VMs"
-go test -c -o "$bindir/ibv.test" ./internal/ibv
-out2=$bindir/vm2.log
+cp "$bindir/internal_ibv.test" "$work/ibv.test"
+out2=$work/vm2.log
 rc=0
-test/vm/run2.sh -t 600 -f "$bindir/ibv.test" -f test/vm/twohost.sh test/vm/twohost-server.sh test/vm/twohost-client.sh | tee "$out2" || rc=$?
+test/vm/run2.sh -t 600 -f "$work/ibv.test" -f test/vm/twohost.sh test/vm/twohost-server.sh test/vm/twohost-client.sh | tee "$out2" || rc=$?
 [ "$rc" = 0 ] || { echo "two-VM test failed (exit $rc)"; exit 1; }
 n2=$(grep -c -- '--- PASS: TestVerbsTwoHostRC' "$out2" || true)
 [ "$n2" = 2 ] || { echo "two-VM test: $n2 of 2 sides passed"; exit 1; }
