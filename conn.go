@@ -764,7 +764,16 @@ func (c *Conn) Close() error {
 			c.ctrlMu.Unlock()
 		}
 		if c.cm != nil {
+			// Keep the QP in RTS until the peer has answered the
+			// disconnect (bounded): moving it to ERR at once can drop
+			// the ACK of the last message the peer sent us (rxe
+			// completes a receive before it acknowledges it), and the
+			// peer would then wait for its retries.
 			c.cm.Disconnect()
+			select {
+			case <-c.ctrlDone:
+			case <-time.After(2 * time.Second):
+			}
 		}
 		c.closeErr = c.teardown()
 	})

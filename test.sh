@@ -48,7 +48,7 @@ if [ "${SKIP_VM:-0}" = 1 ]; then
 fi
 
 # Packages whose tests run on the rxe device in the VM.
-VM_PKGS=(. internal/ibv internal/conformance)
+VM_PKGS=(. internal/ibv internal/conformance cmd/examples/quickstart)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 bindir=$work/vmbin
@@ -77,15 +77,16 @@ echo "tests passed on the rxe device: ${n:-0}"
 [ "$rc" = 0 ] || { echo "VM tests failed (exit $rc)"; exit 1; }
 [ "${n:-0}" -gt 0 ] || { echo "no test ran on the rxe device"; exit 1; }
 
-step "RC between two VMs"
+step "two hosts: RC on rxe and the soft provider over TCP, between two VMs"
 cp "$bindir/internal_ibv.test" "$work/ibv.test"
+cp "$bindir/r.test" "$work/root.test"
 out2=$work/vm2.log
 rc=0
-test/vm/run2.sh -t 600 -f "$work/ibv.test" -f test/vm/twohost.sh test/vm/twohost-server.sh test/vm/twohost-client.sh | tee "$out2" || rc=$?
-[ "$rc" = 0 ] || { echo "two-VM test failed (exit $rc)"; exit 1; }
-n2=$(grep -c -- '--- PASS: TestVerbsTwoHostRC' "$out2" || true)
-[ "$n2" = 2 ] || { echo "two-VM test: $n2 of 2 sides passed"; exit 1; }
+test/vm/run2.sh -t 600 -f "$work/ibv.test" -f "$work/root.test" -f test/vm/twohost.sh test/vm/twohost-server.sh test/vm/twohost-client.sh | tee "$out2" || rc=$?
+[ "$rc" = 0 ] || { echo "two-VM tests failed (exit $rc)"; exit 1; }
+n2=$(grep -cE -- '--- PASS: (TestVerbsTwoHostRC|TestTwoHostSoft)' "$out2" || true)
+[ "$n2" = 4 ] || { echo "two-VM tests: $n2 of 4 passed (RC on rxe and soft over TCP, each side)"; exit 1; }
 
 step "done in $(( $(date +%s) - T0 ))s"
-echo "rxe: $n tests passed on the rxe device in one VM, and the two-host RC test on both of two VMs"
+echo "rxe: $n tests passed on the rxe device in one VM; two VMs: RC on rxe and soft over TCP passed on both sides"
 echo "$((host_passed + ${vm_all:-0} + n2)) passed, 0 failed"

@@ -1,9 +1,12 @@
 #!/bin/bash
-# Guest job for the two-VM test: run the ibv test binary's two-host RC test
-# in the role given as $1 (server or client). The client's Dial retries
-# while the server VM boots (see TestVerbsTwoHostRC).
+# Guest job for the two-VM tests, in the role given as $1 (server or
+# client): the ibv two-host RC test on rxe, then the soft provider's TCP
+# transport between the two hosts. Each client retries while the server
+# side starts.
 set -u
-role=$1
-export RDMA_TWOHOST_ROLE=$role
+export RDMA_TWOHOST_ROLE=$1
 ulimit -l unlimited
-timeout 300 ./ibv.test -test.v -test.count=1 -test.run '^TestVerbsTwoHostRC$'
+rc=0
+timeout 300 ./ibv.test -test.v -test.count=1 -test.run '^TestVerbsTwoHostRC$' || rc=1
+timeout 300 ./root.test -test.v -test.count=1 -test.run '^TestTwoHostSoft$' || rc=1
+exit $rc
