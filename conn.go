@@ -661,7 +661,7 @@ func (c *Conn) onRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 		f := c.waiters[0]
 		c.waiters[0] = nil
 		c.waiters = c.waiters[1:]
-		c.repostLocked(1)
+		c.refillLocked()
 		c.rmu.Unlock()
 		f.resolve(nil, m.n, m.imm, m.has, m.pb, 0)
 		return
@@ -680,7 +680,7 @@ func (c *Conn) Recv() *Future {
 		m := c.ready[0]
 		c.ready[0] = message{}
 		c.ready = c.ready[1:]
-		c.repostLocked(1)
+		c.refillLocked()
 		c.rmu.Unlock()
 		f := &Future{}
 		f.resolve(nil, m.n, m.imm, m.has, m.pb, 0)
@@ -694,6 +694,15 @@ func (c *Conn) Recv() *Future {
 	c.waiters = append(c.waiters, f)
 	c.rmu.Unlock()
 	return f
+}
+
+// refillLocked re-posts consumed receives once enough of them add up to
+// a batch: one chain and one doorbell for many, as the peer libraries
+// that kept receives deep learned. Caller holds rmu.
+func (c *Conn) refillLocked() {
+	if gap := len(c.rwrs) - c.rposted - len(c.ready); gap >= max(1, len(c.rwrs)/8) {
+		c.repostLocked(gap)
+	}
 }
 
 // repostLocked posts up to k receives, keeping at most rqDepth posted or
