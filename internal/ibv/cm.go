@@ -135,9 +135,11 @@ static int gordma_cm_resolve_addr(struct rdma_cm_id *id, int has_src, const uint
 	return 0;
 }
 
-// gordma_cm_connect and gordma_cm_accept build rdma_conn_param in C
-// memory; librdmacm copies the private data into its command.
-static int gordma_cm_connect(struct rdma_cm_id *id, uint32_t qpn, int srq, uint8_t rr, uint8_t depth,
+// gordma_cm_establish builds rdma_conn_param in C memory and calls
+// rdma_connect (active side) or rdma_accept (passive side; retry is the
+// active side's and ignored); librdmacm copies the private data into its
+// command.
+static int gordma_cm_establish(struct rdma_cm_id *id, int accept, uint32_t qpn, int srq, uint8_t rr, uint8_t depth,
 		uint8_t retry, uint8_t rnr, const void *data, uint8_t len) {
 	struct rdma_conn_param p;
 	memset(&p, 0, sizeof(p));
@@ -145,28 +147,12 @@ static int gordma_cm_connect(struct rdma_cm_id *id, uint32_t qpn, int srq, uint8
 	p.srq = srq ? 1 : 0;
 	p.responder_resources = rr;
 	p.initiator_depth = depth;
-	p.retry_count = retry;
+	p.retry_count = accept ? 0 : retry;
 	p.rnr_retry_count = rnr;
 	p.private_data = len ? data : NULL;
 	p.private_data_len = len;
 	errno = 0;
-	if (rdma_connect(id, &p) != 0) return errno ? errno : EIO;
-	return 0;
-}
-
-static int gordma_cm_accept(struct rdma_cm_id *id, uint32_t qpn, int srq, uint8_t rr, uint8_t depth,
-		uint8_t rnr, const void *data, uint8_t len) {
-	struct rdma_conn_param p;
-	memset(&p, 0, sizeof(p));
-	p.qp_num = qpn;
-	p.srq = srq ? 1 : 0;
-	p.responder_resources = rr;
-	p.initiator_depth = depth;
-	p.rnr_retry_count = rnr;
-	p.private_data = len ? data : NULL;
-	p.private_data_len = len;
-	errno = 0;
-	if (rdma_accept(id, &p) != 0) return errno ? errno : EIO;
+	if ((accept ? rdma_accept(id, &p) : rdma_connect(id, &p)) != 0) return errno ? errno : EIO;
 	return 0;
 }
 
@@ -763,7 +749,7 @@ func (c *CMID) connect(ctx context.Context, q *qp, p CMParams, retry, rnr uint8)
 	if !c.lt.Enter() {
 		return verbs.ErrClosed
 	}
-	rc := C.gordma_cm_connect(c.id, C.uint32_t(q.qpn), srq, C.uint8_t(rr), C.uint8_t(depth), C.uint8_t(retry), C.uint8_t(rnr), data, n)
+	rc := C.gordma_cm_establish(c.id, 0, C.uint32_t(q.qpn), srq, C.uint8_t(rr), C.uint8_t(depth), C.uint8_t(retry), C.uint8_t(rnr), data, n)
 	c.lt.Exit()
 	if rc != 0 {
 		return errnoErr("rdma_connect", syscall.Errno(rc))
@@ -853,7 +839,7 @@ func (c *CMID) accept(ctx context.Context, q *qp, p CMParams, rnr uint8) error {
 	if !c.lt.Enter() {
 		return verbs.ErrClosed
 	}
-	rc := C.gordma_cm_accept(c.id, C.uint32_t(q.qpn), srq, C.uint8_t(rr), C.uint8_t(depth), C.uint8_t(rnr), data, n)
+	rc := C.gordma_cm_establish(c.id, 1, C.uint32_t(q.qpn), srq, C.uint8_t(rr), C.uint8_t(depth), 0, C.uint8_t(rnr), data, n)
 	c.lt.Exit()
 	if rc != 0 {
 		q.ToError()
