@@ -1,0 +1,234 @@
+package rdma_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/net/nettest"
+
+	"github.com/go-rdma/rdma"
+)
+
+// inVM reports whether the tests run in the emulated VM, where sizes are
+// scaled down.
+func inVM() bool { return os.Getenv("RDMA_VM") == "1" }
+
+// streamPair connects two stream conns over a fresh listener.
+func streamPair(t testing.TB, opts ...rdma.Option) (client, server *rdma.StreamConn) {
+	t.Helper()
+	c, s, stop, err := makeStreamPipe(opts)()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return c.(*rdma.StreamConn), s.(*rdma.StreamConn)
+}
+
+func makeStreamPipe(opts []rdma.Option) nettest.MakePipe {
+	return func() (c1, c2 net.Conn, stop func(), err error) {
+		ln, err := rdma.ListenStream("rdma", "127.0.0.1:0", opts...)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		defer ln.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		type res struct {
+			c   net.Conn
+			err error
+		}
+		ch := make(chan res, 1)
+		go func() {
+			c, err := ln.(*rdma.StreamListener).AcceptContext(ctx)
+			ch <- res{c, err}
+		}()
+		c1, err = rdma.DialStream(ctx, "rdma", ln.Addr().String(), opts...)
+		r := <-ch
+		if err != nil || r.err != nil {
+			if c1 != nil {
+				c1.Close()
+			}
+			if r.c != nil {
+				r.c.Close()
+			}
+			return nil, nil, nil, errors.Join(err, r.err)
+		}
+		stop = func() {
+			c1.Close()
+			r.c.Close()
+		}
+		return c1, r.c, stop, nil
+	}
+}
+
+// TestStreamNettest runs x/net/nettest's conformance suite for net.Conn.
+func TestStreamNettest(t *testing.T) {
+	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
+		nettest.TestConn(t, makeStreamPipe(opts))
+	})
+}
+
+// TestStreamBasic: bytes in order both ways, full-duplex, large writes
+// pipelined past the window, EOF after CloseWrite, then the other way.
+func TestStreamBasic(t *testing.T) { eachProvider(t, testStreamBasic) }
+
+func testStreamBasic(t *testing.T, opts []rdma.Option) {
+	c, s := streamPair(t, opts...)
+	size := 8 << 20
+	if inVM() {
+		size = 1 << 20
+	}
+	a := make([]byte, size)
+	b := make([]byte, size/2+12345)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for i := range a {
+		a[i] = byte(rnd.Uint32())
+	}
+	for i := range b {
+		b[i] = byte(rnd.Uint32())
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	// c → s and s → c at once, both ends half-closing.
+	wg.Add(4)
+	go func() {
+		defer wg.Done()
+		// Writes of odd sizes.
+		for off := 0; off < len(a); {
+			n := min(len(a)-off, 1+rnd2(off)%200000)
+			if _, err := c.Write(a[off : off+n]); err != nil {
+				errs <- err
+				return
+			}
+			off += n
+		}
+		errs <- c.CloseWrite()
+	}()
+	go func() {
+		defer wg.Done()
+		if _, err := s.Write(b); err != nil {
+			errs <- err
+			return
+		}
+		errs <- s.CloseWrite()
+	}()
+	var gotA, gotB []byte
+	go func() {
+		defer wg.Done()
+		var err error
+		gotA, err = io.ReadAll(s)
+		errs <- err
+	}()
+	go func() {
+		defer wg.Done()
+		var err error
+		gotB, err = io.ReadAll(c)
+		errs <- err
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(gotA, a) {
+		t.Fatalf("c→s: got %d bytes, want %d (equal prefix %d)", len(gotA), len(a), commonPrefix(gotA, a))
+	}
+	if !bytes.Equal(gotB, b) {
+		t.Fatalf("s→c: got %d bytes, want %d", len(gotB), len(b))
+	}
+	// After the peer's fin, Read keeps returning EOF; Write after
+	// CloseWrite fails with EPIPE.
+	if n, err := s.Read(make([]byte, 10)); n != 0 || err != io.EOF {
+		t.Fatalf("read after EOF: %d, %v", n, err)
+	}
+	if _, err := c.Write([]byte("x")); !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("write after CloseWrite: %v", err)
+	}
+	if c.RDMAConn() == nil || c.RDMAConn().Provider() == "" {
+		t.Fatal("no underlying conn")
+	}
+}
+
+func rnd2(i int) int { return (i*7919 + 13) & 0x7fffffff }
+
+func commonPrefix(a, b []byte) int {
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// TestStreamSmallWindow: the smallest queues (windows of one, two and
+// five messages of 64 bytes) in both directions at once, with writes and reads of random
+// sizes: every credit path is taken many times, and nothing stalls.
+func TestStreamSmallWindow(t *testing.T) {
+	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
+		for _, depth := range []int{7, 8, 11} {
+			t.Run(fmt.Sprint("depth", depth), func(t *testing.T) {
+				o := append(opts[:len(opts):len(opts)], rdma.WithQueueDepth(depth, depth), rdma.WithMaxMessage(64))
+				c, s := streamPair(t, o...)
+				size := 200 << 10
+				if inVM() {
+					size = 8 << 10
+				}
+				var wg sync.WaitGroup
+				errs := make(chan error, 4)
+				for _, p := range [][2]*rdma.StreamConn{{c, s}, {s, c}} {
+					w, r := p[0], p[1]
+					data := make([]byte, size)
+					for i := range data {
+						data[i] = byte(i % 251)
+					}
+					wg.Add(2)
+					go func() {
+						defer wg.Done()
+						rnd := rand.New(rand.NewPCG(uint64(depth), 1))
+						for off := 0; off < len(data); {
+							n := min(len(data)-off, 1+rnd.IntN(300))
+							if _, err := w.Write(data[off : off+n]); err != nil {
+								errs <- err
+								return
+							}
+							off += n
+						}
+					}()
+					go func() {
+						defer wg.Done()
+						rnd := rand.New(rand.NewPCG(uint64(depth), 2))
+						got := make([]byte, 0, len(data))
+						buf := make([]byte, 400)
+						for len(got) < len(data) {
+							n, err := r.Read(buf[:1+rnd.IntN(len(buf))])
+							if err != nil {
+								errs <- err
+								return
+							}
+							got = append(got, buf[:n]...)
+						}
+						if !bytes.Equal(got, data) {
+							errs <- fmt.Errorf("bytes differ (equal prefix %d)", commonPrefix(got, data))
+						}
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Fatal(err)
+				}
+			})
+		}
+	})
+}
