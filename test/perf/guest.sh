@@ -1,0 +1,104 @@
+#!/bin/bash
+# Guest job of test/perf/compare.sh (runs inside the VM of test/vm/run.sh):
+# perftest and rdmaperf back to back on the same rxe devices with the same
+# parameters, server on rxe0/10.99.0.1, client on rxe1/10.99.0.2.
+#
+# Usage (in the guest): guest.sh RUNS N_BW N_LAT N_MR BW_SIZES [TESTS]
+# TESTS: any of write_bw send_bw read_bw write_mr send_lat write_lat
+# (default all).
+# Prints one line per measurement:
+#   R RUN TEST TOOL SIZE peak avg mpps                          (bandwidth)
+#   R RUN TEST TOOL SIZE min max typical avg stdev p99 p999     (latency)
+# TOOL is perftest, verbs (rdmaperf --api=verbs), async (--api=async), or
+# async_unlocked (--api=async --poller_lock=false, latency tests only).
+set -uo pipefail
+RUNS=${1:-5} N_BW=${2:-1000} N_LAT=${3:-3000} N_MR=${4:-12800} BW_SIZES=${5:-65536}
+TESTS=" ${6:-write_bw send_bw read_bw write_mr send_lat write_lat} "
+want() { [[ $TESTS == *" $1 "* ]]; }
+IP0=${RDMA_VM_IP0:?not in the VM?}
+GIDX=${RDMA_VM_GID_INDEX:?}
+PERF=/job/rdmaperf
+fails=0
+
+# table FILE: the first row of numbers after the "#bytes" header.
+table() { awk '$1=="#bytes"{h=1;next} h && $1 ~ /^[0-9]+$/ {$1=$1; print; exit}' "$1"; }
+
+# pair RUN TEST TOOL SIZE SERVER_CMD CLIENT_CMD
+pair() {
+  local run=$1 test=$2 tool=$3 size=$4 srv=$5 cli=$6 sp i crc=1 row t0=$SECONDS
+  timeout 120 bash -c "$srv" > /tmp/server.out 2>&1 &
+  sp=$!
+  for ((i = 0; i < 60; i++)); do
+    timeout 120 bash -c "$cli" > /tmp/client.out 2>&1 && { crc=0; break; }
+    kill -0 "$sp" 2>/dev/null || break
+    sleep 0.25
+  done
+  wait "$sp"
+  local src=$?
+  # ib_send_bw's client reports 0 in this perftest; its server has the
+  # figures. Take the server's row for every tool of send_bw.
+  if [ "$test" = send_bw ]; then row=$(table /tmp/server.out); else row=$(table /tmp/client.out); fi
+  if [ "$crc" != 0 ] || [ "$src" != 0 ] || [ -z "$row" ]; then
+    echo "FAIL $test $tool $size (client $crc, server $src)"
+    sed 's/^/  client: /' /tmp/client.out | tail -15
+    sed 's/^/  server: /' /tmp/server.out | tail -15
+    fails=$((fails + 1))
+    return
+  fi
+  # drop the #bytes and #iterations columns
+  echo "R $run $test $tool $size $(echo "$row" | cut -d' ' -f3-)"
+  echo "T $run $test $tool $size $((SECONDS - t0)) s"
+}
+
+# bw RUN TEST(write|send|read) SIZE N [EXTRA...]: the three tools.
+bw() {
+  local run=$1 t=$2 size=$3 n=$4 name=$2_bw
+  shift 4
+  local x="$*"
+  [ "$name" = write_bw ] && [ "$size" -lt 64 ] && name=write_mr
+  pair "$run" "$name" perftest "$size" \
+    "ib_${t}_bw -d rxe0 -x $GIDX -F -s $size -n $n --report_gbits $x" \
+    "ib_${t}_bw -d rxe1 -x $GIDX -F -s $size -n $n --report_gbits $x $IP0"
+  for api in verbs async; do
+    pair "$run" "$name" "$api" "$size" \
+      "$PERF ${t}_bw --api $api -d rxe0 -p 18600 -s $size -n $n --report_gbits $x" \
+      "$PERF ${t}_bw --api $api -d rxe1 -p 18600 -s $size -n $n --report_gbits $x --out_json /tmp/last.json $IP0"
+  done
+}
+
+lat() {
+  local run=$1 t=$2 size=$3 n=$4
+  pair "$run" "${t}_lat" perftest "$size" \
+    "ib_${t}_lat -d rxe0 -x $GIDX -F -s $size -n $n" \
+    "ib_${t}_lat -d rxe1 -x $GIDX -F -s $size -n $n $IP0"
+  for api in verbs async; do
+    pair "$run" "${t}_lat" "$api" "$size" \
+      "$PERF ${t}_lat --api $api -d rxe0 -p 18600 -s $size -n $n" \
+      "$PERF ${t}_lat --api $api -d rxe1 -p 18600 -s $size -n $n --out_json /tmp/last.json $IP0"
+  done
+  # the async API with its pollers on ordinary goroutines (docs/async.md)
+  pair "$run" "${t}_lat" async_unlocked "$size" \
+    "$PERF ${t}_lat --api async --poller_lock=false -d rxe0 -p 18600 -s $size -n $n" \
+    "$PERF ${t}_lat --api async --poller_lock=false -d rxe1 -p 18600 -s $size -n $n $IP0"
+}
+
+echo "guest: $(nproc) CPUs, $(uname -r), $(ib_write_bw --version 2>&1 | head -1), clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
+echo "params: runs=$RUNS n_bw=$N_BW n_lat=$N_LAT n_mr=$N_MR sizes=$BW_SIZES tests=$TESTS gid_index=$GIDX"
+echo "load: $(cat /proc/loadavg)"
+T0=$SECONDS
+for ((r = 1; r <= RUNS; r++)); do
+  for s in $BW_SIZES; do
+    n=$N_BW
+    [ "$s" -ge 1048576 ] && n=$((N_BW / 10 > 10 ? N_BW / 10 : 10))
+    want write_bw && bw "$r" write "$s" "$n"
+    [ "$s" = 65536 ] && want send_bw && bw "$r" send "$s" "$n"
+    [ "$s" = 65536 ] && want read_bw && bw "$r" read "$s" "$n"
+  done
+  # message rate: 2 B, post lists of 64, one completion per 32 WRs
+  want write_mr && bw "$r" write 2 "$N_MR" -l 64 -Q 32
+  want send_lat && lat "$r" send 8 "$N_LAT"
+  want write_lat && lat "$r" write 8 "$N_LAT"
+  echo "run $r done at $((SECONDS - T0)) s, guest load $(cut -d' ' -f1-3 /proc/loadavg)"
+done
+echo "failures: $fails"
+[ "$fails" = 0 ]
