@@ -56,7 +56,9 @@ apt_update_once() {
 }
 
 # ---- 1. host packages (dpkg-query is ~10 ms; apt only when something is missing)
-missing=$(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' "${PACKAGES[@]}" 2>/dev/null |
+# dpkg-query exits non-zero when it knows none of a package (a fresh
+# machine): that is the answer here, not an error.
+missing=$({ dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' "${PACKAGES[@]}" 2>/dev/null || true; } |
   awk '$1 == "ii" { ok[$2] = 1 } END { n = split(p, a, " "); for (i = 1; i <= n; i++) if (!ok[a[i]]) printf "%s ", a[i] }' \
       p="${PACKAGES[*]}")
 if [ -n "$missing" ]; then
@@ -80,11 +82,13 @@ elif [ -s "$CACHE/kver" ] && ! [ /var/lib/apt/lists -nt "$CACHE/kver" ]; then
 else
   resolve() { apt-cache depends linux-image-amd64 2>/dev/null |
     awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { sub(/^linux-image-/, "", $2); print $2; exit }'; }
-  KVER=$(resolve)
-  if [ -z "$KVER" ] && [ "$(id -u)" = 0 ]; then apt_update_once; KVER=$(resolve); fi
+  # apt-cache fails outright without package lists (a fresh machine):
+  # an empty answer, then, not the end of the script.
+  KVER=$(resolve || true)
+  if [ -z "$KVER" ] && [ "$(id -u)" = 0 ]; then apt_update_once; KVER=$(resolve || true); fi
   if [ -z "$KVER" ]; then
     # Offline / no lists: fall back to the newest kernel already in the cache.
-    KVER=$(find "$CACHE" -mindepth 2 -maxdepth 2 -name ready -printf '%h\n' 2>/dev/null |
+    KVER=$({ find "$CACHE" -mindepth 2 -maxdepth 2 -name ready -printf '%h\n' 2>/dev/null || true; } |
       xargs -r -n1 basename | sort -V | tail -n1)
     [ -n "$KVER" ] || die "cannot resolve linux-image-amd64 with apt-cache and no cached kernel"
     log "apt-cache cannot resolve linux-image-amd64; using cached kernel $KVER"
