@@ -28,6 +28,16 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// skipUnlessRequired skips with why, or fails when the environment says
+// the device tests must run (RDMA_TEST_REQUIRE_DEVICE=1, as in the VM).
+func skipUnlessRequired(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("RDMA_TEST_REQUIRE_DEVICE") == "1" {
+		t.Fatalf("%s, and RDMA_TEST_REQUIRE_DEVICE=1", why)
+	}
+	t.Skip(why)
+}
+
 // usable returns the usable verbs devices, skipping the test when there
 // are none unless RDMA_TEST_REQUIRE_DEVICE=1.
 func usable(t *testing.T) []verbs.DeviceInfo {
@@ -43,10 +53,7 @@ func usable(t *testing.T) []verbs.DeviceInfo {
 		}
 	}
 	if len(out) == 0 {
-		if os.Getenv("RDMA_TEST_REQUIRE_DEVICE") == "1" {
-			t.Fatalf("no usable RDMA device (found %d) and RDMA_TEST_REQUIRE_DEVICE=1", len(devs))
-		}
-		t.Skip("no usable RDMA device; run ./test.sh for the rxe VM")
+		skipUnlessRequired(t, fmt.Sprintf("no usable RDMA device (found %d); run ./test.sh for the rxe VM", len(devs)))
 	}
 	return out
 }
@@ -113,7 +120,7 @@ func TestOpenBadName(t *testing.T) {
 func TestVerbsMemlockMessage(t *testing.T) {
 	usable(t)
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to start a child as another user")
+		skipUnlessRequired(t, "needs root to start a child as another user")
 	}
 	for _, tool := range []string{"setpriv", "prlimit"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -220,7 +227,7 @@ func TestVerbsTwoHostRC(t *testing.T) {
 		runHost(t, devs[0].Name, false, os.Getenv("RDMA_VM_PEER_IP")+":7471")
 	default:
 		if len(devs) < 2 {
-			t.Skip("needs two devices or RDMA_TWOHOST_ROLE")
+			skipUnlessRequired(t, "needs two devices or RDMA_TWOHOST_ROLE")
 		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
