@@ -103,11 +103,11 @@ func (b *Batch) Post() *Future {
 	if n == 0 {
 		return newResolved(nil)
 	}
-	if err := c.sq.Acquire(c.ctx, int64(n)); err != nil {
+	if err := c.acquire(int64(n)); err != nil {
 		b.unhold()
 		return newResolved(c.closedErr())
 	}
-	f := &Future{}
+	f := &Future{drv: c.drv}
 	total := 0
 	for i := range b.wrs {
 		b.ops[i].fut = f

@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-rdma/rdma/internal/ibv"
 	"github.com/go-rdma/rdma/internal/verbs"
+	"github.com/go-rdma/rdma/poller"
 	"github.com/go-rdma/rdma/pool"
 )
 
@@ -29,6 +30,7 @@ import (
 type Conn struct {
 	eng    *engine
 	unit   *cqUnit
+	drv    *poller.Poller // unit's poller when Busy: Wait drives it (poller/drive.go)
 	qp     verbs.QP
 	ctrl   net.Conn   // the TCP control channel; nil on rdma_cm connections
 	cm     *ibv.CMID  // the rdma_cm connection; nil on TCP-set-up ones
@@ -164,6 +166,9 @@ func newConn(eng *engine, local, remote net.Addr) (*Conn, error) {
 	c.sent = newRing(cfg.sqDepth)
 	var err error
 	if c.unit, err = eng.reserve(c, cfg.sqDepth+cfg.rqDepth); err == nil {
+		if eng.cfg.pollMode == poller.Busy {
+			c.drv = c.unit.p
+		}
 		c.qp, err = eng.pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: c.unit.cq, RecvCQ: c.unit.cq,
 			Cap: verbs.QPCap{MaxSendWR: cfg.sqDepth, MaxRecvWR: cfg.rqDepth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}})
 		if err != nil {
@@ -467,11 +472,11 @@ func (c *Conn) post(o op, wr verbs.SendWR) *Future {
 	if err := c.hold(&o); err != nil {
 		return newResolved(err)
 	}
-	if err := c.sq.Acquire(c.ctx, 1); err != nil {
+	if err := c.acquire(1); err != nil {
 		c.dropBuf(&o)
 		return newResolved(c.closedErr())
 	}
-	f := &Future{}
+	f := &Future{drv: c.drv}
 	o.conn, o.fut, o.signaled = c, f, true
 	c.postMu.Lock()
 	c.sge[0] = verbs.SGE{Addr: o.buf.Addr() + uint64(o.off), Length: uint32(o.n), LKey: o.buf.LKey()}
@@ -487,6 +492,23 @@ func (c *Conn) post(o op, wr verbs.SendWR) *Future {
 		f.resolve(err, 0, 0, false, nil, 0)
 	}
 	return f
+}
+
+// acquire takes n send credits, waiting for completions to return them.
+// A Busy poller may be standing by (poller/drive.go); a blocked acquire
+// counts as a waiter so that it polls.
+func (c *Conn) acquire(n int64) error {
+	if err := c.ctx.Err(); err != nil { // failed or closing: as Acquire would
+		return err
+	}
+	if c.sq.TryAcquire(n) {
+		return nil
+	}
+	if c.drv != nil {
+		c.drv.WaitingAdd(1)
+		defer c.drv.WaitingAdd(-1)
+	}
+	return c.sq.Acquire(c.ctx, n)
 }
 
 // hold checks that o's buffer belongs to this connection and references
@@ -690,7 +712,7 @@ func (c *Conn) Recv() *Future {
 		c.rmu.Unlock()
 		return newResolved(c.closedErr())
 	}
-	f := &Future{}
+	f := &Future{drv: c.drv}
 	c.waiters = append(c.waiters, f)
 	c.rmu.Unlock()
 	return f
@@ -761,7 +783,14 @@ func (c *Conn) Close() error {
 		// before the peer hears that we close.
 		if c.err() == nil {
 			drain, cancel := context.WithTimeout(c.ctx, 5*time.Second)
-			if c.sq.Acquire(drain, int64(c.eng.cfg.sqDepth)) == nil {
+			if c.drv != nil {
+				c.drv.WaitingAdd(1)
+			}
+			err := c.sq.Acquire(drain, int64(c.eng.cfg.sqDepth))
+			if c.drv != nil {
+				c.drv.WaitingAdd(-1)
+			}
+			if err == nil {
 				defer c.sq.Release(int64(c.eng.cfg.sqDepth))
 			}
 			cancel()

@@ -151,7 +151,7 @@ func testOneSided(t *testing.T, opts []rdma.Option) {
 	if !errors.Is(err, rdma.ErrRemoteAccess) {
 		t.Fatalf("write to a revoked region: %v, want ErrRemoteAccess", err)
 	}
-	if !errors.Is(c.Send(src).Wait(ctx), net.ErrClosed) {
-		t.Fatal("send after a failed completion should report a closed connection")
+	if err := c.Send(src).Wait(ctx); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("send after a failed completion: %v, want one that reports a closed connection", err)
 	}
 }

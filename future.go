@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/go-rdma/rdma/poller"
 	"github.com/go-rdma/rdma/pool"
 )
 
@@ -14,7 +15,8 @@ import (
 // early because its context ended leaves the operation tracked, and the
 // buffers it uses stay out of the pool until the device is done with them.
 type Future struct {
-	state atomic.Uint32 // 0 pending, 1 resolved
+	state atomic.Uint32  // 0 pending, 1 resolved
+	drv   *poller.Poller // set when the connection's poller is Busy: Wait drives it
 
 	mu     sync.Mutex
 	done   chan struct{} // made on demand by Done
@@ -44,6 +46,9 @@ func (f *Future) Done() <-chan struct{} {
 	if f.state.Load() == 1 {
 		return closedChan
 	}
+	if f.drv != nil {
+		f.drv.Resume() // whoever selects on the channel does not poll
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.state.Load() == 1 {
@@ -57,9 +62,26 @@ func (f *Future) Done() <-chan struct{} {
 
 // Wait waits for the future to resolve and returns its error. When ctx
 // ends first it returns ctx.Err() at once; the operation goes on.
+//
+// With a Busy poller (WithPollMode(poller.Busy)) Wait polls the CQ from
+// the calling goroutine until the future resolves, run to completion, as
+// perftest's loops do: no thread has to wake it. One goroutine polls at a
+// time; other Waits block as usual.
 func (f *Future) Wait(ctx context.Context) error {
 	if f.state.Load() == 1 {
 		return f.err
+	}
+	if f.drv != nil {
+		if f.drv.Drive(ctx, &f.state) {
+			if f.state.Load() == 1 {
+				return f.err
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		f.drv.WaitingAdd(1)
+		defer f.drv.WaitingAdd(-1)
 	}
 	// Borrow a wake-up channel rather than making Done's: a future is
 	// waited on once, typically, and this keeps Wait free of allocations.

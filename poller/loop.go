@@ -34,6 +34,9 @@ func (p *Poller) run() {
 	}
 	var ls loopState
 	err := p.loop(&ls)
+	p.mu.Lock()
+	p.ended.Store(true) // drivers stop polling: the CQ may go away now
+	p.mu.Unlock()
 	p.flush(&ls)
 	if p.stop.Load() {
 		err = nil // errors caused by Close tearing things down are no news
@@ -70,8 +73,13 @@ func (p *Poller) loop(ls *loopState) error {
 	return nil
 }
 
-// poll polls once and hands what it got to the handler.
+// poll polls once and hands what it got to the handler. In Busy mode it
+// takes the poll lock, which it shares with drivers (drive.go).
 func (p *Poller) poll(ls *loopState) (int, error) {
+	if p.cfg.Mode == Busy {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+	}
 	n, err := p.cq.Poll(p.wc)
 	if n > 0 {
 		p.h.Completions(p.wc[:n:n])
@@ -103,6 +111,10 @@ func (p *Poller) spin(ls *loopState, window int64) error {
 	every := p.yieldEvery()
 	dirty := false // completions handled since the last yield
 	for !p.stop.Load() {
+		if window <= 0 && p.driving.Load() {
+			p.waitDrivers()
+			continue
+		}
 		n, err := p.poll(ls)
 		if err != nil {
 			return err

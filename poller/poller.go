@@ -155,6 +155,18 @@ type Poller struct {
 	kctx    context.Context // the wait's context; Kick cancels it
 	kcancel context.CancelFunc
 
+	// Drive (drive.go): mu serializes polling and the handler between the
+	// poller's goroutine and a driver; ended is set, under mu, when the
+	// loop has exited, so that no driver polls a CQ its owner may be
+	// about to destroy.
+	mu         sync.Mutex
+	ended      atomic.Bool
+	driving    atomic.Bool
+	waiting    atomic.Int32
+	resume     chan struct{} // one slot: wakes the poller from standby
+	standby    *time.Timer
+	standbyFor time.Duration // StandbyFor; tests change it
+
 	st counters
 }
 
@@ -188,13 +200,17 @@ func New(cq verbs.CQ, ch verbs.CompChannel, h Handler, cfg Config) (*Poller, err
 		cfg.Spin = DefaultSpin
 	}
 	p := &Poller{
-		cq:   cq,
-		ch:   ch,
-		h:    h,
-		cfg:  cfg,
-		wc:   make([]verbs.WorkCompletion, cfg.Batch),
-		done: make(chan struct{}),
+		cq:         cq,
+		ch:         ch,
+		h:          h,
+		cfg:        cfg,
+		wc:         make([]verbs.WorkCompletion, cfg.Batch),
+		done:       make(chan struct{}),
+		resume:     make(chan struct{}, 1),
+		standbyFor: StandbyFor,
 	}
+	p.standby = time.AfterFunc(time.Hour, p.standbyExpired)
+	p.standby.Stop()
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.kctx, p.kcancel = context.WithCancel(p.ctx)
 	return p, nil
@@ -231,6 +247,10 @@ func (p *Poller) Close() error {
 		}
 	})
 	<-p.done
+	p.standby.Stop()
+	p.mu.Lock() // a driver in the middle of a poll finishes it first
+	p.ended.Store(true)
+	p.mu.Unlock()
 	p.state.Store(stateClosed)
 	return nil
 }

@@ -19,6 +19,10 @@ type Stats struct {
 	Events   uint64 // events taken from the channel (each acked)
 	Wakeups  uint64 // waits that ended without an event: Kick or Close
 	Kicks    uint64 // Kick calls that found the poller parked
+	// Run to completion (Busy mode, drive.go).
+	Drives   uint64 // Drive calls that drove
+	Driven   uint64 // completions a driver polled (also in Completions)
+	Standbys uint64 // times the poller blocked while a driver drove
 }
 
 type counters struct {
@@ -33,6 +37,9 @@ type counters struct {
 	events      atomic.Uint64
 	wakeups     atomic.Uint64
 	kicks       atomic.Uint64
+	drives      atomic.Uint64
+	driven      atomic.Uint64
+	standbys    atomic.Uint64
 }
 
 // Stats reads the counters.
@@ -51,5 +58,8 @@ func (p *Poller) Stats() Stats {
 		Events:      c.events.Load(),
 		Wakeups:     c.wakeups.Load(),
 		Kicks:       c.kicks.Load(),
+		Drives:      c.drives.Load(),
+		Driven:      c.driven.Load(),
+		Standbys:    c.standbys.Load(),
 	}
 }

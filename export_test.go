@@ -1,0 +1,6 @@
+package rdma
+
+import "github.com/go-rdma/rdma/poller"
+
+// ConnPollerStats is the counters of the poller that serves c's CQ.
+func ConnPollerStats(c *Conn) poller.Stats { return c.unit.p.Stats() }

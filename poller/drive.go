@@ -1,0 +1,147 @@
+package poller
+
+import (
+	"context"
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// Run to completion (Busy mode only).
+//
+// A goroutine waiting for one completion is fastest when it polls the CQ
+// itself: nothing has to wake it, and no second thread spins beside it.
+// Handing a completion from a poller on a locked thread to a parked
+// waiter costs 15-30 µs on the development machine (see the package
+// doc); perftest's latency tests poll from the thread that waits.
+//
+// So in Busy mode a waiter may drive the poller: Drive polls the CQ and
+// dispatches to the handler from the calling goroutine until its flag is
+// set. One goroutine drives at a time; the poller's own goroutine stands
+// by (blocked, using no CPU) while anyone drives, and resumes StandbyFor
+// after the last driver left, or at once if goroutines wait in
+// WaitingAdd. A completion that arrives when nobody drives is therefore
+// polled within StandbyFor by the poller, or at once by the next driver.
+//
+// The poll lock serializes the handler: it is called by one goroutine at
+// a time, whichever polls, as before.
+
+// StandbyFor is how long a Busy poller stays blocked after the last
+// driver left. A waiter that drives again within it (a ping-pong, a
+// window of operations) costs the poller nothing; an idle connection gets
+// its completions polled this late at worst.
+const StandbyFor = 50 * time.Microsecond
+
+// driveCheckEvery is how many polls a driver makes between looks at its
+// context; yieldDriveEvery how many empty ones between yields, so that
+// other goroutines on its P run (cheap: a driver is not locked to its
+// thread).
+const (
+	driveCheckEvery = 64
+	yieldDriveEvery = 256
+)
+
+// Drive polls the CQ from the calling goroutine, dispatching every
+// completion to the handler, until *flag is not zero, ctx ends, or the
+// poller stops. It reports whether it drove at all: it does not when the
+// poller is not Busy, has stopped, or another goroutine drives; then the
+// caller should block as it would otherwise (after WaitingAdd).
+//
+// The handler must not call Drive.
+func (p *Poller) Drive(ctx context.Context, flag *atomic.Uint32) bool {
+	if p.cfg.Mode != Busy || p.ended.Load() || !p.driving.CompareAndSwap(false, true) {
+		return false
+	}
+	p.st.drives.Add(1)
+	done := ctx.Done()
+	for i := 1; flag.Load() == 0; i++ {
+		if p.mu.TryLock() {
+			if p.ended.Load() || p.stop.Load() {
+				p.mu.Unlock()
+				break
+			}
+			n, err := p.pollDriven()
+			p.mu.Unlock()
+			if err != nil {
+				break // the poller's own goroutine meets it too and stops
+			}
+			if n == 0 && i%yieldDriveEvery == 0 {
+				runtime.Gosched()
+			}
+		}
+		if done != nil && i%driveCheckEvery == 0 {
+			select {
+			case <-done:
+				p.leave()
+				return true
+			default:
+			}
+		}
+	}
+	p.leave()
+	return true
+}
+
+// leave ends a drive: the poller resumes at once if goroutines are
+// blocked waiting (they need someone to poll), else after StandbyFor.
+func (p *Poller) leave() {
+	p.driving.Store(false)
+	if p.waiting.Load() > 0 {
+		p.resumeNow()
+		return
+	}
+	p.standby.Reset(p.standbyFor)
+}
+
+// WaitingAdd counts goroutines blocked on completions of this poller's
+// CQ (delta +1 before blocking, -1 after). While any are, a driver that
+// leaves makes the poller resume at once.
+func (p *Poller) WaitingAdd(delta int32) {
+	if p.waiting.Add(delta) > 0 && delta > 0 {
+		p.Resume()
+	}
+}
+
+// Resume ends the poller's standby now unless a goroutine drives: call
+// it when a goroutine is about to wait for completions without driving
+// (on a channel, say).
+func (p *Poller) Resume() {
+	if !p.driving.Load() {
+		p.resumeNow()
+	}
+}
+
+func (p *Poller) resumeNow() {
+	select {
+	case p.resume <- struct{}{}:
+	default:
+	}
+}
+
+// standbyExpired runs on the standby timer.
+func (p *Poller) standbyExpired() { p.Resume() }
+
+// waitDrivers blocks the poller's goroutine while a driver drives. It
+// returns at once otherwise.
+func (p *Poller) waitDrivers() {
+	for p.driving.Load() && !p.stop.Load() {
+		p.st.standbys.Add(1)
+		select {
+		case <-p.resume:
+		case <-p.ctx.Done():
+		}
+	}
+}
+
+// pollDriven is poll for a driver: the poll lock is held, the loop's own
+// state is not touched.
+func (p *Poller) pollDriven() (int, error) {
+	n, err := p.cq.Poll(p.wc)
+	if n > 0 {
+		p.h.Completions(p.wc[:n:n])
+		p.st.batches.Add(1)
+		p.st.completions.Add(uint64(n))
+		p.st.driven.Add(uint64(n))
+	}
+	return n, err
+}

@@ -1,0 +1,204 @@
+package poller
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-rdma/rdma/internal/verbs"
+)
+
+// flagger sets flags[id] for each completion it sees (ids out of range
+// are counted only) and closes all once total reaches target.
+type flagger struct {
+	*collector
+	flags []atomic.Uint32
+}
+
+func newFlagger(n int, target uint64) *flagger {
+	return &flagger{collector: newCollector(n, target), flags: make([]atomic.Uint32, n)}
+}
+
+func (f *flagger) Completions(wc []verbs.WorkCompletion) {
+	f.collector.Completions(wc)
+	for i := range wc {
+		if id := wc[i].WRID; id < uint64(len(f.flags)) {
+			f.flags[id].Store(1)
+		}
+	}
+}
+
+// startDriving runs Drive on a goroutine and returns once the poller
+// stands by for it; drove receives Drive's result.
+func startDriving(t *testing.T, p *Poller, ctx context.Context, flag *atomic.Uint32) <-chan bool {
+	t.Helper()
+	drove := make(chan bool, 1)
+	go func() { drove <- p.Drive(ctx, flag) }()
+	if !spinUntil(func() bool { return p.Stats().Standbys > 0 }) {
+		t.Fatalf("the poller did not stand by for the driver: %+v", p.Stats())
+	}
+	return drove
+}
+
+func recvOrFail(t *testing.T, ch <-chan bool, what string) bool {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(bound):
+		t.Fatalf("%s: not within %v", what, bound)
+		return false
+	}
+}
+
+// TestDrive checks run to completion: while a goroutine drives, the
+// poller's own goroutine stands by and every completion is polled and
+// dispatched by the driver, which returns once its flag is set.
+func TestDrive(t *testing.T) {
+	cq := newFakeCQ(64, nil)
+	h := newFlagger(8, 8)
+	p := mustNew(t, cq, nil, h, Config{Mode: Busy})
+	drove := startDriving(t, p, context.Background(), &h.flags[7])
+	for id := range uint64(8) {
+		cq.push1(id)
+	}
+	if !recvOrFail(t, drove, "Drive returns once its completion is dispatched") {
+		t.Fatal("Drive did not drive on an idle Busy poller")
+	}
+	if s := p.Stats(); s.Drives != 1 || s.Driven != 8 || s.Completions != 8 {
+		t.Fatalf("stats %+v: want 1 drive that polled all 8 completions", s)
+	}
+}
+
+// TestDriveOneAtATime: a second Drive while one drives returns false at
+// once, and so does Drive on a poller that is not Busy.
+func TestDriveOneAtATime(t *testing.T) {
+	cq := newFakeCQ(64, nil)
+	h := newFlagger(2, 1)
+	p := mustNew(t, cq, nil, h, Config{Mode: Busy})
+	drove := startDriving(t, p, context.Background(), &h.flags[0])
+	if p.Drive(context.Background(), &h.flags[1]) {
+		t.Fatal("a second goroutine drove while the first did")
+	}
+	cq.push1(0)
+	recvOrFail(t, drove, "first driver returns")
+
+	for _, m := range []Mode{Adaptive, Event} {
+		ch := newFakeChan()
+		q := newFakeCQ(64, ch)
+		p := mustNew(t, q, ch, newCollector(1, 1), Config{Mode: m})
+		var flag atomic.Uint32
+		if p.Drive(context.Background(), &flag) {
+			t.Fatalf("%v poller let a goroutine drive", m)
+		}
+	}
+}
+
+// TestDriveContext: a driver whose context ends returns with its flag
+// unset, and the poller resumes polling for everyone else.
+func TestDriveContext(t *testing.T) {
+	cq := newFakeCQ(64, nil)
+	h := newFlagger(2, 1)
+	p := mustNew(t, cq, nil, h, Config{Mode: Busy})
+	ctx, cancel := context.WithCancel(context.Background())
+	drove := startDriving(t, p, ctx, &h.flags[0])
+	cancel()
+	if !recvOrFail(t, drove, "Drive returns when its context ends") || h.flags[0].Load() != 0 {
+		t.Fatal("Drive did not report driving, or the flag was set")
+	}
+	p.WaitingAdd(1) // as Future.Wait does before blocking
+	defer p.WaitingAdd(-1)
+	cq.push1(1)
+	waitOrFail(t, h.done, "the poller polls after the driver left", p)
+}
+
+// TestStandbyEnds checks each way a standing-by poller resumes when
+// nobody drives: the standby timer, Resume (a goroutine about to select
+// on a future's channel), and WaitingAdd (a goroutine about to block).
+// Resume and WaitingAdd are checked with a standby that would last an
+// hour.
+func TestStandbyEnds(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		standby time.Duration
+		wake    func(p *Poller)
+	}{
+		{"timer", StandbyFor, func(*Poller) {}},
+		{"Resume", time.Hour, func(p *Poller) { p.Resume() }},
+		{"WaitingAdd", time.Hour, func(p *Poller) { p.WaitingAdd(1); p.WaitingAdd(-1) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cq := newFakeCQ(64, nil)
+			h := newFlagger(2, 2)
+			p, err := New(cq, nil, h, Config{Mode: Busy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.standbyFor = tc.standby
+			if err := p.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			drove := startDriving(t, p, context.Background(), &h.flags[0])
+			cq.push1(0)
+			recvOrFail(t, drove, "driver returns")
+			before := p.Stats().Driven
+			tc.wake(p)
+			cq.push1(1)
+			waitOrFail(t, h.done, "the poller polls again", p)
+			if s := p.Stats(); s.Driven != before {
+				t.Fatalf("a completion counted as driven with nobody driving: %+v", s)
+			}
+		})
+	}
+}
+
+// closeCheckCQ fails a Poll that comes after the poller's Close has
+// returned: the owner may destroy the CQ then.
+type closeCheckCQ struct {
+	*fakeCQ
+	closed atomic.Bool
+	late   atomic.Int32
+}
+
+func (q *closeCheckCQ) Poll(wc []verbs.WorkCompletion) (int, error) {
+	if q.closed.Load() {
+		q.late.Add(1)
+	}
+	return q.fakeCQ.Poll(wc)
+}
+
+// TestCloseWhileDriving: Close ends a drive, and no driver polls the CQ
+// after Close has returned.
+func TestCloseWhileDriving(t *testing.T) {
+	cq := &closeCheckCQ{fakeCQ: newFakeCQ(64, nil)}
+	var flag atomic.Uint32 // never set
+	p := mustNew(t, cq, nil, newCollector(1, 1), Config{Mode: Busy})
+	drove := startDriving(t, p, context.Background(), &flag)
+	p.Close()
+	cq.closed.Store(true)
+	recvOrFail(t, drove, "Drive returns after Close")
+	if n := cq.late.Load(); n != 0 {
+		t.Fatalf("%d polls after Close returned", n)
+	}
+	if p.Drive(context.Background(), &flag) {
+		t.Fatal("Drive drove a closed poller")
+	}
+}
+
+// TestDriveAllocs: driving allocates nothing.
+func TestDriveAllocs(t *testing.T) {
+	cq := newFakeCQ(64, nil)
+	h := newFlagger(1, 1<<62)
+	p := mustNew(t, cq, nil, h, Config{Mode: Busy})
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(200, func() {
+		h.flags[0].Store(0)
+		cq.push1(0)
+		p.Drive(ctx, &h.flags[0])
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per drive", allocs)
+	}
+}
