@@ -1,9 +1,20 @@
 package rdma_test
 
 // Benchmarks of the async API against the raw provider path, in one run.
+// They are the quick regression check; cmd/rdmaperf and test/perf are the
+// comparison with perftest (docs/performance.md).
 //
-//	go test -run '^$' -bench . -benchtime 2000x -count 6 . | tee new.txt
+// Compare two versions with benchstat (go install
+// golang.org/x/perf/cmd/benchstat@latest): run the same command on each,
+// at least 6 counts so that benchstat can tell noise from change:
+//
+//	git stash; go test -run '^$' -bench . -benchtime 2000x -count 6 . > old.txt
+//	git stash pop; go test -run '^$' -bench . -benchtime 2000x -count 6 . > new.txt
 //	benchstat old.txt new.txt
+//
+// Every benchmark reports allocs/op and B/op, Gb/s and Mops/s; the queue
+// depth 1 ones and BenchmarkPingPong also report the median and 99th
+// percentile latency of one operation (p50-us, p99-us).
 //
 // RDMA_BENCH_PROVIDER=soft|verbs chooses the provider (default soft). The
 // raw path posts and polls the provider's verbs directly, with no futures
@@ -13,6 +24,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -21,6 +33,7 @@ import (
 	"github.com/go-rdma/rdma/internal/mem"
 	"github.com/go-rdma/rdma/internal/soft"
 	"github.com/go-rdma/rdma/internal/verbs"
+	"github.com/go-rdma/rdma/poller"
 )
 
 var benchSizes = []int{8, 4 << 10, 64 << 10, 1 << 20}
@@ -47,10 +60,36 @@ func report(b *testing.B, size int, el time.Duration) {
 	b.ReportMetric(float64(b.N)/el.Seconds()/1e6, "Mops/s")
 }
 
+// latencies records one duration per operation in memory allocated
+// before the timer starts, and reports the median and the 99th
+// percentile in µs.
+type latencies struct {
+	d    []time.Duration
+	last time.Time
+}
+
+func newLatencies(n int) *latencies { return &latencies{d: make([]time.Duration, 0, n)} }
+
+// start marks the beginning of an operation; stop records it.
+func (l *latencies) start() { l.last = time.Now() }
+func (l *latencies) stop()  { l.d = append(l.d, time.Since(l.last)) }
+
+func (l *latencies) report(b *testing.B) {
+	if len(l.d) == 0 {
+		return
+	}
+	slices.Sort(l.d)
+	at := func(q float64) float64 {
+		return float64(l.d[min(len(l.d)-1, int(q*float64(len(l.d))))].Nanoseconds()) / 1e3
+	}
+	b.ReportMetric(at(0.50), "p50-us")
+	b.ReportMetric(at(0.99), "p99-us")
+}
+
 // benchPair connects a pair through the public API.
-func benchPair(b *testing.B, maxMsg int) (c, s *rdma.Conn) {
+func benchPair(b *testing.B, maxMsg int, extra ...rdma.Option) (c, s *rdma.Conn) {
 	b.Helper()
-	opts := []rdma.Option{rdma.WithProvider(benchProvider()), rdma.WithMaxMessage(maxMsg), rdma.WithQueueDepth(128, 128)}
+	opts := append([]rdma.Option{rdma.WithProvider(benchProvider()), rdma.WithMaxMessage(maxMsg), rdma.WithQueueDepth(128, 128)}, extra...)
 	ln, err := rdma.Listen("rdma", "127.0.0.1:0", opts...)
 	if err != nil {
 		b.Fatal(err)
@@ -88,6 +127,7 @@ func benchOneSided(b *testing.B, read bool) {
 				defer buf.Release()
 				ctx := context.Background()
 				window := make([]*rdma.Future, qd)
+				lat := newLatencies(b.N)
 				b.SetBytes(int64(size))
 				b.ReportAllocs()
 				b.ResetTimer()
@@ -99,8 +139,14 @@ func benchOneSided(b *testing.B, read bool) {
 							b.Fatal(err)
 						}
 						window[slot] = nil
+						if qd == 1 {
+							lat.stop()
+						}
 					}
 					if i < b.N {
+						if qd == 1 {
+							lat.start()
+						}
 						if read {
 							window[slot] = c.Read(buf, region)
 						} else {
@@ -109,6 +155,7 @@ func benchOneSided(b *testing.B, read bool) {
 					}
 				}
 				report(b, size, time.Since(start))
+				lat.report(b)
 			})
 			if qd > 1 {
 				b.Run(fmt.Sprintf("batch/%s/qd%d", sizeName(size), qd), func(b *testing.B) {
@@ -307,4 +354,68 @@ func rawBench(b *testing.B, op verbs.Opcode, size, qd int) {
 		}
 	}
 	report(b, size, time.Since(start))
+}
+
+// BenchmarkPingPong: 8 B SEND/Recv round trips at queue depth 1, the
+// echo on another goroutine, per poll mode: what a request/response
+// protocol pays. p50-us and p99-us are half round trips, as perftest's
+// send_lat reports; busy is run to completion (Wait polls the CQ).
+func BenchmarkPingPong(b *testing.B) {
+	for _, m := range []struct {
+		name string
+		opts []rdma.Option
+	}{
+		{"adaptive", nil},
+		{"busy", []rdma.Option{rdma.WithPollMode(poller.Busy)}},
+		{"event", []rdma.Option{rdma.WithPollMode(poller.Event)}},
+		{"adaptive-unlocked", []rdma.Option{rdma.WithPollerThreadLock(false)}},
+	} {
+		b.Run(m.name, func(b *testing.B) {
+			c, s := benchPair(b, 64, m.opts...)
+			cb, _ := c.Alloc(8)
+			defer cb.Release()
+			sb, _ := s.Alloc(8)
+			defer sb.Release()
+			ctx := context.Background()
+			done := make(chan error, 1)
+			go func() {
+				for i := 0; i < b.N; i++ {
+					f := s.Recv()
+					if err := f.Wait(ctx); err != nil {
+						done <- err
+						return
+					}
+					f.Buffer().Release()
+					if err := s.Send(sb).Wait(ctx); err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+			lat := newLatencies(b.N)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				lat.start()
+				rf := c.Recv()
+				if err := c.Send(cb).Wait(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if err := rf.Wait(ctx); err != nil {
+					b.Fatal(err)
+				}
+				lat.stop()
+				rf.Buffer().Release()
+			}
+			b.StopTimer()
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+			for i := range lat.d {
+				lat.d[i] /= 2
+			}
+			lat.report(b)
+		})
+	}
 }

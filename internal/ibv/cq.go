@@ -3,6 +3,8 @@
 package ibv
 
 /*
+#cgo noescape gordma_poll
+#cgo nocallback gordma_poll
 #include "shim.h"
 */
 import "C"
@@ -171,7 +173,7 @@ func (q *cq) Poll(wc []verbs.WorkCompletion) (int, error) {
 	total := 0
 	for total < len(wc) {
 		want := min(len(wc)-total, C.GORDMA_POLL_MAX)
-		got := int(C.gordma_poll(q.cq, C.int(want), (*C.gordma_wc)(unsafe.Pointer(&wc[total]))))
+		got := int(C.gordma_poll(handle(unsafe.Pointer(q.cq)), C.int(want), (*C.gordma_wc)(unsafe.Pointer(&wc[total]))))
 		if got < 0 {
 			return total, errnoErr("ibv_poll_cq", syscall.Errno(-got))
 		}

@@ -28,10 +28,18 @@ typedef struct {
 
 #define GORDMA_POLL_MAX 128
 
+// The hot-path helpers (poll, post send, post receive) take the verbs
+// objects as uintptr_t handles: a C pointer to a struct that holds
+// pointers makes cgo check at every call whether it points into Go
+// memory, which showed up in the profiles of the spinning loops
+// (docs/performance.md). Only pointer-free Go arrays are passed as
+// pointers.
+
 // gordma_poll polls up to n (<= GORDMA_POLL_MAX) completions in one call
 // and converts them into the Go layout. Failed completions copy only the
 // fields valid for them.
-static int gordma_poll(struct ibv_cq *cq, int n, gordma_wc *out) {
+static int gordma_poll(uintptr_t cqh, int n, gordma_wc *out) {
+	struct ibv_cq *cq = (struct ibv_cq *)cqh;
 	struct ibv_wc wc[GORDMA_POLL_MAX];
 	if (n > GORDMA_POLL_MAX) n = GORDMA_POLL_MAX;
 	int got = ibv_poll_cq(cq, n, wc);
@@ -84,7 +92,9 @@ typedef struct {
 // gordma_post_send builds the chain in scratch (C memory owned by the QP,
 // room for n WRs) and posts it with one ibv_post_send. It returns the
 // errno and sets *posted to the number of WRs before bad_wr.
-static int gordma_post_send(struct ibv_qp *qp, struct ibv_send_wr *scratch, const gordma_send_wr *w, int n, struct ibv_sge *sges, int *posted) {
+static int gordma_post_send(uintptr_t qph, uintptr_t scratchh, const gordma_send_wr *w, int n, struct ibv_sge *sges, int *posted) {
+	struct ibv_qp *qp = (struct ibv_qp *)qph;
+	struct ibv_send_wr *scratch = (struct ibv_send_wr *)scratchh;
 	int s = 0;
 	for (int i = 0; i < n; i++) {
 		struct ibv_send_wr *d = &scratch[i];
@@ -126,7 +136,10 @@ static int gordma_post_send(struct ibv_qp *qp, struct ibv_send_wr *scratch, cons
 }
 
 // gordma_post_recv posts a receive chain to a QP (srq == NULL) or an SRQ.
-static int gordma_post_recv(struct ibv_qp *qp, struct ibv_srq *srq, struct ibv_recv_wr *scratch, const gordma_recv_wr *w, int n, struct ibv_sge *sges, int *posted) {
+static int gordma_post_recv(uintptr_t qph, uintptr_t srqh, uintptr_t scratchh, const gordma_recv_wr *w, int n, struct ibv_sge *sges, int *posted) {
+	struct ibv_qp *qp = (struct ibv_qp *)qph;
+	struct ibv_srq *srq = (struct ibv_srq *)srqh;
+	struct ibv_recv_wr *scratch = (struct ibv_recv_wr *)scratchh;
 	int s = 0;
 	for (int i = 0; i < n; i++) {
 		struct ibv_recv_wr *d = &scratch[i];
