@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -14,30 +16,41 @@ import (
 	"github.com/go-rdma/rdma/poller"
 )
 
-// asyncSide is one end of the async path: an rdma.Conn, a buffer of two
-// halves like the raw path's, and the peer's exposed region.
-type asyncSide struct {
-	p       *params
+// asyncConn is one connection of the async path: an rdma.Conn, a buffer
+// of two halves like the raw path's, and the peer's exposed region.
+type asyncConn struct {
 	c       *rdma.Conn
 	buf     *rdma.Buffer
-	half    int
 	region  rdma.RemoteRegion // the peer's whole buffer
 	pending *rdma.Future      // server: the receive waited for across rounds
 }
 
-func asyncOptions(p *params) []rdma.Option {
-	mode := poller.Busy
+// asyncSide is one end of the async path: -q connections (one for the
+// latency tests).
+type asyncSide struct {
+	p     *params
+	conns []*asyncConn
+	half  int
+	rr    int                  // the server's round robin over pending receives
+	cases []reflect.SelectCase // its wait on several of them
+}
+
+func pollMode(p *params) rdma.PollMode {
 	switch p.pollMode {
 	case "adaptive":
-		mode = poller.Adaptive
+		return poller.Adaptive
 	case "event":
-		mode = poller.Event
+		return poller.Event
 	}
+	return poller.Busy
+}
+
+func asyncOptions(p *params) []rdma.Option {
 	rq := 64
 	if p.test == "send_bw" {
-		rq = max(2, min(p.rxDepth, (256<<20)/max(p.maxSize(), 64)))
+		rq = max(2, min(p.rxDepth, (256<<20)/max(p.maxSize(), 64)/p.qps))
 	}
-	opts := []rdma.Option{rdma.WithProvider(p.provider), rdma.WithPollMode(mode), rdma.WithPollerThreadLock(p.locked),
+	opts := []rdma.Option{rdma.WithProvider(p.provider), rdma.WithPollMode(pollMode(p)), rdma.WithPollerThreadLock(p.locked),
 		rdma.WithMaxMessage(max(p.maxSize(), 64)), rdma.WithQueueDepth(max(p.txDepth, 16), rq)}
 	if p.device != "" {
 		opts = append(opts, rdma.WithDevice(p.device))
@@ -47,6 +60,12 @@ func asyncOptions(p *params) []rdma.Option {
 
 func setupAsync(ctx context.Context, p *params, o *oob) (s *asyncSide, err error) {
 	s = &asyncSide{p: p}
+	side := s // the returns below set s to nil
+	defer func() {
+		if err != nil {
+			side.close()
+		}
+	}()
 	addr := net.JoinHostPort(p.host, strconv.Itoa(p.port+1))
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
@@ -56,57 +75,70 @@ func setupAsync(ctx context.Context, p *params, o *oob) (s *asyncSide, err error
 			return nil, err
 		}
 		defer ln.Close()
-		if err := o.barrier(1); err != nil { // listening
-			return nil, err
+		if err := o.barrier(uint64(p.qps)); err != nil { // listening, for -q connections
+			return nil, fmt.Errorf("%w (same -q on both sides?)", err)
 		}
-		if s.c, err = ln.Accept(ctx); err != nil {
-			return nil, err
+		for range p.qps {
+			c, err := ln.Accept(ctx)
+			if err != nil {
+				return nil, err
+			}
+			s.conns = append(s.conns, &asyncConn{c: c})
 		}
 	} else {
-		if err := o.barrier(1); err != nil {
-			return nil, err
+		if err := o.barrier(uint64(p.qps)); err != nil {
+			return nil, fmt.Errorf("%w (same -q on both sides?)", err)
 		}
-		if s.c, err = rdma.Dial(ctx, "rdma", addr, asyncOptions(p)...); err != nil {
-			return nil, err
+		for range p.qps {
+			c, err := rdma.Dial(ctx, "rdma", addr, asyncOptions(p)...)
+			if err != nil {
+				return nil, err
+			}
+			s.conns = append(s.conns, &asyncConn{c: c})
 		}
 	}
-	defer func() {
-		if err != nil {
-			s.close()
-		}
-	}()
 	s.half = (p.maxSize() + 63) &^ 63
-	if s.buf, err = s.c.Alloc(2 * s.half); err != nil {
-		return nil, err
+	// The connections exchange their regions concurrently: the two sides
+	// need not see them in the same order.
+	errs := make([]error, len(s.conns))
+	var wg sync.WaitGroup
+	for i, ac := range s.conns {
+		wg.Go(func() { errs[i] = ac.exchange(ctx, s.half) })
 	}
-	r, err := s.c.Expose(s.buf, rdma.RemoteRead|rdma.RemoteWrite|rdma.RemoteAtomic)
+	wg.Wait()
+	return s, errors.Join(errs...)
+}
+
+// exchange allocates and exposes the connection's buffer and learns the
+// peer's.
+func (ac *asyncConn) exchange(ctx context.Context, half int) error {
+	var err error
+	if ac.buf, err = ac.c.Alloc(2 * half); err != nil {
+		return err
+	}
+	r, err := ac.c.Expose(ac.buf, rdma.RemoteRead|rdma.RemoteWrite|rdma.RemoteAtomic)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- s.c.SendRegion(ctx, r) }()
-	if s.region, err = s.c.RecvRegion(ctx); err != nil {
-		return nil, err
+	go func() { errc <- ac.c.SendRegion(ctx, r) }()
+	if ac.region, err = ac.c.RecvRegion(ctx); err != nil {
+		return err
 	}
-	if err = <-errc; err != nil {
-		return nil, err
-	}
-	return s, nil
+	return <-errc
 }
 
 func (s *asyncSide) close() {
-	if s.pending != nil {
-		if s.pending.Resolved() {
-			if b := s.pending.Buffer(); b != nil {
+	for _, ac := range s.conns {
+		if ac.pending != nil && ac.pending.Resolved() {
+			if b := ac.pending.Buffer(); b != nil {
 				b.Release()
 			}
 		}
-	}
-	if s.c != nil {
-		s.c.Close()
-	}
-	if s.buf != nil {
-		s.buf.Release()
+		ac.c.Close()
+		if ac.buf != nil {
+			ac.buf.Release()
+		}
 	}
 }
 
@@ -121,7 +153,8 @@ func runAsync(ctx context.Context, p *params) ([]result, error) {
 		return nil, err
 	}
 	defer s.close()
-	header(p.stdout, p, s.c.Provider(), s.c.Device())
+	c0 := s.conns[0].c
+	header(p.stdout, p, c0.Provider(), c0.Device(), len(s.conns))
 	var results []result
 	for step, size := range p.sizes() {
 		if err := o.barrier(uint64(step)<<32 | uint64(size)); err != nil {
@@ -137,7 +170,7 @@ func runAsync(ctx context.Context, p *params) ([]result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s %d B: %w", p.test, size, err)
 		}
-		r.Provider, r.Device = s.c.Provider(), s.c.Device()
+		r.Provider, r.Device = c0.Provider(), c0.Device()
 		if p.host != "" || p.test == "send_bw" {
 			row(p.stdout, p, r)
 			results = append(results, r)
@@ -147,42 +180,55 @@ func runAsync(ctx context.Context, p *params) ([]result, error) {
 	return results, nil
 }
 
-func (s *asyncSide) src(size int) rdma.Local {
-	sl, _ := s.buf.Slice(0, size)
+func (s *asyncSide) src(ac *asyncConn, size int) rdma.Local {
+	sl, _ := ac.buf.Slice(0, size)
 	return sl
 }
 
-func (s *asyncSide) dst(size int) rdma.RemoteRegion {
-	r, _ := s.region.Slice(s.half, size)
+func (s *asyncSide) dst(ac *asyncConn, size int) rdma.RemoteRegion {
+	r, _ := ac.region.Slice(s.half, size)
 	return r
 }
 
-// client runs the bandwidth window: tx depth operations in flight, as
-// futures, or as batches of -l operations when -l > 1.
+// client runs the bandwidth window: tx depth operations in flight per
+// connection, as futures, or as batches of -l operations when -l > 1.
+// The window's slots go round robin over the connections, and each
+// connection does -n operations (or -D seconds' worth).
 func (s *asyncSide) client(ctx context.Context, o *oob, size int) (result, error) {
 	p := s.p
 	if p.isLat {
 		return s.clientLat(ctx, o, size)
 	}
-	src, dst := s.src(size), s.dst(size)
-	atom, _ := s.region.Slice(s.half, 8)
+	nc := len(s.conns)
 	per := p.postList
-	window := make([]*rdma.Future, max(1, p.txDepth/per))
+	if p.test == "atomic_bw" && per > 1 {
+		return result{}, errors.New("-l: the async API has no batched atomics")
+	}
+	window := make([]*rdma.Future, nc*max(1, p.txDepth/per))
 	batches := make([]*rdma.Batch, len(window))
 	for i := range batches {
-		batches[i] = s.c.NewBatch()
+		batches[i] = s.conns[i%nc].c.NewBatch()
+	}
+	srcs := make([]rdma.Local, nc)
+	dsts := make([]rdma.RemoteRegion, nc)
+	atoms := make([]rdma.RemoteRegion, nc)
+	for i, ac := range s.conns {
+		srcs[i], dsts[i] = s.src(ac, size), s.dst(ac, size)
+		atoms[i], _ = ac.region.Slice(s.half, 8)
 	}
 	post := func(slot, k int) *rdma.Future {
+		ci := slot % nc
+		c, src, dst := s.conns[ci].c, srcs[ci], dsts[ci]
 		if per == 1 {
 			switch p.test {
 			case "write_bw":
-				return s.c.Write(src, dst)
+				return c.Write(src, dst)
 			case "read_bw":
-				return s.c.Read(src, dst)
+				return c.Read(src, dst)
 			case "atomic_bw":
-				return s.c.FetchAdd(atom, 1)
+				return c.FetchAdd(atoms[ci], 1)
 			}
-			return s.c.Send(src)
+			return c.Send(src)
 		}
 		b := batches[slot]
 		for j := 0; j < k; j++ {
@@ -197,40 +243,47 @@ func (s *asyncSide) client(ctx context.Context, o *oob, size int) (result, error
 		}
 		return b.Post()
 	}
-	if p.test == "atomic_bw" && per > 1 {
-		return result{}, errors.New("-l: the async API has no batched atomics")
-	}
-	wctx, cancel := context.WithTimeout(ctx, p.timeout)
+	wctx, cancel := context.WithTimeout(ctx, p.timeout+p.duration)
 	defer cancel()
-	m := newBWMeter(p.iters, p.txDepth, p.duration)
+	m := newBWMeter(p, size)
+	const forever = 1 << 62
 	target := p.iters
 	if p.duration > 0 {
-		target = 1 << 62
+		target = forever
 	}
+	posted := make([]int, nc) // per connection
 	counts := make([]int, len(window))
-	posted, done := 0, 0
+	perConn := make([]int, nc)
+	total, done := 0, 0
+	left := nc // connections that have not posted their target
 	start := time.Now()
 	m.begin(start)
 	deadline := start.Add(p.duration)
 	for i := 0; ; i++ {
 		slot := i % len(window)
+		ci := slot % nc
 		if f := window[slot]; f != nil {
 			if err := f.Wait(wctx); err != nil {
 				return result{}, err
 			}
 			window[slot] = nil
 			done += counts[slot]
+			perConn[ci] += counts[slot]
 			m.progress(time.Now(), done)
 		}
-		if p.duration > 0 && target == 1<<62 && time.Now().After(deadline) {
-			target = posted
+		if target == forever && time.Now().After(deadline) {
+			target, left = 0, 0
 		}
-		if posted < target {
-			k := min(per, target-posted)
+		if posted[ci] < target {
+			k := min(per, target-posted[ci])
 			window[slot] = post(slot, k)
 			counts[slot] = k
-			posted += k
-		} else if done == posted {
+			posted[ci] += k
+			total += k
+			if posted[ci] == target {
+				left--
+			}
+		} else if left == 0 && done == total {
 			break
 		}
 	}
@@ -241,20 +294,24 @@ func (s *asyncSide) client(ctx context.Context, o *oob, size int) (result, error
 	if _, err := o.recv(); err != nil {
 		return result{}, err
 	}
-	return m.result(p, size, done, end), nil
+	r := m.result(p, size, done, end)
+	if nc > 1 {
+		r.QPs, r.PerQP = nc, perConn
+	}
+	return r, nil
 }
 
-func (s *asyncSide) recvFuture() *rdma.Future {
-	if s.pending == nil {
-		s.pending = s.c.Recv()
+func (ac *asyncConn) recvFuture() *rdma.Future {
+	if ac.pending == nil {
+		ac.pending = ac.c.Recv()
 	}
-	return s.pending
+	return ac.pending
 }
 
 // takeRecv finishes the pending receive.
-func (s *asyncSide) takeRecv() error {
-	f := s.pending
-	s.pending = nil
+func (ac *asyncConn) takeRecv() error {
+	f := ac.pending
+	ac.pending = nil
 	if err := f.Err(); err != nil {
 		return err
 	}
@@ -264,77 +321,129 @@ func (s *asyncSide) takeRecv() error {
 	return nil
 }
 
+// waitRecv waits until the pending receive of one of the connections has
+// completed and returns its index, or -1 when stop closes first (a nil
+// stop is never ready).
+func (s *asyncSide) waitRecv(ctx context.Context, stop <-chan struct{}) (int, error) {
+	n := len(s.conns)
+	for k := range n {
+		i := (s.rr + k) % n
+		select {
+		case <-s.conns[i].recvFuture().Done():
+			s.rr = i + 1
+			return i, nil
+		default:
+		}
+	}
+	if n == 1 {
+		select {
+		case <-s.conns[0].recvFuture().Done():
+			return 0, nil
+		case <-stop:
+			return -1, nil
+		case <-ctx.Done():
+			return -1, ctx.Err()
+		}
+	}
+	if s.cases == nil {
+		s.cases = make([]reflect.SelectCase, n+2)
+		for i := range s.cases {
+			s.cases[i].Dir = reflect.SelectRecv
+		}
+	}
+	for i, ac := range s.conns {
+		s.cases[i].Chan = reflect.ValueOf(ac.recvFuture().Done())
+	}
+	s.cases[n].Chan = reflect.Value{} // ignored when nil
+	if stop != nil {
+		s.cases[n].Chan = reflect.ValueOf(stop)
+	}
+	s.cases[n+1].Chan = reflect.ValueOf(ctx.Done())
+	i, _, _ := reflect.Select(s.cases)
+	switch {
+	case i < n:
+		s.rr = i + 1
+		return i, nil
+	case i == n:
+		return -1, nil
+	}
+	return -1, ctx.Err()
+}
+
 func (s *asyncSide) serve(ctx context.Context, o *oob, size int) (result, error) {
 	p := s.p
 	if p.isLat {
 		return s.serveLat(ctx, o, size)
 	}
-	st := o.watchStop()
+	st := o.watchStop(ctx)
 	if p.test != "send_bw" {
 		if err := st.wait(); err != nil {
 			return result{}, err
 		}
 		return result{}, o.send(0)
 	}
-	m := newBWMeter(p.iters, p.txDepth, p.duration)
+	m := newBWMeter(p, size)
+	perConn := make([]int, len(s.conns))
 	recvd := 0
+	stop := (<-chan struct{})(st.done)
 	for {
 		if c, ok := st.stopped(); ok && recvd >= c {
 			break
 		}
-		f := s.recvFuture()
-		select {
-		case <-f.Done():
-			if err := s.takeRecv(); err != nil {
-				return result{}, err
-			}
-			now := time.Now()
-			if recvd == 0 {
-				m.begin(now)
-			}
-			recvd++
-			m.progress(now, recvd)
-		case <-st.done:
+		i, err := s.waitRecv(ctx, stop)
+		if err != nil {
+			return result{}, err
+		}
+		if i < 0 {
+			// the count has arrived: take what is left
 			if e := st.wait(); e != nil {
 				return result{}, e
 			}
-			// the count has arrived: take what is left
-			c, _ := st.stopped()
-			for recvd < c {
-				if err := s.recvFuture().Wait(ctx); err != nil {
-					return result{}, err
-				}
-				if err := s.takeRecv(); err != nil {
-					return result{}, err
-				}
-				recvd++
-			}
+			stop = nil
+			continue
 		}
+		if err := s.conns[i].takeRecv(); err != nil {
+			return result{}, err
+		}
+		now := time.Now()
+		if recvd == 0 {
+			m.begin(now)
+		}
+		recvd++
+		perConn[i]++
+		m.progress(now, recvd)
 	}
 	end := time.Now()
 	if recvd == 0 {
 		return result{Test: p.test, API: p.api, Bytes: size}, o.send(0)
 	}
-	return m.result(p, size, recvd, end), o.send(0)
+	r := m.result(p, size, recvd, end)
+	if len(s.conns) > 1 {
+		r.QPs, r.PerQP = len(s.conns), perConn
+	}
+	return r, o.send(0)
 }
 
-func (s *asyncSide) pollByte(off int) byte {
-	b := s.buf.Bytes()
+func (ac *asyncConn) pollByte(off int) byte {
+	b := ac.buf.Bytes()
 	w := (*uint32)(unsafe.Pointer(&b[off&^3]))
 	return byte(atomic.LoadUint32(w) >> (8 * (off & 3)))
 }
 
 func (s *asyncSide) clientLat(ctx context.Context, o *oob, size int) (result, error) {
 	p := s.p
-	wctx, cancel := context.WithTimeout(ctx, p.timeout)
+	wctx, cancel := context.WithTimeout(ctx, p.timeout+p.duration)
 	defer cancel()
-	src, dst := s.src(size), s.dst(size)
-	rsrc, _ := s.region.Slice(0, size)
+	ac := s.conns[0]
+	src, dst := s.src(ac, size), s.dst(ac, size)
+	rsrc, _ := ac.region.Slice(0, size)
 	samples := make([]float64, 0, p.iters)
 	ns := cycleNS()
+	line := newProgressLine(p, size)
 	start := time.Now()
+	line.begin(start)
 	deadline := start.Add(p.duration)
-	mine := s.buf.Bytes()
+	mine := ac.buf.Bytes()
 	poll := s.half + size - 1
 	for i := 0; ; i++ {
 		if p.duration > 0 {
@@ -349,23 +458,23 @@ func (s *asyncSide) clientLat(ctx context.Context, o *oob, size int) (result, er
 		t0 := cycles()
 		switch p.test {
 		case "read_lat":
-			if err := s.c.Read(src, rsrc).Wait(wctx); err != nil {
+			if err := ac.c.Read(src, rsrc).Wait(wctx); err != nil {
 				return result{}, err
 			}
 		case "send_lat":
-			f := s.c.Send(src)
-			if err := s.recvFuture().Wait(wctx); err != nil {
+			f := ac.c.Send(src)
+			if err := ac.recvFuture().Wait(wctx); err != nil {
 				return result{}, err
 			}
-			if err := s.takeRecv(); err != nil {
+			if err := ac.takeRecv(); err != nil {
 				return result{}, err
 			}
 			if err := f.Wait(wctx); err != nil {
 				return result{}, err
 			}
 		default: // write_lat: the answer is detected in memory
-			f := s.c.Write(src, dst)
-			for k := 0; s.pollByte(poll) != seq; k++ {
+			f := ac.c.Write(src, dst)
+			for k := 0; ac.pollByte(poll) != seq; k++ {
 				if k&1023 == 1023 && wctx.Err() != nil {
 					return result{}, fmt.Errorf("no answer: %w", wctx.Err())
 				}
@@ -379,7 +488,9 @@ func (s *asyncSide) clientLat(ctx context.Context, o *oob, size int) (result, er
 			d /= 2
 		}
 		samples = append(samples, d)
+		line.tick(samples)
 	}
+	line.end()
 	if err := o.send(uint64(len(samples))); err != nil {
 		return result{}, err
 	}
@@ -391,25 +502,26 @@ func (s *asyncSide) clientLat(ctx context.Context, o *oob, size int) (result, er
 
 func (s *asyncSide) serveLat(ctx context.Context, o *oob, size int) (result, error) {
 	p := s.p
-	st := o.watchStop()
+	st := o.watchStop(ctx)
 	if p.test == "read_lat" {
 		if err := st.wait(); err != nil {
 			return result{}, err
 		}
 		return result{}, o.send(0)
 	}
-	src, dst := s.src(size), s.dst(size)
-	mine := s.buf.Bytes()
+	ac := s.conns[0]
+	src, dst := s.src(ac, size), s.dst(ac, size)
+	mine := ac.buf.Bytes()
 	poll := s.half + size - 1
 	var last *rdma.Future
 	answered := 0
 	for i := 0; ; i++ {
 		seq := byte(i%251 + 1)
 		if p.test == "send_lat" {
-			f := s.recvFuture()
+			f := ac.recvFuture()
 			select {
 			case <-f.Done():
-				if err := s.takeRecv(); err != nil {
+				if err := ac.takeRecv(); err != nil {
 					return result{}, err
 				}
 			case <-st.done:
@@ -419,12 +531,12 @@ func (s *asyncSide) serveLat(ctx context.Context, o *oob, size int) (result, err
 				if err := f.Wait(ctx); err != nil {
 					return result{}, err
 				}
-				if err := s.takeRecv(); err != nil {
+				if err := ac.takeRecv(); err != nil {
 					return result{}, err
 				}
 			}
 		} else {
-			for k := 0; s.pollByte(poll) != seq; k++ {
+			for k := 0; ac.pollByte(poll) != seq; k++ {
 				if k&255 == 255 {
 					if c, ok := st.stopped(); ok && answered >= c {
 						goto finished
@@ -439,9 +551,9 @@ func (s *asyncSide) serveLat(ctx context.Context, o *oob, size int) (result, err
 		}
 		mine[size-1] = seq
 		if p.test == "send_lat" {
-			last = s.c.Send(src)
+			last = ac.c.Send(src)
 		} else {
-			last = s.c.Write(src, dst)
+			last = ac.c.Write(src, dst)
 		}
 		answered++
 	}

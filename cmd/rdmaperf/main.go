@@ -8,9 +8,10 @@
 // Tests: write_bw send_bw read_bw atomic_bw write_lat send_lat read_lat.
 // --api=verbs measures the raw provider (internal/verbs: post chains, poll
 // many completions per call, selective signaling); --api=async measures
-// the rdma.Conn future and batch API. The out-of-band exchange and the
-// barriers between sizes use a TCP connection to -p (the async API's own
-// handshake uses -p+1). See docs/performance.md.
+// the rdma.Conn future and batch API; --api=stream measures the net.Conn
+// stream (send_bw and send_lat only). The out-of-band exchange and the
+// barriers between sizes use a TCP connection to -p (the async API's and
+// the stream's own handshake use -p+1). See docs/performance.md.
 package main
 
 import (
@@ -24,6 +25,8 @@ import (
 	"os/signal"
 	"strings"
 	"time"
+
+	"github.com/go-rdma/rdma/internal/verbs"
 )
 
 var tests = map[string]bool{
@@ -34,31 +37,43 @@ var tests = map[string]bool{
 // params are the flags of one run, as perftest names them where it has
 // them.
 type params struct {
-	test      string
-	host      string // "" on the server
-	size      int
-	all       bool
-	iters     int
-	duration  time.Duration
-	txDepth   int
-	rxDepth   int
-	postList  int
-	cqMod     int
-	device    string
-	ibPort    int
-	gidIndex  int
-	port      int
-	gbits     bool
-	outJSON   string
-	api       string
-	provider  string
-	pollMode  string
-	locked    bool
-	timeout   time.Duration
-	setFlags  map[string]bool
-	isLat     bool
-	stdout    io.Writer
-	connected func() // test hook: called once the server listens
+	test     string
+	host     string // "" on the server
+	size     int
+	all      bool
+	iters    int
+	duration time.Duration
+	txDepth  int
+	rxDepth  int
+	postList int
+	cqMod    int
+	device   string
+	ibPort   int
+	gidIndex int
+	port     int
+	gbits    bool
+	outJSON  string
+	api      string
+	provider string
+	pollMode string
+	locked   bool
+	timeout  time.Duration
+	inline   int  // -I: largest message sent inline (verbs API)
+	events   bool // -e: wait for completion events instead of polling
+	qps      int  // -q: queue pairs (connections) of the bw tests
+	progress bool // the progress line on stderr (--no_progress clears it)
+	setFlags map[string]bool
+	isLat    bool
+	stdout   io.Writer
+	stderr   io.Writer // the progress line; nil: none
+	tty      bool      // stderr is a terminal: overwrite the line with \r
+
+	// test hooks
+	connected     func()                                    // called once the server listens
+	wrapQP        func(verbs.QP) verbs.QP                   // verbs API: wraps each QP created
+	wrapChannel   func(verbs.CompChannel) verbs.CompChannel // verbs API, -e: wraps the completion channel
+	progressAfter time.Duration                             // first progress line without -D (2 s)
+	progressEvery time.Duration                             // progress line period (1 s)
 }
 
 // result is one line of the table.
@@ -84,6 +99,13 @@ type result struct {
 	TStdev   float64 `json:"t_stdev_us,omitempty"`
 	T99      float64 `json:"t_99_us,omitempty"`
 	T999     float64 `json:"t_99_9_us,omitempty"`
+	// -q > 1: the iterations of each QP (connection)
+	QPs   int   `json:"qps,omitempty"`
+	PerQP []int `json:"per_qp_iterations,omitempty"`
+	// --api=stream send_bw: the bytes written (client) or read (server)
+	StreamBytes int64 `json:"stream_bytes,omitempty"`
+	// verbs API with -e: the completion events waited for
+	Events int `json:"cq_events,omitempty"`
 }
 
 func main() {
@@ -96,6 +118,7 @@ func main() {
 		os.Exit(2)
 	}
 	p.stdout = os.Stdout
+	p.stderr, p.tty = os.Stderr, isTerminal(os.Stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx, p); err != nil {
@@ -107,6 +130,7 @@ func main() {
 func usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "usage: rdmaperf TEST [flags] [HOST]   (server without HOST, client with it)")
 	fmt.Fprintln(w, "tests: write_bw send_bw read_bw atomic_bw write_lat send_lat read_lat")
+	fmt.Fprintln(w, "--api=stream runs send_bw and send_lat only")
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 }
@@ -135,14 +159,18 @@ func parseArgs(args []string, errw io.Writer) (*params, error) {
 	fs.StringVar(&p.device, "d", "", "device name (default: the first usable)")
 	fs.IntVar(&p.ibPort, "i", 1, "device port")
 	fs.IntVar(&p.gidIndex, "x", -1, "GID index (default: the first RoCE v2 IPv4 GID)")
-	fs.IntVar(&p.port, "p", 18515, "TCP port of the out-of-band exchange (async API: also -p+1)")
+	fs.IntVar(&p.port, "p", 18515, "TCP port of the out-of-band exchange (async API and stream: also -p+1)")
 	fs.BoolVar(&p.gbits, "report_gbits", false, "report bandwidth in Gb/s (10^9 bit/s) instead of MiB/s")
 	fs.StringVar(&p.outJSON, "out_json", "", "also write the results as JSON to this file")
-	fs.StringVar(&p.api, "api", "verbs", "verbs (raw provider) or async (rdma.Conn futures and batches)")
+	fs.StringVar(&p.api, "api", "verbs", "verbs (raw provider), async (rdma.Conn futures and batches) or stream (net.Conn; send_bw, send_lat)")
 	fs.StringVar(&p.provider, "provider", "auto", "soft, verbs or auto")
-	fs.StringVar(&p.pollMode, "poll", "busy", "async API poll mode: busy, adaptive or event")
+	fs.StringVar(&p.pollMode, "poll", "busy", "async API and stream poll mode: busy, adaptive or event")
 	fs.BoolVar(&p.locked, "poller_lock", true, "async API: pollers locked to OS threads (rdma.WithPollerThreadLock)")
 	fs.DurationVar(&p.timeout, "timeout", 2*time.Minute, "give up when the peer does not answer for this long")
+	fs.IntVar(&p.inline, "I", 0, "send and write messages up to this size inline (verbs API; the QP is created with this much inline data)")
+	fs.BoolVar(&p.events, "e", false, "wait for completion events instead of busy polling (verbs: CQ completion channel; async, stream: --poll event)")
+	fs.IntVar(&p.qps, "q", 1, "queue pairs for the bw tests, traffic round robin, tx depth each (async API: connections)")
+	noProgress := fs.Bool("no_progress", false, "no progress line on stderr (shown once per second with -D, or once a size has run 2 s)")
 	fs.Usage = func() { usage(errw, fs) }
 	rest := args[1:]
 	if err := fs.Parse(rest); err != nil {
@@ -161,6 +189,8 @@ func parseArgs(args []string, errw io.Writer) (*params, error) {
 	p.setFlags = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { p.setFlags[f.Name] = true })
 	p.duration = time.Duration(dur) * time.Second
+	p.progress = !*noProgress
+	p.progressAfter, p.progressEvery = 2*time.Second, time.Second
 	if p.isLat && !p.setFlags["s"] {
 		p.size = 2
 	}
@@ -200,14 +230,21 @@ func parseArgs(args []string, errw io.Writer) (*params, error) {
 		return nil, fmt.Errorf("-l %d: want at least 1", p.postList)
 	case p.cqMod < 1:
 		return nil, fmt.Errorf("-Q %d: want at least 1", p.cqMod)
-	case p.api != "verbs" && p.api != "async":
-		return nil, fmt.Errorf("--api %q: want verbs or async", p.api)
+	case p.api != "verbs" && p.api != "async" && p.api != "stream":
+		return nil, fmt.Errorf("--api %q: want verbs, async or stream", p.api)
 	case p.provider != "auto" && p.provider != "soft" && p.provider != "verbs":
 		return nil, fmt.Errorf("--provider %q: want soft, verbs or auto", p.provider)
 	case p.pollMode != "busy" && p.pollMode != "adaptive" && p.pollMode != "event":
 		return nil, fmt.Errorf("--poll %q: want busy, adaptive or event", p.pollMode)
 	case p.port < 1 || p.port > 65534:
 		return nil, fmt.Errorf("-p %d: want 1..65534", p.port)
+	case p.inline < 0:
+		return nil, fmt.Errorf("-I %d: want bytes >= 0", p.inline)
+	case p.qps < 1 || p.qps > 256:
+		return nil, fmt.Errorf("-q %d: want 1..256", p.qps)
+	}
+	if err := p.checkCombinations(); err != nil {
+		return nil, err
 	}
 	if p.isLat && p.txDepth != 1 {
 		return nil, fmt.Errorf("-t %d: latency tests keep one operation in flight", p.txDepth)
@@ -220,6 +257,48 @@ func parseArgs(args []string, errw io.Writer) (*params, error) {
 	p.postList = min(p.postList, p.txDepth)
 	p.cqMod = max(1, min(p.cqMod, p.txDepth-p.postList+1))
 	return p, nil
+}
+
+// checkCombinations refuses the flags that do not apply to the test or
+// the API, and maps -e onto the async API's poll mode.
+func (p *params) checkCombinations() error {
+	if p.isLat && p.qps > 1 {
+		return fmt.Errorf("-q %d: latency tests run on one QP (as perftest's)", p.qps)
+	}
+	if p.inline > 0 {
+		switch {
+		case p.test != "write_bw" && p.test != "send_bw" && p.test != "write_lat" && p.test != "send_lat":
+			return fmt.Errorf("-I %d: inline data applies to SEND and WRITE only, not to %s", p.inline, p.test)
+		case p.api == "async":
+			return fmt.Errorf("-I %d: the async API has no inline option (rdma.Conn decides by itself which SENDs go inline); use --api=verbs", p.inline)
+		case p.api == "stream":
+			return fmt.Errorf("-I %d: the stream has no inline option; use --api=verbs", p.inline)
+		}
+	}
+	if p.events {
+		switch {
+		case p.api == "verbs" && p.test == "write_lat":
+			return errors.New("-e: write_lat detects each answer by spinning on memory, as ib_write_lat does: there is no completion to wait for (use send_lat or read_lat, or --api=async)")
+		case p.api != "verbs" && p.setFlags["poll"] && p.pollMode != "event":
+			return fmt.Errorf("-e asks for the event poll mode, --poll %s for another", p.pollMode)
+		case p.api != "verbs":
+			p.pollMode = "event"
+		}
+	}
+	if p.api == "stream" {
+		if p.test != "send_bw" && p.test != "send_lat" {
+			return fmt.Errorf("--api=stream measures send_bw and send_lat only (a byte stream has no %s)", strings.TrimSuffix(strings.TrimSuffix(p.test, "_bw"), "_lat"))
+		}
+		if p.qps > 1 {
+			return fmt.Errorf("-q %d: --api=stream runs one stream", p.qps)
+		}
+		for _, f := range []string{"t", "l", "Q", "r"} {
+			if p.setFlags[f] {
+				return fmt.Errorf("-%s does not apply to --api=stream: the stream keeps its own window of messages (docs/stream.md)", f)
+			}
+		}
+	}
+	return nil
 }
 
 // sizes are the message sizes of the run: -s, or 2 B..8 MiB with -a.
@@ -242,9 +321,12 @@ func (p *params) maxSize() int {
 func run(ctx context.Context, p *params) error {
 	var results []result
 	var err error
-	if p.api == "verbs" {
+	switch p.api {
+	case "verbs":
 		results, err = runRaw(ctx, p)
-	} else {
+	case "stream":
+		results, err = runStream(ctx, p)
+	default:
 		results, err = runAsync(ctx, p)
 	}
 	if err != nil {

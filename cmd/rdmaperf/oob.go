@@ -101,17 +101,23 @@ func (o *oob) recv() (uint64, error) {
 }
 
 // stopper is the server's side of a round: the client's "done, after N
-// operations" arrives on the TCP connection while the server spins.
+// operations" arrives on the TCP connection while the server spins. ctx
+// ends when it has arrived (or the connection failed), so that a wait for
+// a completion event ends too.
 type stopper struct {
-	count atomic.Int64 // -1 until the client's message arrives
-	err   atomic.Value
-	done  chan struct{}
+	count  atomic.Int64 // -1 until the client's message arrives
+	err    atomic.Value
+	done   chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
-func (o *oob) watchStop() *stopper {
+func (o *oob) watchStop(ctx context.Context) *stopper {
 	s := &stopper{done: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.count.Store(-1)
 	go func() {
+		defer s.cancel()
 		defer close(s.done)
 		v, err := o.recv()
 		if err != nil {

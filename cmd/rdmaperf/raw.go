@@ -42,28 +42,47 @@ func pickProvider(name string) (verbs.Provider, error) {
 	return soft.Provider, nil
 }
 
-// rawSide is one end of the raw path: a QP on one CQ and one buffer of
+// rawQP is one of the side's QPs (-q) and its peer.
+type rawQP struct {
+	qp     verbs.QP
+	peer   peerInfo
+	posted int // receives posted and not yet completed
+	// the client's bandwidth window, in WRs of this round
+	sent, done, target int
+}
+
+// rawSide is one end of the raw path: -q QPs on one CQ and one buffer of
 // two halves, [0, half) to send or read into, [half, 2*half) to receive
-// or to be written.
+// or to be written; all QPs share the buffer.
 type rawSide struct {
 	p      *params
+	run    context.Context
 	ctx    verbs.Context
 	pd     verbs.PD
+	ch     verbs.CompChannel // -e
 	cq     verbs.CQ
-	qp     verbs.QP
+	qps    []*rawQP
 	buf    []byte
 	mr     verbs.MR
 	half   int
-	peer   peerInfo
 	wc     []verbs.WorkCompletion
 	recvs  []verbs.RecvWR
 	rsge   []verbs.SGE
-	posted int // receives posted and not yet completed
+	recvd  int // receive completions this round
+	events int // completion events taken this round (-e)
 }
 
+// WR IDs: the QP's index above qpShift, the WR's index in the round below
+// it; receives carry recvID and the QP's index.
+const (
+	qpShift = 40
+	idxMask = 1<<qpShift - 1
+	recvID  = 1 << 62
+)
+
 func (s *rawSide) close() {
-	if s.qp != nil {
-		s.qp.Close()
+	for _, q := range s.qps {
+		q.qp.Close()
 	}
 	if s.mr != nil {
 		s.mr.Close()
@@ -74,6 +93,9 @@ func (s *rawSide) close() {
 	if s.cq != nil {
 		s.cq.Close()
 	}
+	if s.ch != nil {
+		s.ch.Close()
+	}
 	if s.pd != nil {
 		s.pd.Close()
 	}
@@ -82,15 +104,16 @@ func (s *rawSide) close() {
 	}
 }
 
-func setupRaw(p *params, o *oob) (s *rawSide, err error) {
+func setupRaw(ctx context.Context, p *params, o *oob) (s *rawSide, err error) {
 	prov, err := pickProvider(p.provider)
 	if err != nil {
 		return nil, err
 	}
-	s = &rawSide{p: p, wc: make([]verbs.WorkCompletion, 128)}
+	s = &rawSide{p: p, run: ctx, wc: make([]verbs.WorkCompletion, 128)}
+	side := s // the returns below set s to nil
 	defer func() {
 		if err != nil {
-			s.close()
+			side.close()
 		}
 	}()
 	if s.ctx, err = prov.Open(p.device); err != nil {
@@ -120,12 +143,33 @@ func setupRaw(p *params, o *oob) (s *rawSide, err error) {
 	if s.pd, err = s.ctx.AllocPD(); err != nil {
 		return nil, err
 	}
-	if s.cq, err = s.ctx.CreateCQ(p.txDepth+p.rxDepth+64, nil); err != nil {
+	if p.events {
+		if s.ch, err = s.ctx.CreateCompChannel(); err != nil {
+			return nil, fmt.Errorf("-e: create completion channel: %w", err)
+		}
+	}
+	if s.cq, err = s.ctx.CreateCQ((p.txDepth+p.rxDepth)*p.qps+64, s.ch); err != nil {
 		return nil, err
 	}
-	if s.qp, err = s.pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: s.cq, RecvCQ: s.cq,
-		Cap: verbs.QPCap{MaxSendWR: p.txDepth + 16, MaxRecvWR: p.rxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-		return nil, err
+	if s.ch != nil && p.wrapChannel != nil {
+		s.ch = p.wrapChannel(s.ch)
+	}
+	for range p.qps {
+		qp, err := s.pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: s.cq, RecvCQ: s.cq,
+			Cap: verbs.QPCap{MaxSendWR: p.txDepth + 16, MaxRecvWR: p.rxDepth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: p.inline}})
+		if err != nil {
+			if p.inline > 0 {
+				return nil, fmt.Errorf("-I %d: create QP with %d bytes of inline data: %w", p.inline, p.inline, err)
+			}
+			return nil, err
+		}
+		if p.wrapQP != nil {
+			qp = p.wrapQP(qp)
+		}
+		s.qps = append(s.qps, &rawQP{qp: qp})
+		if got := qp.Cap().MaxInlineData; got < p.inline {
+			return nil, fmt.Errorf("-I %d: %s grants only %d bytes of inline data per WR", p.inline, info.Name, got)
+		}
 	}
 	s.half = (p.maxSize() + 63) &^ 63
 	if s.buf, err = mem.Map(2 * s.half); err != nil {
@@ -135,49 +179,76 @@ func setupRaw(p *params, o *oob) (s *rawSide, err error) {
 	if s.mr, err = s.pd.RegMR(s.buf, acc); err != nil {
 		return nil, err
 	}
-	if err = s.qp.ToInit(verbs.InitAttr{Port: uint8(p.ibPort), Access: acc}); err != nil {
+	// Both sides must agree on the number of QPs before they exchange
+	// one record per QP.
+	var peerQPs uint32
+	if err = o.exchange(uint32(p.qps), &peerQPs); err != nil {
 		return nil, err
 	}
-	me := peerInfo{QPN: s.qp.QPN(), PSN: uint32(time.Now().UnixNano()) & 0xffffff, LID: port.LID,
-		MTU: uint16(port.ActiveMTU), GID: gid.GID, Addr: s.mr.Addr(), RKey: s.mr.RKey(), Len: uint32(len(s.buf))}
-	if err = o.exchange(me, &s.peer); err != nil {
+	if int(peerQPs) != p.qps {
+		return nil, fmt.Errorf("-q %d: the peer runs -q %d", p.qps, peerQPs)
+	}
+	me := make([]peerInfo, p.qps)
+	for i, q := range s.qps {
+		if err = q.qp.ToInit(verbs.InitAttr{Port: uint8(p.ibPort), Access: acc}); err != nil {
+			return nil, err
+		}
+		me[i] = peerInfo{QPN: q.qp.QPN(), PSN: uint32(time.Now().UnixNano()+int64(i)) & 0xffffff, LID: port.LID,
+			MTU: uint16(port.ActiveMTU), GID: gid.GID, Addr: s.mr.Addr(), RKey: s.mr.RKey(), Len: uint32(len(s.buf))}
+	}
+	peers := make([]peerInfo, p.qps)
+	if err = o.exchange(me, peers); err != nil {
 		return nil, err
 	}
-	mtu := min(verbs.MTU(s.peer.MTU), port.ActiveMTU)
 	rd := uint8(max(1, min(attr.MaxQPRdAtom, 16)))
-	if err = s.qp.ToRTR(verbs.RTRAttr{PathMTU: mtu, DestQPN: s.peer.QPN, RQPSN: s.peer.PSN,
-		Dest:            verbs.Address{Port: uint8(p.ibPort), LID: s.peer.LID, GID: s.peer.GID, SGIDIndex: uint8(gid.Index), HopLimit: 64},
-		MaxDestRdAtomic: rd, MinRNRTimer: 1}); err != nil {
-		return nil, err
-	}
-	if err = s.qp.ToRTS(verbs.RTSAttr{SQPSN: me.PSN, Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: rd}); err != nil {
-		return nil, err
+	for i, q := range s.qps {
+		q.peer = peers[i]
+		mtu := min(verbs.MTU(q.peer.MTU), port.ActiveMTU)
+		if err = q.qp.ToRTR(verbs.RTRAttr{PathMTU: mtu, DestQPN: q.peer.QPN, RQPSN: q.peer.PSN,
+			Dest:            verbs.Address{Port: uint8(p.ibPort), LID: q.peer.LID, GID: q.peer.GID, SGIDIndex: uint8(gid.Index), HopLimit: 64},
+			MaxDestRdAtomic: rd, MinRNRTimer: 1}); err != nil {
+			return nil, err
+		}
+		if err = q.qp.ToRTS(verbs.RTSAttr{SQPSN: me[i].PSN, Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: rd}); err != nil {
+			return nil, err
+		}
 	}
 	s.recvs = make([]verbs.RecvWR, p.rxDepth)
 	s.rsge = make([]verbs.SGE, p.rxDepth)
 	return s, nil
 }
 
-// fillRecvs keeps rxDepth receives posted, in one chain. Each takes up to
-// the largest size of the run, so that receives left over from a smaller
-// size still fit.
-func (s *rawSide) fillRecvs(size int) error {
-	k := len(s.recvs) - s.posted
+// fillRecvs keeps rxDepth receives posted on QP qi, in one chain. Each
+// takes up to the largest size of the run, so that receives left over
+// from a smaller size still fit.
+func (s *rawSide) fillRecvs(qi int) error {
+	q := s.qps[qi]
+	k := len(s.recvs) - q.posted
 	if k == 0 {
 		return nil
 	}
 	for i := 0; i < k; i++ {
 		s.rsge[i] = verbs.SGE{Addr: s.mr.Addr() + uint64(s.half), Length: uint32(s.half), LKey: s.mr.LKey()}
-		s.recvs[i] = verbs.RecvWR{ID: recvID, SGL: s.rsge[i : i+1]}
+		s.recvs[i] = verbs.RecvWR{ID: recvID | uint64(qi), SGL: s.rsge[i : i+1]}
 	}
-	if _, err := s.qp.PostRecv(s.recvs[:k]); err != nil {
+	if _, err := q.qp.PostRecv(s.recvs[:k]); err != nil {
 		return err
 	}
-	s.posted += k
+	q.posted += k
 	return nil
 }
 
-const recvID = 1 << 62
+// refillRecvs tops up the QPs that have used half their receives.
+func (s *rawSide) refillRecvs() error {
+	for i, q := range s.qps {
+		if q.posted < len(s.recvs)/2 {
+			if err := s.fillRecvs(i); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 // lastByte is the word that holds the byte at off, read atomically so
 // the spin sees a peer's RDMA WRITE. mmap memory is page aligned.
@@ -192,19 +263,25 @@ func runRaw(ctx context.Context, p *params) ([]result, error) {
 		return nil, err
 	}
 	defer o.Close()
-	s, err := setupRaw(p, o)
+	s, err := setupRaw(ctx, p, o)
 	if err != nil {
 		return nil, err
 	}
 	defer s.close()
 	info := s.ctx.Info()
-	header(p.stdout, p, info.Provider, info.Name)
+	header(p.stdout, p, info.Provider, info.Name, len(s.qps))
 	var results []result
 	for step, size := range p.sizes() {
 		if p.test == "send_bw" || p.test == "send_lat" {
-			if err := s.fillRecvs(size); err != nil {
-				return nil, err
+			for i := range s.qps {
+				if err := s.fillRecvs(i); err != nil {
+					return nil, err
+				}
 			}
+		}
+		s.recvd, s.events = 0, 0
+		for _, q := range s.qps {
+			q.sent, q.done = 0, 0
 		}
 		if err := o.barrier(uint64(step)<<32 | uint64(size)); err != nil {
 			return nil, err
@@ -219,7 +296,7 @@ func runRaw(ctx context.Context, p *params) ([]result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s %d B: %w", p.test, size, err)
 		}
-		r.Provider, r.Device = info.Provider, info.Name
+		r.Provider, r.Device, r.Events = info.Provider, info.Name, s.events
 		if p.host != "" || p.test == "send_bw" {
 			row(p.stdout, p, r)
 			results = append(results, r)
@@ -229,9 +306,9 @@ func runRaw(ctx context.Context, p *params) ([]result, error) {
 	return results, nil
 }
 
-// poll takes completions and checks them; sends move *done to their WR
-// ID + 1, receives count in *recvd.
-func (s *rawSide) poll(done, recvd *int) (int, error) {
+// poll takes completions and checks them: a send moves its QP's done to
+// its WR index + 1, a receive counts in s.recvd.
+func (s *rawSide) poll() (int, error) {
 	n, err := s.cq.Poll(s.wc)
 	if err != nil {
 		return 0, err
@@ -241,14 +318,50 @@ func (s *rawSide) poll(done, recvd *int) (int, error) {
 		if w.Status != verbs.WCSuccess {
 			return 0, w.Err()
 		}
-		if w.WRID == recvID {
-			*recvd++
-			s.posted--
+		if w.WRID&recvID != 0 {
+			s.recvd++
+			s.qps[w.WRID&^recvID].posted--
 			continue
 		}
-		*done = int(w.WRID) + 1
+		s.qps[w.WRID>>qpShift].done = int(w.WRID&idxMask) + 1
 	}
 	return n, nil
+}
+
+// next polls. Without -e that is all. With -e, when the CQ is empty, it
+// arms the CQ, polls again (a completion that came between the first poll
+// and the arming raises no event), and only then waits for the channel's
+// event, acks it and polls. A wait that ctx ends returns (0, nil) unless
+// the whole run is cancelled, so that the server can look at the
+// client's stop message.
+func (s *rawSide) next(ctx context.Context) (int, error) {
+	n, err := s.poll()
+	if n > 0 || err != nil || !s.p.events {
+		return n, err
+	}
+	if err := s.cq.ReqNotify(false); err != nil {
+		return 0, err
+	}
+	if n, err := s.poll(); n > 0 || err != nil {
+		return n, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.p.timeout)
+	cq, err := s.ch.GetEvent(wctx)
+	cancel()
+	if err != nil {
+		switch {
+		case s.run.Err() != nil:
+			return 0, s.run.Err()
+		case ctx.Err() != nil:
+			return 0, nil
+		case wctx.Err() != nil:
+			return 0, fmt.Errorf("no completion event for %v", s.p.timeout)
+		}
+		return 0, fmt.Errorf("completion channel: %w", err)
+	}
+	cq.AckEvents(1)
+	s.events++
+	return s.poll()
 }
 
 func (s *rawSide) opcode() verbs.Opcode {
@@ -263,47 +376,65 @@ func (s *rawSide) opcode() verbs.Opcode {
 	return verbs.OpSend
 }
 
+// inlineFlag is SendInline for SENDs and WRITEs of up to -I bytes.
+func (s *rawSide) inlineFlag(op verbs.Opcode, size int) verbs.SendFlags {
+	if size <= s.p.inline && (op == verbs.OpSend || op == verbs.OpWrite) {
+		return verbs.SendInline
+	}
+	return 0
+}
+
+// client runs the bandwidth window: on each QP in turn, tx depth WRs in
+// flight, -n of them per QP (or -D seconds' worth), as perftest does.
 func (s *rawSide) client(o *oob, size int) (result, error) {
 	if s.p.isLat {
 		return s.clientLat(o, size)
 	}
 	p := s.p
 	op := s.opcode()
+	inl := s.inlineFlag(op, size)
 	wrs := make([]verbs.SendWR, p.postList)
 	sge := []verbs.SGE{{Addr: s.mr.Addr(), Length: uint32(size), LKey: s.mr.LKey()}}
 	for i := range wrs {
-		wrs[i] = verbs.SendWR{Opcode: op, SGL: sge, RemoteAddr: s.peer.Addr + uint64(s.half), RKey: s.peer.RKey, CompareAdd: 1}
+		wrs[i] = verbs.SendWR{Opcode: op, SGL: sge, RemoteAddr: s.qps[0].peer.Addr + uint64(s.half), RKey: s.qps[0].peer.RKey, CompareAdd: 1}
 	}
-	target := p.iters
+	const forever = 1 << 40 // below qpShift
+	for _, q := range s.qps {
+		q.target = p.iters
+		if p.duration > 0 {
+			q.target = forever
+		}
+	}
+	open := len(s.qps) // QPs whose last WR has not completed
+	timed := p.duration > 0
 	var deadline time.Time
-	if p.duration > 0 {
-		target = 1 << 62
-	}
-	m := newBWMeter(p.iters, p.txDepth, p.duration)
+	m := newBWMeter(p, size)
 	stall := time.Now().Add(p.timeout)
-	posted, done, recvd, idle := 0, 0, 0, 0
+	idle := 0
 	start := time.Now()
 	m.begin(start)
-	if p.duration > 0 {
+	if timed {
 		deadline = start.Add(p.duration)
 	}
-	for done < target {
-		for posted < target && posted-done+min(p.postList, target-posted) <= p.txDepth {
-			k := min(p.postList, target-posted)
-			for j := 0; j < k; j++ {
-				idx := posted + j
-				wrs[j].ID = uint64(idx)
-				wrs[j].Flags = 0
-				if (idx+1)%p.cqMod == 0 || idx == target-1 {
-					wrs[j].Flags = verbs.SendSignaled
+	for open > 0 {
+		for qi, q := range s.qps {
+			for q.sent < q.target && q.sent-q.done+min(p.postList, q.target-q.sent) <= p.txDepth {
+				k := min(p.postList, q.target-q.sent)
+				for j := 0; j < k; j++ {
+					idx := q.sent + j
+					wrs[j].ID = uint64(qi)<<qpShift | uint64(idx)
+					wrs[j].Flags = inl
+					if (idx+1)%p.cqMod == 0 || idx == q.target-1 {
+						wrs[j].Flags |= verbs.SendSignaled
+					}
 				}
+				if _, err := q.qp.PostSend(wrs[:k]); err != nil {
+					return result{}, err
+				}
+				q.sent += k
 			}
-			if _, err := s.qp.PostSend(wrs[:k]); err != nil {
-				return result{}, err
-			}
-			posted += k
 		}
-		n, err := s.poll(&done, &recvd)
+		n, err := s.next(s.run)
 		if err != nil {
 			return result{}, err
 		}
@@ -316,25 +447,52 @@ func (s *rawSide) client(o *oob, size int) (result, error) {
 		}
 		now := time.Now()
 		if n > 0 {
+			var done int
+			done, open = s.window()
 			m.progress(now, done)
 			stall = now.Add(p.timeout)
 		} else if now.After(stall) {
 			return result{}, fmt.Errorf("no completion for %v", p.timeout)
 		}
-		if p.duration > 0 && target == 1<<62 && now.After(deadline) {
+		if timed && now.After(deadline) {
 			// Stop on a signaled WR: the last one posted, rounded up
 			// to the signaling period.
-			target = (posted + p.cqMod - 1) / p.cqMod * p.cqMod
+			timed = false
+			for _, q := range s.qps {
+				q.target = (q.sent + p.cqMod - 1) / p.cqMod * p.cqMod
+			}
+			_, open = s.window()
 		}
 	}
 	end := time.Now()
+	done, _ := s.window()
+	var per []int
+	for _, q := range s.qps {
+		per = append(per, q.done)
+	}
 	if err := o.send(uint64(done)); err != nil {
 		return result{}, err
 	}
 	if _, err := o.recv(); err != nil {
 		return result{}, err
 	}
-	return m.result(p, size, done, end), nil
+	r := m.result(p, size, done, end)
+	if len(per) > 1 {
+		r.QPs, r.PerQP = len(per), per
+	}
+	return r, nil
+}
+
+// window sums the WRs completed on every QP and counts the QPs that have
+// not reached their target.
+func (s *rawSide) window() (done, open int) {
+	for _, q := range s.qps {
+		done += q.done
+		if q.done < q.target {
+			open++
+		}
+	}
+	return done, open
 }
 
 // serve is the passive side: for WRITE, READ and atomics it waits for the
@@ -344,18 +502,17 @@ func (s *rawSide) serve(o *oob, size int) (result, error) {
 	if p.isLat {
 		return s.serveLat(o, size)
 	}
-	st := o.watchStop()
+	st := o.watchStop(s.run)
 	if p.test != "send_bw" {
 		if err := st.wait(); err != nil {
 			return result{}, err
 		}
 		return result{}, o.send(0)
 	}
-	m := newBWMeter(p.iters, p.txDepth, p.duration)
-	done, recvd := 0, 0
+	m := newBWMeter(p, size)
 	started := false
 	for {
-		n, err := s.poll(&done, &recvd)
+		n, err := s.next(st.ctx)
 		if err != nil {
 			return result{}, err
 		}
@@ -365,14 +522,12 @@ func (s *rawSide) serve(o *oob, size int) (result, error) {
 				m.begin(now) // from the first receive
 				started = true
 			}
-			m.progress(now, recvd)
-			if s.posted < len(s.recvs)/2 {
-				if err := s.fillRecvs(size); err != nil {
-					return result{}, err
-				}
+			m.progress(now, s.recvd)
+			if err := s.refillRecvs(); err != nil {
+				return result{}, err
 			}
 		}
-		if c, ok := st.stopped(); ok && recvd >= c {
+		if c, ok := st.stopped(); ok && s.recvd >= c {
 			break
 		}
 	}
@@ -380,13 +535,15 @@ func (s *rawSide) serve(o *oob, size int) (result, error) {
 	if err := st.wait(); err != nil {
 		return result{}, err
 	}
-	if err := s.fillRecvs(size); err != nil {
-		return result{}, err
+	for i := range s.qps {
+		if err := s.fillRecvs(i); err != nil {
+			return result{}, err
+		}
 	}
-	if recvd == 0 {
+	if s.recvd == 0 {
 		return result{Test: p.test, API: p.api, Bytes: size}, o.send(0)
 	}
-	return m.result(p, size, recvd, end), o.send(0)
+	return m.result(p, size, s.recvd, end), o.send(0)
 }
 
 // clientLat runs the ping-pong (send, write) or the READ loop and keeps
@@ -394,19 +551,22 @@ func (s *rawSide) serve(o *oob, size int) (result, error) {
 func (s *rawSide) clientLat(o *oob, size int) (result, error) {
 	p := s.p
 	op := s.opcode()
+	q := s.qps[0]
 	sge := []verbs.SGE{{Addr: s.mr.Addr(), Length: uint32(size), LKey: s.mr.LKey()}}
-	wr := []verbs.SendWR{{Opcode: op, SGL: sge, RemoteAddr: s.peer.Addr + uint64(s.half), RKey: s.peer.RKey}}
+	wr := []verbs.SendWR{{Opcode: op, SGL: sge, RemoteAddr: q.peer.Addr + uint64(s.half), RKey: q.peer.RKey}}
 	if op == verbs.OpRead {
-		wr[0].RemoteAddr = s.peer.Addr // read the peer's first half
+		wr[0].RemoteAddr = q.peer.Addr // read the peer's first half
 	}
+	inl := s.inlineFlag(op, size)
 	samples := make([]float64, 0, p.iters)
 	ns := cycleNS()
+	line := newProgressLine(p, size)
 	var deadline time.Time
 	start := time.Now()
 	if p.duration > 0 {
 		deadline = start.Add(p.duration)
 	}
-	done, recvd := 0, 0
+	line.begin(start)
 	poll := s.half + size - 1
 	for i := 0; ; i++ {
 		if p.duration > 0 {
@@ -419,13 +579,13 @@ func (s *rawSide) clientLat(o *oob, size int) (result, error) {
 		seq := byte(i%251 + 1)
 		s.buf[size-1] = seq
 		wr[0].ID = uint64(i)
-		wr[0].Flags = 0
+		wr[0].Flags = inl
 		if i%p.cqMod == p.cqMod-1 || op == verbs.OpRead {
-			wr[0].Flags = verbs.SendSignaled
+			wr[0].Flags |= verbs.SendSignaled
 		}
 		var stall time.Time
 		t0 := cycles()
-		if _, err := s.qp.PostSend(wr); err != nil {
+		if _, err := q.qp.PostSend(wr); err != nil {
 			return result{}, err
 		}
 		for k := 0; ; k++ {
@@ -436,23 +596,23 @@ func (s *rawSide) clientLat(o *oob, size int) (result, error) {
 				}
 				if k&63 == 0 {
 					// keep send completions flowing
-					if _, err := s.poll(&done, &recvd); err != nil {
+					if _, err := s.poll(); err != nil {
 						return result{}, err
 					}
 				}
 			case verbs.OpRead:
-				if _, err := s.poll(&done, &recvd); err != nil {
+				if _, err := s.next(s.run); err != nil {
 					return result{}, err
 				}
-				if done > i {
+				if q.done > i {
 					goto arrived
 				}
 			default:
-				r0 := recvd
-				if _, err := s.poll(&done, &recvd); err != nil {
+				r0 := s.recvd
+				if _, err := s.next(s.run); err != nil {
 					return result{}, err
 				}
-				if recvd > r0 {
+				if s.recvd > r0 {
 					goto arrived
 				}
 			}
@@ -470,25 +630,21 @@ func (s *rawSide) clientLat(o *oob, size int) (result, error) {
 			d /= 2
 		}
 		samples = append(samples, d)
-		if op == verbs.OpSend && s.posted < len(s.recvs)/2 {
-			if err := s.fillRecvs(size); err != nil {
+		line.tick(samples)
+		if op == verbs.OpSend && q.posted < len(s.recvs)/2 {
+			if err := s.fillRecvs(0); err != nil {
 				return result{}, err
 			}
 		}
 	}
+	line.end()
 	// Drain: wait until the last signaled send has completed.
 	lastSig := len(samples) - 1
 	if op != verbs.OpRead {
 		lastSig = (len(samples)/p.cqMod)*p.cqMod - 1
 	}
-	stall := time.Now().Add(p.timeout)
-	for done <= lastSig {
-		if _, err := s.poll(&done, &recvd); err != nil {
-			return result{}, err
-		}
-		if time.Now().After(stall) {
-			return result{}, fmt.Errorf("no completion for %v", p.timeout)
-		}
+	if err := s.drain(lastSig); err != nil {
+		return result{}, err
 	}
 	if err := o.send(uint64(len(samples))); err != nil {
 		return result{}, err
@@ -499,12 +655,27 @@ func (s *rawSide) clientLat(o *oob, size int) (result, error) {
 	return latResult(p, size, samples), nil
 }
 
+// drain waits until the send WR lastSig (of QP 0) has completed.
+func (s *rawSide) drain(lastSig int) error {
+	stall := time.Now().Add(s.p.timeout)
+	for s.qps[0].done <= lastSig {
+		if _, err := s.next(s.run); err != nil {
+			return err
+		}
+		if time.Now().After(stall) {
+			return fmt.Errorf("no completion for %v", s.p.timeout)
+		}
+	}
+	return nil
+}
+
 // serveLat answers each ping of send_lat and write_lat; for read_lat it
 // only waits.
 func (s *rawSide) serveLat(o *oob, size int) (result, error) {
 	p := s.p
 	op := s.opcode()
-	st := o.watchStop()
+	q := s.qps[0]
+	st := o.watchStop(s.run)
 	if op == verbs.OpRead {
 		if err := st.wait(); err != nil {
 			return result{}, err
@@ -512,8 +683,8 @@ func (s *rawSide) serveLat(o *oob, size int) (result, error) {
 		return result{}, o.send(0)
 	}
 	sge := []verbs.SGE{{Addr: s.mr.Addr(), Length: uint32(size), LKey: s.mr.LKey()}}
-	wr := []verbs.SendWR{{Opcode: op, SGL: sge, RemoteAddr: s.peer.Addr + uint64(s.half), RKey: s.peer.RKey}}
-	done, recvd := 0, 0
+	wr := []verbs.SendWR{{Opcode: op, SGL: sge, RemoteAddr: q.peer.Addr + uint64(s.half), RKey: q.peer.RKey}}
+	inl := s.inlineFlag(op, size)
 	poll := s.half + size - 1
 	answered := 0
 	for i := 0; ; i++ {
@@ -524,19 +695,20 @@ func (s *rawSide) serveLat(o *oob, size int) (result, error) {
 					break
 				}
 				if k&63 == 0 {
-					if _, err := s.poll(&done, &recvd); err != nil {
+					if _, err := s.poll(); err != nil {
 						return result{}, err
 					}
 				}
 			} else {
-				if _, err := s.poll(&done, &recvd); err != nil {
+				if _, err := s.next(st.ctx); err != nil {
 					return result{}, err
 				}
-				if recvd > i {
+				if s.recvd > i {
 					break
 				}
 			}
-			if k&255 == 255 {
+			// With -e each wait ends on an event or on the stop.
+			if k&255 == 255 || p.events {
 				if c, ok := st.stopped(); ok && answered >= c {
 					goto finished
 				}
@@ -544,16 +716,16 @@ func (s *rawSide) serveLat(o *oob, size int) (result, error) {
 		}
 		s.buf[size-1] = seq
 		wr[0].ID = uint64(i)
-		wr[0].Flags = 0
+		wr[0].Flags = inl
 		if i%p.cqMod == p.cqMod-1 {
-			wr[0].Flags = verbs.SendSignaled
+			wr[0].Flags |= verbs.SendSignaled
 		}
-		if _, err := s.qp.PostSend(wr); err != nil {
+		if _, err := q.qp.PostSend(wr); err != nil {
 			return result{}, err
 		}
 		answered++
-		if op == verbs.OpSend && s.posted < len(s.recvs)/2 {
-			if err := s.fillRecvs(size); err != nil {
+		if op == verbs.OpSend && q.posted < len(s.recvs)/2 {
+			if err := s.fillRecvs(0); err != nil {
 				return result{}, err
 			}
 		}
@@ -562,15 +734,8 @@ finished:
 	if err := st.wait(); err != nil {
 		return result{}, err
 	}
-	lastSig := (answered/p.cqMod)*p.cqMod - 1
-	stall := time.Now().Add(p.timeout)
-	for done <= lastSig {
-		if _, err := s.poll(&done, &recvd); err != nil {
-			return result{}, err
-		}
-		if time.Now().After(stall) {
-			return result{}, fmt.Errorf("no completion for %v", p.timeout)
-		}
+	if err := s.drain((answered/p.cqMod)*p.cqMod - 1); err != nil {
+		return result{}, err
 	}
 	return result{}, o.send(0)
 }

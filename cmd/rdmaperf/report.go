@@ -17,14 +17,28 @@ var testTitles = map[string]string{
 	"send_lat": "Send Latency Test", "read_lat": "RDMA_Read Latency Test",
 }
 
-func header(w io.Writer, p *params, provider, device string) {
+// header prints the test's parameters; qps is the number of QPs (or
+// connections) actually set up.
+func header(w io.Writer, p *params, provider, device string, qps int) {
 	fmt.Fprintln(w, rule)
 	fmt.Fprintf(w, "                    %s (rdmaperf)\n", testTitles[p.test])
 	fmt.Fprintf(w, " API            : %s\n Provider       : %s\n Device         : %s\n", p.api, provider, device)
-	if p.isLat {
-		fmt.Fprintf(w, " Polling        : busy\n")
-	} else {
-		fmt.Fprintf(w, " TX depth       : %d\n Post list      : %d\n CQ Moderation  : %d\n", p.txDepth, p.postList, p.cqMod)
+	poll := p.pollMode
+	if p.api == "verbs" {
+		poll = "busy"
+		if p.events {
+			poll = "events (completion channel)"
+		}
+	}
+	fmt.Fprintf(w, " Polling        : %s\n", poll)
+	if !p.isLat {
+		fmt.Fprintf(w, " Number of qps  : %d\n", qps)
+		if p.api != "stream" {
+			fmt.Fprintf(w, " TX depth       : %d\n Post list      : %d\n CQ Moderation  : %d\n", p.txDepth, p.postList, p.cqMod)
+		}
+	}
+	if p.api == "verbs" && (p.test == "send_bw" || p.test == "write_bw" || p.test == "send_lat" || p.test == "write_lat") {
+		fmt.Fprintf(w, " Max inline data: %d[B]\n", p.inline)
 	}
 	if p.duration > 0 {
 		fmt.Fprintf(w, " Duration       : %v per size\n", p.duration)
@@ -57,6 +71,7 @@ func row(w io.Writer, p *params, r result) {
 // bwMeter measures a bandwidth run: the average over the whole run and
 // the peak over windows of at least a tenth of it and at least four tx
 // depths (so that completions taken in one burst do not count as a rate).
+// With -q the run is -q times -n operations and -q tx depths in flight.
 type bwMeter struct {
 	start     time.Time
 	lastT     time.Time
@@ -64,17 +79,24 @@ type bwMeter struct {
 	window    int           // ops per window (-n mode)
 	windowDur time.Duration // (-D mode)
 	peak      float64       // ops per second
+	line      *progressLine
 }
 
-func newBWMeter(iters, txDepth int, dur time.Duration) *bwMeter {
-	m := &bwMeter{window: max(iters/10, 4*txDepth), windowDur: dur / 10}
-	return m
+func newBWMeter(p *params, size int) *bwMeter {
+	q := max(p.qps, 1)
+	return &bwMeter{window: max(p.iters*q/10, 4*p.txDepth*q), windowDur: p.duration / 10, line: newProgressLine(p, size)}
 }
 
-func (m *bwMeter) begin(now time.Time) { m.start, m.lastT, m.lastN = now, now, 0 }
+func (m *bwMeter) begin(now time.Time) {
+	m.start, m.lastT, m.lastN = now, now, 0
+	m.line.begin(now)
+}
 
 // progress records that done operations have completed by now.
 func (m *bwMeter) progress(now time.Time, done int) {
+	if m.line != nil && !now.Before(m.line.next) {
+		m.line.show(now, done, 0)
+	}
 	if m.windowDur > 0 {
 		if now.Sub(m.lastT) < m.windowDur {
 			return
@@ -89,6 +111,7 @@ func (m *bwMeter) progress(now time.Time, done int) {
 }
 
 func (m *bwMeter) result(p *params, size, done int, end time.Time) result {
+	m.line.end()
 	el := end.Sub(m.start).Seconds()
 	rate := float64(done) / el
 	peak := max(m.peak, rate)
@@ -151,4 +174,104 @@ func parseTable(out string) [][]float64 {
 		}
 	}
 	return rows
+}
+
+// progressLine shows how a long run goes, on stderr once per second:
+// from the start with -D, else once a size has run for 2 s. On a
+// terminal each line overwrites the last (\r) and the last is erased when
+// the size ends; elsewhere they are plain lines.
+type progressLine struct {
+	w     io.Writer
+	tty   bool
+	test  string
+	unit  string // bandwidth unit; "" for latency tests
+	size  int
+	every time.Duration
+	first time.Duration // from begin to the first line
+	start time.Time
+	next  time.Time // the next line is due
+	// latency tests read the TSC, not the clock, per iteration
+	// (calibrated by then: bandwidth tests never calibrate it, which
+	// takes 50 ms)
+	nextC  uint64
+	sum    float64 // latency samples summed so far (ns)
+	summed int
+	shown  bool
+}
+
+// newProgressLine is nil when there is to be no progress line.
+func newProgressLine(p *params, size int) *progressLine {
+	if !p.progress || p.stderr == nil {
+		return nil
+	}
+	l := &progressLine{w: p.stderr, tty: p.tty, test: p.test, size: size, every: p.progressEvery, first: p.progressAfter}
+	if p.duration > 0 {
+		l.first = p.progressEvery
+	}
+	if !p.isLat {
+		l.unit = "MiB/s"
+		if p.gbits {
+			l.unit = "Gb/s"
+		}
+	}
+	l.begin(time.Now())
+	return l
+}
+
+func (l *progressLine) begin(now time.Time) {
+	if l == nil {
+		return
+	}
+	l.start, l.next = now, now.Add(l.first)
+	l.sum, l.summed = 0, 0
+	if l.unit == "" {
+		l.nextC = cycles() + uint64(float64(l.first)/cycleNS())
+	}
+}
+
+// tick is the latency loops' check, one TSC read per iteration; samples
+// are the latencies so far (ns).
+func (l *progressLine) tick(samples []float64) {
+	if l == nil || cycles() < l.nextC {
+		return
+	}
+	for _, v := range samples[l.summed:] {
+		l.sum += v
+	}
+	l.summed = len(samples)
+	l.show(time.Now(), len(samples), l.sum)
+}
+
+// show prints the line for iters operations done by now (sum: the
+// latency samples' total, latency tests only).
+func (l *progressLine) show(now time.Time, iters int, sum float64) {
+	l.next = now.Add(l.every)
+	if l.unit == "" {
+		l.nextC = cycles() + uint64(float64(l.every)/cycleNS())
+	}
+	el := now.Sub(l.start).Seconds()
+	line := fmt.Sprintf("rdmaperf: %s %d B: %d iters", l.test, l.size, iters)
+	switch {
+	case l.unit == "Gb/s":
+		line += fmt.Sprintf(", %.2f Gb/s", float64(iters)*float64(l.size)*8/1e9/max(el, 1e-9))
+	case l.unit != "":
+		line += fmt.Sprintf(", %.2f MiB/s", float64(iters)*float64(l.size)/(1<<20)/max(el, 1e-9))
+	default:
+		line += fmt.Sprintf(", t_avg %.2f usec", sum/float64(max(iters, 1))/1e3)
+	}
+	line += fmt.Sprintf(", %.1f s", el)
+	if l.tty {
+		fmt.Fprintf(l.w, "\r%s\x1b[K", line)
+	} else {
+		fmt.Fprintln(l.w, line)
+	}
+	l.shown = true
+}
+
+// end erases the line on a terminal, before the size's row.
+func (l *progressLine) end() {
+	if l != nil && l.tty && l.shown {
+		fmt.Fprint(l.w, "\r\x1b[K")
+		l.shown = false
+	}
 }
