@@ -1,0 +1,60 @@
+#!/bin/bash
+# Guest job of test/perf/profile.sh: perftest and rdmaperf (verbs, async)
+# on rxe0/rxe1 with the same parameters, each pair run under a
+# system-wide `perf record` (cpu-clock: TCG has no hardware counters) and
+# the client under `perf stat`. Prints, per point and tool:
+#   P TEST TOOL stat: task-clock, context switches, migrations, wall
+#   the top of `perf report` by command/shared object, and the tool's
+#   top symbols (both of its processes).
+# Usage (in the guest): profile-guest.sh "POINTS"   (default: all)
+#   points: write_bw send_bw write_mr send_lat write_lat
+set -uo pipefail
+POINTS=" ${1:-write_bw send_bw write_mr send_lat write_lat} "
+IP0=${RDMA_VM_IP0:?not in the VM?}
+GIDX=${RDMA_VM_GID_INDEX:?}
+PERF=/job/rdmaperf
+want() { [[ $POINTS == *" $1 "* ]]; }
+
+# prof POINT TOOL CLIENT_COMM SERVER_CMD CLIENT_CMD
+prof() {
+  local point=$1 tool=$2 comm=$3 srv=$4 cli=$5 sp
+  timeout 120 bash -c "$srv" > /tmp/server.out 2>&1 &
+  sp=$!
+  # the server listens before the client connects: retry the client
+  perf record -q -a -g -F 997 -o /tmp/perf.data -- bash -c "
+    for i in \$(seq 60); do
+      timeout 120 perf stat -x, -e task-clock,context-switches,cpu-migrations -o /tmp/stat.out -- $cli > /tmp/client.out 2>&1 && exit 0
+      kill -0 $sp 2>/dev/null || exit 1
+      sleep 0.25
+    done; exit 1" 2>/dev/null
+  local crc=$?
+  wait "$sp"
+  echo "=== $point $tool (client exit $crc, server exit $?)"
+  awk -F, '$3 ~ /task-clock|context-switches|cpu-migrations/ {printf "P %s %s %s %s\n", "'"$point"'", "'"$tool"'", $3, $1}' /tmp/stat.out
+  grep -E '^ *[0-9]+ +[0-9]' /tmp/client.out | head -2 | sed "s/^/T $point $tool /"
+  echo "--- by command and object (all CPUs)"
+  perf report -i /tmp/perf.data --stdio --no-children --sort comm,dso -g none 2>/dev/null |
+    grep -E '^ +[0-9.]+%' | head -12
+  echo "--- $comm (server and client) symbols"
+  perf report -i /tmp/perf.data --stdio --no-children --comm "$comm" --sort dso,sym -g none 2>/dev/null |
+    grep -E '^ +[0-9.]+%' | head -25
+}
+
+echo "guest: $(nproc) CPUs, $(uname -r), perf $(perf version 2>&1 | head -1)"
+for p in $POINTS; do
+  case $p in
+  write_bw | send_bw) t=${p%_bw} args="-s 65536 -n 300" ;;
+  write_mr) t=write args="-s 2 -n 1280 -l 64 -Q 32" ;;
+  send_lat | write_lat) t=${p%_lat} args="-s 8 -n 2000" ;;
+  *) echo "unknown point $p"; continue ;;
+  esac
+  kind=bw; [[ $p == *_lat ]] && kind=lat
+  prof "$p" perftest "ib_${t}_${kind}" \
+    "ib_${t}_${kind} -d rxe0 -x $GIDX -F $args" \
+    "ib_${t}_${kind} -d rxe1 -x $GIDX -F $args $IP0"
+  for api in verbs async; do
+    prof "$p" "$api" rdmaperf \
+      "$PERF ${t}_${kind} --api $api -d rxe0 -p 18600 $args" \
+      "$PERF ${t}_${kind} --api $api -d rxe1 -p 18600 $args $IP0"
+  done
+done
