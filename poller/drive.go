@@ -30,7 +30,7 @@ import (
 // driver left. A waiter that drives again within it (a ping-pong, a
 // window of operations) costs the poller nothing; an idle connection gets
 // its completions polled this late at worst.
-const StandbyFor = 50 * time.Microsecond
+const StandbyFor = time.Millisecond
 
 // driveCheckEvery is how many polls a driver makes between looks at its
 // context; yieldDriveEvery how many empty ones between yields, so that

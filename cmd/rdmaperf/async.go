@@ -50,7 +50,14 @@ func asyncOptions(p *params) []rdma.Option {
 	if p.test == "send_bw" {
 		rq = max(2, min(p.rxDepth, (256<<20)/max(p.maxSize(), 64)/p.qps))
 	}
-	opts := []rdma.Option{rdma.WithProvider(p.provider), rdma.WithPollMode(pollMode(p)), rdma.WithPollerThreadLock(p.locked),
+	mode := pollMode(p)
+	if p.host == "" && p.test != "send_bw" && p.test != "send_lat" && p.test != "write_lat" {
+		// The passive side of a one-sided test has no completion to
+		// wait for: like perftest's server it should not spin, which
+		// would take a CPU from the device (rxe is software).
+		mode = poller.Event
+	}
+	opts := []rdma.Option{rdma.WithProvider(p.provider), rdma.WithPollMode(mode), rdma.WithPollerThreadLock(p.locked),
 		rdma.WithMaxMessage(max(p.maxSize(), 64)), rdma.WithQueueDepth(max(p.txDepth, 16), rq)}
 	if p.device != "" {
 		opts = append(opts, rdma.WithDevice(p.device))
@@ -324,7 +331,11 @@ func (ac *asyncConn) takeRecv() error {
 // waitRecv waits until the pending receive of one of the connections has
 // completed and returns its index, or -1 when stop closes first (a nil
 // stop is never ready).
-func (s *asyncSide) waitRecv(ctx context.Context, stop <-chan struct{}) (int, error) {
+//
+// With one connection it waits with Future.Wait, so that a Busy poller
+// runs to completion on this goroutine (poller/drive.go), as perftest's
+// server polls its own CQ; a context that ends at stop bounds the wait.
+func (s *asyncSide) waitRecv(ctx context.Context, stop *stopper) (int, error) {
 	n := len(s.conns)
 	for k := range n {
 		i := (s.rr + k) % n
@@ -336,14 +347,18 @@ func (s *asyncSide) waitRecv(ctx context.Context, stop <-chan struct{}) (int, er
 		}
 	}
 	if n == 1 {
-		select {
-		case <-s.conns[0].recvFuture().Done():
+		f, w := s.conns[0].recvFuture(), ctx
+		if stop != nil {
+			w = stop.ctx
+		}
+		f.Wait(w) // its error, if any, is takeRecv's
+		switch {
+		case f.Resolved():
 			return 0, nil
-		case <-stop:
-			return -1, nil
-		case <-ctx.Done():
+		case ctx.Err() != nil:
 			return -1, ctx.Err()
 		}
+		return -1, nil
 	}
 	if s.cases == nil {
 		s.cases = make([]reflect.SelectCase, n+2)
@@ -356,7 +371,7 @@ func (s *asyncSide) waitRecv(ctx context.Context, stop <-chan struct{}) (int, er
 	}
 	s.cases[n].Chan = reflect.Value{} // ignored when nil
 	if stop != nil {
-		s.cases[n].Chan = reflect.ValueOf(stop)
+		s.cases[n].Chan = reflect.ValueOf(stop.done)
 	}
 	s.cases[n+1].Chan = reflect.ValueOf(ctx.Done())
 	i, _, _ := reflect.Select(s.cases)
@@ -385,7 +400,7 @@ func (s *asyncSide) serve(ctx context.Context, o *oob, size int) (result, error)
 	m := newBWMeter(p, size)
 	perConn := make([]int, len(s.conns))
 	recvd := 0
-	stop := (<-chan struct{})(st.done)
+	stop := st
 	for {
 		if c, ok := st.stopped(); ok && recvd >= c {
 			break
@@ -518,22 +533,21 @@ func (s *asyncSide) serveLat(ctx context.Context, o *oob, size int) (result, err
 	for i := 0; ; i++ {
 		seq := byte(i%251 + 1)
 		if p.test == "send_lat" {
+			// Wait, not a select on Done: a Busy poller then runs
+			// to completion here (see waitRecv).
 			f := ac.recvFuture()
-			select {
-			case <-f.Done():
-				if err := ac.takeRecv(); err != nil {
-					return result{}, err
+			f.Wait(st.ctx)
+			if !f.Resolved() {
+				if ctx.Err() != nil {
+					return result{}, ctx.Err()
 				}
-			case <-st.done:
 				if c, _ := st.stopped(); answered >= c {
 					goto finished
 				}
-				if err := f.Wait(ctx); err != nil {
-					return result{}, err
-				}
-				if err := ac.takeRecv(); err != nil {
-					return result{}, err
-				}
+				f.Wait(ctx)
+			}
+			if err := ac.takeRecv(); err != nil {
+				return result{}, err
 			}
 		} else {
 			for k := 0; ac.pollByte(poll) != seq; k++ {
