@@ -136,7 +136,11 @@ func WithDevice(name string) Option {
 	return func(c *config) error { c.device = name; return nil }
 }
 
-// WithPollMode sets how this connection's or listener's pollers wait.
+// WithPollMode sets how this connection's or listener's pollers wait:
+// poller.Adaptive (the default), poller.Busy or poller.Event. With Busy,
+// Future.Wait polls the CQ from the waiting goroutine (run to
+// completion), the lowest latency at queue depth 1; see the poller
+// package.
 func WithPollMode(m PollMode) Option {
 	return func(c *config) error {
 		switch m {

@@ -48,7 +48,7 @@ if [ "${SKIP_VM:-0}" = 1 ]; then
 fi
 
 # Packages whose tests run on the rxe device in the VM.
-VM_PKGS=(. internal/ibv internal/conformance cmd/examples/quickstart)
+VM_PKGS=(. internal/ibv internal/conformance cmd/examples/quickstart cmd/rdmacat)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 bindir=$work/vmbin
@@ -60,6 +60,8 @@ for p in "${VM_PKGS[@]}"; do
   go test -c -o "$bindir/$b" "./$p"
   specs+=("$p=$b")
 done
+# cmd/rdmacat's tests run the command; the guest cannot build it.
+go build -o "$bindir/rdmacat" ./cmd/rdmacat
 
 # The tests run in their package directories (for testdata). The guest sees
 # the host's root read-only but has its own /tmp, so ship a copy of the
@@ -70,7 +72,7 @@ git ls-files -z | xargs -0 tar cf - | tar xf - -C "$bindir/src"
 step "verbs tests on rxe in one VM"
 out=$work/vm.log
 rc=0
-test/vm/run.sh -t 900 -f "$bindir" -f test/vm/gotests.sh -c "cd $(basename "$bindir") && bash ../gotests.sh \$PWD/src ${specs[*]}" | tee "$out" || rc=$?
+test/vm/run.sh -t 900 -f "$bindir" -f test/vm/gotests.sh -c "cd $(basename "$bindir") && RDMACAT_BIN=\$PWD/rdmacat bash ../gotests.sh \$PWD/src ${specs[*]}" | tee "$out" || rc=$?
 n=$(sed -n 's/.*VM-SUMMARY: verbs_tests_passed=\([0-9]*\).*/\1/p' "$out" | tail -1)
 vm_all=$(sed -n 's/.*VM-SUMMARY: .*all_tests_passed=\([0-9]*\).*/\1/p' "$out" | tail -1)
 echo "tests passed on the rxe device: ${n:-0}"

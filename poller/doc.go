@@ -120,4 +120,33 @@
 // completion to waiter at GOMAXPROCS 2. Keep the lock where the thread
 // must be pinned (CPU affinity, a per-thread provider resource), and
 // consider dropping it otherwise.
+//
+// # Run to completion (Busy)
+//
+// In Busy mode a goroutine that waits for a completion polls the CQ
+// itself: Drive (used by rdma's Future.Wait) polls and dispatches from
+// the calling goroutine until its future resolves, and the poller's own
+// goroutine stands by, blocked, while anyone drives. This is how
+// perftest's latency loops wait, and it removes both costs above: no
+// thread has to wake the waiter, and no second thread spins beside it.
+// One goroutine drives at a time (a poll lock serializes the handler
+// between the driver and the poller); others block as usual and are
+// woken by the driver's dispatch, an unlocked goroutine, in well under a
+// microsecond.
+//
+// Nothing is left unpolled: the poller resumes at once when a goroutine
+// blocks on a completion while nobody drives (WaitingAdd, used by a Wait
+// that could not drive and by a post waiting for send credits) or is
+// about to select on a future's channel (Resume, used by Done); and
+// StandbyFor (1 ms) after the last driver left, whatever happens. A loop
+// that does other work between Waits (polling memory for a peer's WRITE,
+// say) thus keeps the poller standing by if it waits again within 1 ms.
+// The price: a completion that nobody waits for in any of these ways is
+// polled up to 1 ms late, which delays only the return of its buffer to
+// the pool.
+//
+// Measured with BenchmarkPingPong (rdma's bench_test.go: 8 B SEND and
+// echo at queue depth 1, half the round trip, p50) on rxe in the VM
+// (TCG): busy 22.9 µs, adaptive 392 µs, adaptive unlocked 70 µs, event
+// 1214 µs; perftest's ib_send_lat on the same device gives about 20 µs.
 package poller

@@ -19,7 +19,9 @@ const (
 	// the CQ, polls once more and parks on the completion channel. It is
 	// the zero Mode and the default.
 	Adaptive Mode = iota
-	// Busy spins and never parks. It holds an OS thread and a P for good.
+	// Busy spins and never parks. It holds an OS thread and a P for good,
+	// except while a waiting goroutine polls the CQ itself (Drive): then
+	// it stands by. See "Run to completion" in the package doc.
 	Busy
 	// Event never spins: it polls until the CQ is empty, arms, polls once
 	// more and parks until the next event.
