@@ -488,14 +488,18 @@ func (s *asyncSide) clientLat(ctx context.Context, o *oob, size int) (result, er
 				return result{}, err
 			}
 		default: // write_lat: the answer is detected in memory
-			f := ac.c.Write(src, dst)
+			// As ib_write_lat: post, wait for the WRITE's own
+			// completion, then spin on memory for the answer. Waiting
+			// first also lets a Busy poller stand by while this
+			// goroutine spins (poller/drive.go): otherwise two threads
+			// would spin per process.
+			if err := ac.c.Write(src, dst).Wait(wctx); err != nil {
+				return result{}, err
+			}
 			for k := 0; ac.pollByte(poll) != seq; k++ {
 				if k&1023 == 1023 && wctx.Err() != nil {
 					return result{}, fmt.Errorf("no answer: %w", wctx.Err())
 				}
-			}
-			if err := f.Wait(wctx); err != nil {
-				return result{}, err
 			}
 		}
 		d := float64(cycles()-t0) * ns
@@ -567,7 +571,11 @@ func (s *asyncSide) serveLat(ctx context.Context, o *oob, size int) (result, err
 		if p.test == "send_lat" {
 			last = ac.c.Send(src)
 		} else {
-			last = ac.c.Write(src, dst)
+			// wait for the WRITE at once, as the client does
+			if err := ac.c.Write(src, dst).Wait(ctx); err != nil {
+				return result{}, err
+			}
+			last = nil
 		}
 		answered++
 	}
