@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+
+	"github.com/go-rdma/rdma/internal/verbs"
 )
 
 // Run to completion (Busy mode only).
@@ -136,7 +138,7 @@ func (p *Poller) waitDrivers() {
 // pollDriven is poll for a driver: the poll lock is held, the loop's own
 // state is not touched.
 func (p *Poller) pollDriven() (int, error) {
-	n, err := p.cq.Poll(p.wc)
+	n, err := verbs.PollSpin(p.cq, p.wc, spinPolls)
 	if n > 0 {
 		p.h.Completions(p.wc[:n:n])
 		p.st.batches.Add(1)

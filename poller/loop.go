@@ -5,6 +5,8 @@ import (
 	"errors"
 	"runtime"
 	"time"
+
+	"github.com/go-rdma/rdma/internal/verbs"
 )
 
 // The poller's goroutine owns these (no other goroutine touches them).
@@ -73,14 +75,22 @@ func (p *Poller) loop(ls *loopState) error {
 	return nil
 }
 
-// poll polls once and hands what it got to the handler. In Busy mode it
-// takes the poll lock, which it shares with drivers (drive.go).
-func (p *Poller) poll(ls *loopState) (int, error) {
+// spinPolls is how many times a spinning poller (or a driver) polls the
+// CQ per call into the provider (verbs.PollSpin): the verbs provider then
+// spins in C and pays one cgo call per spinPolls empty polls. 32 empty
+// polls take about 1 µs on a NIC and some 10 µs under emulation; a
+// completion ends the call at once.
+const spinPolls = 32
+
+// poll polls (up to spins times, until something comes) and hands what
+// it got to the handler. In Busy mode it takes the poll lock, which it
+// shares with drivers (drive.go).
+func (p *Poller) poll(ls *loopState, spins int) (int, error) {
 	if p.cfg.Mode == Busy {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 	}
-	n, err := p.cq.Poll(p.wc)
+	n, err := verbs.PollSpin(p.cq, p.wc, spins)
 	if n > 0 {
 		p.h.Completions(p.wc[:n:n])
 		p.st.batches.Add(1)
@@ -115,7 +125,7 @@ func (p *Poller) spin(ls *loopState, window int64) error {
 			p.waitDrivers()
 			continue
 		}
-		n, err := p.poll(ls)
+		n, err := p.poll(ls, spinPolls)
 		if err != nil {
 			return err
 		}
@@ -179,7 +189,7 @@ func (p *Poller) yield() {
 // drain polls until a poll comes back short: the CQ was empty then.
 func (p *Poller) drain(ls *loopState) error {
 	for !p.stop.Load() {
-		n, err := p.poll(ls)
+		n, err := p.poll(ls, 1)
 		if err != nil {
 			return err
 		}
@@ -205,7 +215,7 @@ func (p *Poller) park(ls *loopState) error {
 	}
 	p.st.arms.Add(1)
 	if !p.cfg.noRepoll {
-		n, err := p.poll(ls)
+		n, err := p.poll(ls, 1)
 		if err != nil {
 			return err
 		}

@@ -681,7 +681,7 @@ func TestPollAllocs(t *testing.T) {
 	var ls loopState
 	allocs := testing.AllocsPerRun(1000, func() {
 		cq.push(batch)
-		if n, _ := p.poll(&ls); n != DefaultBatch {
+		if n, _ := p.poll(&ls, spinPolls); n != DefaultBatch {
 			t.Fatalf("polled %d", n)
 		}
 	})

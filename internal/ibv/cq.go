@@ -162,26 +162,32 @@ func (c *devContext) CreateCQ(cqe int, ch verbs.CompChannel) (verbs.CQ, error) {
 func (q *cq) Len() int { return q.n }
 
 // Poll takes up to len(wc) completions, at most 128 per cgo call.
-func (q *cq) Poll(wc []verbs.WorkCompletion) (int, error) {
+func (q *cq) Poll(wc []verbs.WorkCompletion) (int, error) { return q.PollSpin(wc, 1) }
+
+// PollSpin is verbs.SpinPoller: the C helper polls up to spins times
+// before it returns empty.
+func (q *cq) PollSpin(wc []verbs.WorkCompletion, spins int) (int, error) {
 	if len(wc) == 0 {
 		return 0, nil
 	}
 	if !q.lt.Enter() {
 		return 0, verbs.ErrClosed
 	}
-	defer q.lt.Exit()
 	total := 0
 	for total < len(wc) {
 		want := min(len(wc)-total, C.GORDMA_POLL_MAX)
-		got := int(C.gordma_poll(handle(unsafe.Pointer(q.cq)), C.int(want), (*C.gordma_wc)(unsafe.Pointer(&wc[total]))))
+		got := int(C.gordma_poll(handle(unsafe.Pointer(q.cq)), C.int(want), (*C.gordma_wc)(unsafe.Pointer(&wc[total])), C.int(spins)))
 		if got < 0 {
+			q.lt.Exit()
 			return total, errnoErr("ibv_poll_cq", syscall.Errno(-got))
 		}
 		total += got
 		if got < want {
 			break
 		}
+		spins = 1
 	}
+	q.lt.Exit()
 	for i := range wc[:total] {
 		if wc[i].Status != verbs.WCSuccess {
 			// The QP is in the error state now; remember it so

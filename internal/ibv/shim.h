@@ -38,11 +38,21 @@ typedef struct {
 // gordma_poll polls up to n (<= GORDMA_POLL_MAX) completions in one call
 // and converts them into the Go layout. Failed completions copy only the
 // fields valid for them.
-static int gordma_poll(uintptr_t cqh, int n, gordma_wc *out) {
+//
+// It polls up to spins times (at least once) and returns at the first
+// poll that finds completions: a spinning loop then pays one cgo call per
+// spins empty polls instead of one per poll. Under emulation (rxe in
+// TCG) a cgo call costs about a microsecond and a C poll a few hundred
+// nanoseconds (docs/performance.md). Keep spins small: the goroutine
+// holds its thread for the whole call.
+static int gordma_poll(uintptr_t cqh, int n, gordma_wc *out, int spins) {
 	struct ibv_cq *cq = (struct ibv_cq *)cqh;
 	struct ibv_wc wc[GORDMA_POLL_MAX];
 	if (n > GORDMA_POLL_MAX) n = GORDMA_POLL_MAX;
-	int got = ibv_poll_cq(cq, n, wc);
+	int got;
+	do {
+		got = ibv_poll_cq(cq, n, wc);
+	} while (got == 0 && --spins > 0);
 	for (int i = 0; i < got; i++) {
 		gordma_wc *o = &out[i];
 		memset(o, 0, sizeof(*o));

@@ -97,6 +97,28 @@ type CQ interface {
 	Close() error
 }
 
+// SpinPoller is a CQ that can spin in the provider: PollSpin polls up to
+// spins times, returning at the first poll that finds completions. It
+// replaces spins calls of Poll by one, which matters where a call into
+// the provider is costly (cgo). Spinning loops use it when the CQ has it.
+type SpinPoller interface {
+	PollSpin(wc []WorkCompletion, spins int) (int, error)
+}
+
+// PollSpin polls cq up to spins times through SpinPoller if cq has it,
+// else with Poll, and returns at the first poll that finds completions.
+func PollSpin(cq CQ, wc []WorkCompletion, spins int) (int, error) {
+	if sp, ok := cq.(SpinPoller); ok {
+		return sp.PollSpin(wc, spins)
+	}
+	for i := 0; ; i++ {
+		n, err := cq.Poll(wc)
+		if n > 0 || err != nil || i+1 >= spins {
+			return n, err
+		}
+	}
+}
+
 // QPCap are the queue sizes of a QP. CreateQP takes them as a request;
 // QP.Cap returns what the provider granted, which may be more.
 type QPCap struct {
