@@ -3,17 +3,21 @@
 # perftest and rdmaperf back to back on the same rxe devices with the same
 # parameters, server on rxe0/10.99.0.1, client on rxe1/10.99.0.2.
 #
-# Usage (in the guest): guest.sh RUNS N_BW N_LAT N_MR BW_SIZES [TESTS]
+# Usage (in the guest): guest.sh RUNS N_BW N_LAT N_MR BW_SIZES [TESTS [LAT_SIZES]]
+# BW_SIZES: write_bw, send_bw and read_bw run at each (bytes).
 # TESTS: any of write_bw send_bw read_bw write_mr send_lat write_lat
-# (default all).
+# (default all). LAT_SIZES: send_lat and write_lat run at each (default 8).
 # Prints one line per measurement:
 #   R RUN TEST TOOL SIZE peak avg mpps                          (bandwidth)
 #   R RUN TEST TOOL SIZE min max typical avg stdev p99 p999     (latency)
-# TOOL is perftest, verbs (rdmaperf --api=verbs), async (--api=async), or
-# async_unlocked (--api=async --poller_lock=false, latency tests only).
+# TOOL is perftest, verbs (rdmaperf --api=verbs), async (--api=async),
+# async_unlocked (--api=async --poller_lock=false, latency tests only), or
+# stream (--api=stream, the net.Conn of rdma.DialStream: send_bw and
+# send_lat only, with the stream's own window: no -t/-l/-Q/-r).
 set -uo pipefail
 RUNS=${1:-5} N_BW=${2:-1000} N_LAT=${3:-3000} N_MR=${4:-12800} BW_SIZES=${5:-65536}
 TESTS=" ${6:-write_bw send_bw read_bw write_mr send_lat write_lat} "
+LAT_SIZES=${7:-8}
 want() { [[ $TESTS == *" $1 "* ]]; }
 IP0=${RDMA_VM_IP0:?not in the VM?}
 GIDX=${RDMA_VM_GID_INDEX:?}
@@ -50,7 +54,8 @@ pair() {
   echo "T $run $test $tool $size $((SECONDS - t0)) s"
 }
 
-# bw RUN TEST(write|send|read) SIZE N [EXTRA...]: the three tools.
+# bw RUN TEST(write|send|read) SIZE N [EXTRA...]: the three tools, and the
+# stream for send.
 bw() {
   local run=$1 t=$2 size=$3 n=$4 name=$2_bw
   shift 4
@@ -64,6 +69,12 @@ bw() {
       "$PERF ${t}_bw --api $api -d rxe0 -p 18600 -s $size -n $n --report_gbits $x" \
       "$PERF ${t}_bw --api $api -d rxe1 -p 18600 -s $size -n $n --report_gbits $x --out_json /tmp/last.json $IP0"
   done
+  # the stream: its figures are the reader's (the server's), as for every
+  # tool of send_bw (see pair)
+  [ "$name" = send_bw ] && pair "$run" "$name" stream "$size" \
+    "$PERF send_bw --api stream -d rxe0 -p 18600 -s $size -n $n --report_gbits" \
+    "$PERF send_bw --api stream -d rxe1 -p 18600 -s $size -n $n --report_gbits --out_json /tmp/last.json $IP0"
+  return 0
 }
 
 lat() {
@@ -80,10 +91,15 @@ lat() {
   pair "$run" "${t}_lat" async_unlocked "$size" \
     "$PERF ${t}_lat --api async --poller_lock=false -d rxe0 -p 18600 -s $size -n $n" \
     "$PERF ${t}_lat --api async --poller_lock=false -d rxe1 -p 18600 -s $size -n $n $IP0"
+  # the stream: a ping-pong of -s bytes on the net.Conn
+  [ "$t" = send ] && pair "$run" "${t}_lat" stream "$size" \
+    "$PERF send_lat --api stream -d rxe0 -p 18600 -s $size -n $n" \
+    "$PERF send_lat --api stream -d rxe1 -p 18600 -s $size -n $n --out_json /tmp/last.json $IP0"
+  return 0
 }
 
 echo "guest: $(nproc) CPUs, $(uname -r), $(ib_write_bw --version 2>&1 | head -1), clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
-echo "params: runs=$RUNS n_bw=$N_BW n_lat=$N_LAT n_mr=$N_MR sizes=$BW_SIZES tests=$TESTS gid_index=$GIDX"
+echo "params: runs=$RUNS n_bw=$N_BW n_lat=$N_LAT n_mr=$N_MR sizes=$BW_SIZES lat_sizes=$LAT_SIZES tests=$TESTS gid_index=$GIDX"
 echo "load: $(cat /proc/loadavg)"
 T0=$SECONDS
 for ((r = 1; r <= RUNS; r++)); do
@@ -91,13 +107,13 @@ for ((r = 1; r <= RUNS; r++)); do
     n=$N_BW
     [ "$s" -ge 1048576 ] && n=$((N_BW / 10 > 10 ? N_BW / 10 : 10))
     want write_bw && bw "$r" write "$s" "$n"
-    [ "$s" = 65536 ] && want send_bw && bw "$r" send "$s" "$n"
-    [ "$s" = 65536 ] && want read_bw && bw "$r" read "$s" "$n"
+    want send_bw && bw "$r" send "$s" "$n"
+    want read_bw && bw "$r" read "$s" "$n"
   done
   # message rate: 2 B, post lists of 64, one completion per 32 WRs
   want write_mr && bw "$r" write 2 "$N_MR" -l 64 -Q 32
-  want send_lat && lat "$r" send 8 "$N_LAT"
-  want write_lat && lat "$r" write 8 "$N_LAT"
+  for s in $LAT_SIZES; do want send_lat && lat "$r" send "$s" "$N_LAT"; done
+  for s in $LAT_SIZES; do want write_lat && lat "$r" write "$s" "$N_LAT"; done
   echo "run $r done at $((SECONDS - T0)) s, guest load $(cut -d' ' -f1-3 /proc/loadavg)"
 done
 echo "failures: $fails"

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"image"
+	"image/color"
 	"image/png"
 	"strings"
 	"testing"
@@ -24,6 +26,34 @@ FAIL write_mr verbs 2 (client 1, server 0)
 R 1 write_mr verbs 2 garbage here 1 2 3
 `
 
+// pngRoundTrip encodes and decodes img.
+func pngRoundTrip(t *testing.T, img image.Image) image.Image {
+	t.Helper()
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	out, err := png.Decode(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// pixels counts the pixels of colour c.
+func pixels(img image.Image, c color.RGBA) int {
+	n := 0
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			if color.RGBAModel.Convert(img.At(x, y)) == c {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 func TestSummarize(t *testing.T) {
 	order, data, notes := parse(strings.NewReader(sample))
 	pts := summarize(order, data)
@@ -42,18 +72,151 @@ func TestSummarize(t *testing.T) {
 	if l.Ratio["verbs"] != 1.1 || !l.Met["verbs"] || l.Ratio["async"] != 2 || l.Met["async"] {
 		t.Errorf("send_lat ratios %v met %v", l.Ratio, l.Met)
 	}
+	if l.RatioAsync["async_unlocked"] != 0.75 || l.TargetAsync != nil {
+		t.Errorf("send_lat async_unlocked/async %v, target %v", l.RatioAsync, l.TargetAsync)
+	}
 	var out bytes.Buffer
 	table(&out, pts)
-	for _, want := range []string{"| write_bw | 64 KiB |", "0.87×", "verbs missed", "verbs met, async missed", "Runs per point: up to 3", "| send_lat | 8 B | async_unlocked | t_typical [usec] | 15 | 1.50× |"} {
+	for _, want := range []string{"| write_bw | 64 KiB |", "0.87×", "verbs missed", "verbs met, async missed", "Runs per point: up to 3",
+		"| send_lat | 8 B | async_unlocked | t_typical [usec] | 15 | 1.50× | 0.75× | – | – |"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
 	}
-	var img bytes.Buffer
-	if err := png.Encode(&img, chart(pts)); err != nil {
-		t.Fatal(err)
+	for _, unwanted := range []string{"stream"} {
+		if strings.Contains(out.String(), unwanted) {
+			t.Errorf("table has %q without a stream measurement:\n%s", unwanted, out.String())
+		}
 	}
-	if _, err := png.Decode(&img); err != nil {
-		t.Fatal(err)
+	if img := pngRoundTrip(t, curves(pts)); pixels(img, toolColors["verbs"]) == 0 || pixels(img, toolColors["stream"]) != 0 {
+		t.Error("the curves lack the verbs API or draw a stream that did not run")
+	}
+	pngRoundTrip(t, ratioChart(pts))
+}
+
+// Latency at several sizes (given out of order), bandwidth at two, and
+// the stream on send_bw and send_lat.
+const multi = `params: runs=2 synthetic
+R 1 send_lat perftest 64 1 99 20 20 1 40 50
+R 1 send_lat verbs 64 1 99 30 30 1 60 70
+R 1 send_lat async 64 1 99 100 100 1 200 300
+R 1 send_lat stream 64 1 99 60 60 1 150 200
+R 1 send_lat perftest 8 1 99 10 10 1 20 30
+R 1 send_lat verbs 8 1 99 11 11 1 22 33
+R 1 send_lat async 8 1 99 14 14 1 28 42
+R 1 send_lat stream 8 1 99 40 40 1 80 120
+R 1 send_lat async_unlocked 8 1 99 12 12 1 24 36
+R 1 write_lat perftest 8 1 99 10 10 1 20 30
+R 1 write_lat verbs 8 1 99 12 12 1 24 36
+R 1 write_lat perftest 4096 1 99 50 50 1 70 90
+R 1 write_lat verbs 4096 1 99 55 55 1 80 99
+R 1 send_bw perftest 65536 0.00 0.40 0.0008
+R 1 send_bw verbs 65536 0.40 0.38 0.0007
+R 1 send_bw async 65536 0.30 0.30 0.0006
+R 1 send_bw stream 65536 0.30 0.27 0.0005
+R 2 send_bw perftest 65536 0.00 0.40 0.0008
+R 2 send_bw verbs 65536 0.40 0.38 0.0007
+R 2 send_bw async 65536 0.30 0.30 0.0006
+R 2 send_bw stream 65536 0.30 0.21 0.0005
+R 1 send_bw perftest 4096 0.00 0.10 0.003
+R 1 send_bw verbs 4096 0.10 0.10 0.003
+R 1 send_bw async 4096 0.05 0.05 0.0015
+R 1 send_bw stream 4096 0.05 0.06 0.0015
+`
+
+func TestMultiSizeAndStream(t *testing.T) {
+	order, data, _ := parse(strings.NewReader(multi))
+	pts := summarize(order, data)
+	var got []string
+	byName := map[string]Point{}
+	for _, p := range pts {
+		n := p.Test + " " + sizeName(p.Size)
+		got = append(got, n)
+		byName[n] = p
+	}
+	want := "send_lat 8 B,send_lat 64 B,write_lat 8 B,write_lat 4 KiB,send_bw 4 KiB,send_bw 64 KiB"
+	if strings.Join(got, ",") != want {
+		t.Fatalf("points %v, want %s", got, want)
+	}
+	// Targets at the issue's sizes only: latency 8 B, bandwidth 64 KiB.
+	if p := byName["send_lat 8 B"]; p.Target["verbs"] != 1.15 || !p.Met["verbs"] || p.Met["async"] == (p.Ratio["async"] > 1.5) {
+		t.Errorf("send_lat 8 B: target %v met %v ratio %v", p.Target, p.Met, p.Ratio)
+	}
+	for _, n := range []string{"send_lat 64 B", "write_lat 4 KiB", "send_bw 4 KiB"} {
+		if p := byName[n]; p.Target != nil || p.TargetAsync != nil || p.Met != nil {
+			t.Errorf("%s has targets %v %v %v", n, p.Target, p.TargetAsync, p.Met)
+		}
+	}
+	if p := byName["send_lat 64 B"]; p.Ratio["verbs"] != 1.5 || p.Ratio["stream"] != 3 || p.RatioAsync["stream"] != 0.6 || p.P99["stream"] != 150 {
+		t.Errorf("send_lat 64 B: ratios %v, to async %v, p99 %v", p.Ratio, p.RatioAsync, p.P99)
+	}
+	// The stream: median 0.24 Gb/s against the async API's 0.30 = 0.8x.
+	sb := byName["send_bw 64 KiB"]
+	if sb.Median["stream"] != 0.24 || sb.Runs["stream"] != 2 || sb.TargetAsync["stream"] != 0.8 || !sb.Met["stream"] {
+		t.Errorf("send_bw 64 KiB stream: %+v", sb)
+	}
+	if r := sb.RatioAsync["stream"]; r < 0.7999 || r > 0.8001 {
+		t.Errorf("stream/async %v, want 0.8", r)
+	}
+	if _, ok := sb.Target["stream"]; ok {
+		t.Errorf("the stream has a target against perftest: %v", sb.Target)
+	}
+
+	var out bytes.Buffer
+	table(&out, pts)
+	for _, want := range []string{
+		"| send_lat | 8 B | t_typical [usec] | 10 | 11 | 14 | 1.10× | 1.40× | verbs ≤1.15, async ≤1.50 | verbs met, async met |",
+		"| send_lat | 64 B | t_typical [usec] | 20 | 30 | 100 | 1.50× | 5.00× | – | – |",
+		"| write_lat | 4 KiB | t_typical [usec] | 50 | 55 | – | 1.10× | – | – | – |",
+		"| test | size | 99% percentile [usec] (median) | perftest | rdmaperf verbs | rdmaperf async | rdmaperf stream |",
+		"| send_lat | 64 B | | 40 | 60 | 200 | 150 |",
+		"| write_lat | 8 B | | 20 | 24 | – | – |",
+		"| send_bw | 64 KiB | stream | BW average [Gb/s] | 0.24 | 0.60× | 0.80× | stream/async ≥0.80 | met |",
+		"| send_bw | 4 KiB | stream | BW average [Gb/s] | 0.06 | 0.60× | 1.20× | – | – |",
+		"| send_lat | 8 B | stream | t_typical [usec] | 40 | 4.00× | 2.86× | – | – |",
+		"stream/async, send_bw 64 KiB (BW average [Gb/s]): 0.80×, target ≥0.80×: met",
+		"Runs per point: up to 2",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	// The stream's curves and bars are drawn in its colour; a chart with
+	// latency only says so in the empty bandwidth panel.
+	img := pngRoundTrip(t, curves(pts))
+	for _, tool := range []string{"perftest", "verbs", "async", "stream", "async_unlocked"} {
+		if pixels(img, toolColors[tool]) == 0 {
+			t.Errorf("curves: no pixel of %s", tool)
+		}
+	}
+	if pixels(pngRoundTrip(t, ratioChart(pts)), toolColors["stream"]) == 0 {
+		t.Error("ratios: no stream bar")
+	}
+	order, data, _ = parse(strings.NewReader("R 1 write_lat perftest 8 1 99 10 10 1 20 30\n"))
+	pngRoundTrip(t, curves(summarize(order, data)))
+}
+
+func TestAxes(t *testing.T) {
+	for _, c := range []struct{ lo, hi, wantLo, wantHi float64 }{
+		{0.13, 0.27, 0.1, 0.5},
+		{18, 200, 10, 500},
+		{20, 20, 10, 50}, // one value: still a range
+		{0.03, 0.45, 0.02, 0.5},
+	} {
+		if lo, hi := niceRange(c.lo, c.hi); lo != c.wantLo || hi != c.wantHi {
+			t.Errorf("niceRange(%v, %v) = %v, %v; want %v, %v", c.lo, c.hi, lo, hi, c.wantLo, c.wantHi)
+		}
+	}
+	for v, want := range map[float64]string{0.05: "0.05", 0.2: "0.2", 1: "1", 500: "500", 2000: "2000"} {
+		if got := tickLabel(v); got != want {
+			t.Errorf("tickLabel(%v) = %q, want %q", v, got, want)
+		}
+	}
+	// Zero medians (perftest's send_bw peak) cannot go on a log axis.
+	ss := seriesOf([]Point{{Test: "send_bw", Size: 8, Median: map[string]float64{"perftest": 0, "verbs": 1},
+		Figures: map[string][][]float64{"perftest": nil, "verbs": nil}}}, isBW)
+	if len(ss) != 1 || ss[0].tool != "verbs" {
+		t.Errorf("series %+v", ss)
 	}
 }
