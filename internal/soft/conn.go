@@ -1,7 +1,6 @@
 package soft
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -21,50 +20,68 @@ const (
 	ioTimeout        = 5 * time.Second
 	dialTimeout      = 3 * time.Second
 	handshakeTimeout = 3 * time.Second
-	// ioChunk is the most read or written under one deadline.
+	// ioChunk is the most read or written under one deadline, and the
+	// most one writev carries.
 	ioChunk = 1 << 20
-	// directWrite: payloads this large bypass the write buffer; they go
-	// out with the buffered frames in one writev.
-	directWrite = 16 << 10
-	wbufSize    = 64 << 10
-	// rbufSize is small so that large payloads are read straight into
-	// registered memory, not through the buffer.
+	// wbufSize holds the headers (and small payloads) of the responses
+	// written at once.
+	wbufSize = 16 << 10
+	// rbufSize is the read-ahead buffer: headers and the first bytes of
+	// a payload come through it, the rest of the payload goes straight
+	// into registered memory.
 	rbufSize = 8 << 10
+	// smallCopy: payload pieces shorter than this are copied next to
+	// their header rather than written from their own buffer.
+	smallCopy = 512
 	// maxQueuedResp bounds the responses waiting to be written on one
 	// connection; a peer that floods us past it is cut off.
 	maxQueuedResp = 1 << 16
+	// ackFrames and ackBytes: the reader writes its queued responses
+	// when it has caught up with the peer, or after this many requests
+	// or payload bytes, whichever comes first.
+	ackFrames = 16
+	ackBytes  = 512 << 10
 )
 
 // conn is a TCP connection to another soft provider. A provider sends its
 // requests on connections it dialed and answers requests on the
 // connection they came from. Each connection has a reader goroutine
-// (requests and responses) and a writer goroutine (responses); QP workers
-// write their requests themselves.
+// (requests and responses), which also writes the responses it queued
+// (ACKs, NAKs, atomic responses) whenever it has caught up with the
+// stream, and a writer goroutine for READ responses; QP workers write
+// their requests themselves, several WRs in one writev.
 type conn struct {
 	nc      net.Conn
 	peer    netip.AddrPort // the peer's listener address, as QPs name it
 	peerGID verbs.GID
+	stripe  int // of a dialed connection (see outKey)
 
-	br    *bufio.Reader
-	h     header
-	rhdr  [hdrSize]byte
-	rdl   time.Time
-	rscr  respScratch
-	rsrc  streamSource
-	rdead atomic.Bool
+	// Reader side.
+	rx      rx
+	h       header
+	rdl     time.Time
+	rscr    respScratch
+	rsrc    streamSource
+	rdead   atomic.Bool
+	rflush  []respEntry // the reader's scratch for writing responses
+	unacked int         // requests served since the reader last wrote responses
+	unbytes uint64      // and their payload bytes
 
+	// Writing: requests (QP workers) and responses (reader, writer
+	// goroutine), a writev at a time.
 	wmu   sync.Mutex
-	wbuf  []byte // small frames not yet written
+	wbuf  []byte   // response headers and small payloads
+	wsegs [][]byte // responses being written
 	wvec  net.Buffers
-	wback [2][]byte
-	whdr  [hdrSize]byte
+	wback [][]byte
 	wdl   time.Time
 
-	mu   sync.Mutex
-	dead bool
-	resp []respEntry
-	wake chan struct{}
-	done chan struct{}
+	mu    sync.Mutex
+	dead  bool
+	resp  []respEntry
+	nresp atomic.Int32 // len(resp)
+	wake  chan struct{}
+	done  chan struct{}
 }
 
 type respEntry struct {
@@ -76,11 +93,12 @@ type respEntry struct {
 func newConn(nc net.Conn, peer netip.AddrPort) *conn {
 	c := &conn{
 		nc: nc, peer: peer, peerGID: verbs.GIDFromIP(peer.Addr()),
-		br: bufio.NewReaderSize(nc, rbufSize), wbuf: make([]byte, 0, wbufSize),
+		wbuf: make([]byte, 0, wbufSize), wsegs: make([][]byte, 0, 64), wback: make([][]byte, 0, 256),
 		rscr: newRespScratch(),
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
 	}
-	c.rsrc = streamSource{c: c, r: c.br}
+	c.rx = rx{nc: nc, sr: newScatterReader(nc), buf: make([]byte, rbufSize), idle: c.flushIdle, pending: c.hasResp}
+	c.rsrc = streamSource{c: c}
 	return c
 }
 
@@ -98,6 +116,7 @@ func (c *conn) fail(err error, protocol bool) {
 	c.rdead.Store(true)
 	pending := c.resp
 	c.resp = nil
+	c.nresp.Store(0)
 	c.mu.Unlock()
 	close(c.done)
 	c.nc.Close()
@@ -158,23 +177,28 @@ func (c *conn) readFrame() error {
 	// An idle connection may wait for ever; once a frame has begun, each
 	// chunk of it must arrive within ioTimeout.
 	c.armRead()
-	if _, err := c.br.Peek(1); err != nil {
-		if isTimeout(err) {
-			return nil
+	x := &c.rx
+	if x.buffered() == 0 {
+		if _, err := x.read(nil); err != nil {
+			if isTimeout(err) {
+				return nil
+			}
+			return err
 		}
-		return err
 	}
 	c.armRead()
 	h := &c.h
 	*h = header{}
-	err := readHeader(c.br, &c.rhdr, h)
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		err = streamErr("header", err)
-	}
+	err := c.readHeader(h)
 	if err == nil {
 		switch h.typ {
 		case frameRequest:
 			err = c.onRequest(h)
+			c.unacked++
+			c.unbytes += uint64(h.length)
+			if err == nil && (c.unacked >= ackFrames || c.unbytes >= ackBytes) {
+				c.flushIdle()
+			}
 		case frameHello:
 			err = fmt.Errorf("%w: hello in the middle of a connection", errProtocol)
 		default:
@@ -183,6 +207,23 @@ func (c *conn) readFrame() error {
 	}
 	handleOverflows()
 	return err
+}
+
+// readHeader reads one header from the stream. The prefix is checked
+// first so that a peer of another version, whose header may have another
+// size, is recognised rather than waited for.
+func (c *conn) readHeader(h *header) error {
+	x := &c.rx
+	if err := x.need(prefixSize); err != nil {
+		return streamErr("header", eofMid(err))
+	}
+	if err := checkPrefix(x.buf[x.r:x.w]); err != nil {
+		return err
+	}
+	if err := x.need(hdrSize); err != nil {
+		return fmt.Errorf("%w: truncated header: %w", errProtocol, eofMid(err))
+	}
+	return decodeHeader(x.next(hdrSize), h)
 }
 
 func (c *conn) onRequest(h *header) error {
@@ -254,8 +295,10 @@ func (c *conn) onResponse(h *header) error {
 	return src.discard()
 }
 
-// queue hands a response to the writer goroutine. A READ response holds
-// its MR until written.
+// queue adds a response to the connection's queue. It is called by the
+// reader, which writes the queue when it has caught up with the peer
+// (flushIdle); a READ response, which carries data and holds its MR
+// until written, goes to the writer goroutine at once.
 func (c *conn) queue(h header, m *mr, data []byte) error {
 	c.mu.Lock()
 	if c.dead {
@@ -278,12 +321,41 @@ func (c *conn) queue(h header, m *mr, data []byte) error {
 		return fmt.Errorf("%w: peer has %d responses queued and does not read them", errProtocol, maxQueuedResp)
 	}
 	c.resp = append(c.resp, respEntry{h: h, mr: m, data: data})
+	c.nresp.Store(int32(len(c.resp)))
 	c.mu.Unlock()
+	if len(data) > 0 {
+		c.kick()
+	}
+	return nil
+}
+
+func (c *conn) kick() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
 	}
-	return nil
+}
+
+func (c *conn) hasResp() bool { return c.nresp.Load() != 0 }
+
+// flushIdle writes the queued responses from the reader's goroutine,
+// unless another goroutine is writing on the connection, in which case
+// the writer goroutine is asked to.
+func (c *conn) flushIdle() {
+	c.unacked, c.unbytes = 0, 0
+	if !c.hasResp() {
+		return
+	}
+	if !c.wmu.TryLock() {
+		c.kick()
+		return
+	}
+	var err error
+	c.rflush, err = c.writeQueued(c.rflush)
+	c.wmu.Unlock()
+	if err != nil {
+		c.fail(err, false)
+	}
 }
 
 func (c *conn) writeLoop() {
@@ -295,16 +367,10 @@ func (c *conn) writeLoop() {
 		case <-c.done:
 			return
 		}
-		c.mu.Lock()
-		batch, c.resp = c.resp, batch[:0]
-		c.mu.Unlock()
-		err := c.writeResponses(batch)
-		for i := range batch {
-			if batch[i].mr != nil {
-				batch[i].mr.refs.release()
-			}
-			batch[i] = respEntry{}
-		}
+		c.wmu.Lock()
+		var err error
+		batch, err = c.writeQueued(batch)
+		c.wmu.Unlock()
 		if err != nil {
 			c.fail(err, false)
 			return
@@ -312,99 +378,103 @@ func (c *conn) writeLoop() {
 	}
 }
 
+// writeQueued takes the queued responses, in exchange for the caller's
+// scratch batch, and writes them. Caller holds wmu, so responses go out
+// in the order they were queued.
+func (c *conn) writeQueued(batch []respEntry) ([]respEntry, error) {
+	c.mu.Lock()
+	batch, c.resp = c.resp, batch[:0]
+	c.nresp.Store(0)
+	c.mu.Unlock()
+	err := c.writeResponses(batch)
+	for i := range batch {
+		if batch[i].mr != nil {
+			batch[i].mr.refs.release()
+		}
+		batch[i] = respEntry{}
+	}
+	return batch[:0], err
+}
+
+// writeResponses writes batch: the headers (and small READ payloads)
+// from wbuf, large READ payloads straight from registered memory, in as
+// few writevs as the buffers allow. Caller holds wmu.
 func (c *conn) writeResponses(batch []respEntry) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
+	segs := c.wsegs[:0]
+	b := c.wbuf[:0]
+	cut := 0
 	for i := range batch {
 		e := &batch[i]
-		e.h.encode(&c.whdr)
-		if err := c.put(c.whdr[:]); err != nil {
-			return err
+		if len(b)+hdrSize+smallCopy > cap(b) || len(segs)+3 > cap(segs) {
+			if cut < len(b) {
+				segs = append(segs, b[cut:])
+			}
+			if err := c.writevLocked(segs); err != nil {
+				return err
+			}
+			segs, b, cut = segs[:0], b[:0], 0
 		}
-		if err := c.writePayload(e.data); err != nil {
-			return err
-		}
-	}
-	return c.flushLocked()
-}
-
-// writeRequest writes one request frame; the caller flushes. Caller must
-// not hold wmu.
-func (c *conn) writeRequest(h *header, s *sendSlot, w *sgl) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	h.encode(&c.whdr)
-	if err := c.put(c.whdr[:]); err != nil {
-		return err
-	}
-	if h.length == 0 {
-		return nil
-	}
-	if s.isInline {
-		return c.writePayload(s.inline)
-	}
-	for _, b := range w.bufs {
-		if err := c.writePayload(b); err != nil {
-			return err
+		n := len(b)
+		b = b[:n+hdrSize]
+		e.h.encode((*[hdrSize]byte)(b[n:]))
+		switch {
+		case len(e.data) < smallCopy:
+			b = append(b, e.data...)
+		default:
+			segs = append(segs, b[cut:], e.data)
+			cut = len(b)
 		}
 	}
-	return nil
-}
-
-// put buffers small data. Caller holds wmu.
-func (c *conn) put(p []byte) error {
-	if len(c.wbuf)+len(p) > cap(c.wbuf) {
-		if err := c.flushLocked(); err != nil {
-			return err
-		}
+	if cut < len(b) {
+		segs = append(segs, b[cut:])
 	}
-	c.wbuf = append(c.wbuf, p...)
-	return nil
-}
-
-// writePayload writes b: small payloads into the buffer, large ones
-// straight from registered memory, the first chunk together with the
-// buffered frames in one writev, each chunk under a fresh deadline.
-// Caller holds wmu.
-func (c *conn) writePayload(b []byte) error {
-	if len(b) < directWrite {
-		return c.put(b)
-	}
-	for len(b) > 0 {
-		n := min(len(b), ioChunk)
-		c.armWrite()
-		var err error
-		if len(c.wbuf) > 0 {
-			c.wvec = append(c.wback[:0], c.wbuf, b[:n])
-			_, err = c.wvec.WriteTo(c.nc)
-			c.wback = [2][]byte{}
-			c.wbuf = c.wbuf[:0]
-		} else {
-			_, err = c.nc.Write(b[:n])
-		}
-		if err != nil {
-			return err
-		}
-		b = b[n:]
-	}
-	return nil
-}
-
-// flushLocked writes the buffered frames. Caller holds wmu.
-func (c *conn) flushLocked() error {
-	if len(c.wbuf) == 0 {
-		return nil
-	}
-	c.armWrite()
-	_, err := c.nc.Write(c.wbuf)
-	c.wbuf = c.wbuf[:0]
+	err := c.writevLocked(segs)
+	clear(segs)
 	return err
 }
 
-func (c *conn) flush() error {
+// writeFrames writes segs (the frames of a QP's batch). Caller must not
+// hold wmu.
+func (c *conn) writeFrames(segs [][]byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	return c.flushLocked()
+	return c.writevLocked(segs)
+}
+
+// writevLocked writes segs in order with writev, at most ioChunk bytes
+// at a time, each under a fresh deadline. It may reslice the elements
+// of segs. Caller holds wmu.
+func (c *conn) writevLocked(segs [][]byte) error {
+	for i := 0; i < len(segs); {
+		v := c.wback[:0]
+		n := 0
+		for i < len(segs) && n < ioChunk {
+			b := segs[i]
+			if k := ioChunk - n; len(b) > k {
+				v = append(v, b[:k])
+				segs[i] = b[k:]
+				n += k
+				break
+			}
+			if len(b) > 0 {
+				v = append(v, b)
+				n += len(b)
+			}
+			i++
+		}
+		if len(v) == 0 {
+			break
+		}
+		c.armWrite()
+		c.wvec = v
+		_, err := c.wvec.WriteTo(c.nc)
+		clear(v)
+		c.wback = v[:0]
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // dialCall is one connection attempt that concurrent senders share.
@@ -414,15 +484,17 @@ type dialCall struct {
 	err  error
 }
 
-// connTo returns a live connection to peer, dialing if needed.
-func (d *device) connTo(peer netip.AddrPort) (*conn, error) {
+// connTo returns a live connection to peer on the given stripe, dialing
+// if needed.
+func (d *device) connTo(peer netip.AddrPort, stripe int) (*conn, error) {
+	k := outKey{peer, stripe}
 	for {
 		d.mu.Lock()
 		if !d.running {
 			d.mu.Unlock()
 			return nil, fmt.Errorf("soft: device closed: %w", net.ErrClosed)
 		}
-		if dc := d.out[peer]; dc != nil {
+		if dc := d.out[k]; dc != nil {
 			d.mu.Unlock()
 			<-dc.done
 			if dc.err != nil {
@@ -432,20 +504,20 @@ func (d *device) connTo(peer netip.AddrPort) (*conn, error) {
 				return dc.c, nil
 			}
 			d.mu.Lock()
-			if d.out[peer] == dc {
-				delete(d.out, peer)
+			if d.out[k] == dc {
+				delete(d.out, k)
 			}
 			d.mu.Unlock()
 			continue
 		}
 		dc := &dialCall{done: make(chan struct{})}
-		d.out[peer] = dc
+		d.out[k] = dc
 		d.mu.Unlock()
-		dc.c, dc.err = d.dial(peer)
+		dc.c, dc.err = d.dial(peer, stripe)
 		if dc.err != nil {
 			d.mu.Lock()
-			if d.out[peer] == dc {
-				delete(d.out, peer)
+			if d.out[k] == dc {
+				delete(d.out, k)
 			}
 			d.mu.Unlock()
 		}
@@ -454,7 +526,7 @@ func (d *device) connTo(peer netip.AddrPort) (*conn, error) {
 	}
 }
 
-func (d *device) dial(peer netip.AddrPort) (*conn, error) {
+func (d *device) dial(peer netip.AddrPort, stripe int) (*conn, error) {
 	nc, err := net.DialTimeout("tcp", peer.String(), dialTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("soft: connect to peer %s: %w", peer, err)
@@ -464,6 +536,7 @@ func (d *device) dial(peer netip.AddrPort) (*conn, error) {
 		return nil, err
 	}
 	c := newConn(nc, peer)
+	c.stripe = stripe
 	if !d.adopt(c) {
 		nc.Close()
 		return nil, fmt.Errorf("soft: device closed: %w", net.ErrClosed)
@@ -583,7 +656,8 @@ func (d *device) forget(c *conn) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.conns, c)
-	dc := d.out[c.peer]
+	k := outKey{c.peer, c.stripe}
+	dc := d.out[k]
 	if dc == nil {
 		return
 	}
@@ -593,7 +667,7 @@ func (d *device) forget(c *conn) {
 	select {
 	case <-dc.done:
 		if dc.c == c {
-			delete(d.out, c.peer)
+			delete(d.out, k)
 		}
 	default:
 	}

@@ -57,11 +57,19 @@
 // CQ when PostSend returns; as on hardware, nothing may rely on either
 // order.
 //
-// Each TCP connection has a reader and a writer goroutine. A goroutine
-// that busy-polls a CQ with only runtime.Gosched between polls can keep
-// the Go scheduler from polling the network, which delays those
-// goroutines by up to 10 ms; poll briefly, then wait on the completion
-// channel.
+// A provider sends its requests to a peer on up to four TCP connections,
+// a QP on the one its QPN picks, dialed when first needed; responses go
+// back on the connection of the request. The worker writes the frames of
+// all the WRs it finds runnable with one writev (up to 1 MiB), straight
+// from registered memory. Each connection has a reader goroutine, which
+// reads headers through a small buffer and payloads straight into their
+// target memory (on Linux with readv, so that the read of a payload also
+// takes the next header), and writes the ACKs it owes, coalesced, when
+// it has caught up with the stream; a writer goroutine sends READ
+// responses. A goroutine that busy-polls a CQ with only runtime.Gosched
+// between polls can keep the Go scheduler from polling the network,
+// which delays those goroutines by up to 10 ms; poll briefly, then wait
+// on the completion channel.
 //
 // # Failures
 //
@@ -81,6 +89,6 @@
 //
 // # Performance
 //
-// WRITE and SEND allocate nothing per operation in-process. Figures are
-// in README.md.
+// WRITE and SEND allocate nothing per operation, in-process and over
+// TCP. Figures are in README.md.
 package soft

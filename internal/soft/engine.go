@@ -74,14 +74,7 @@ func (q *qp) spinForKick() bool {
 func (q *qp) pump() time.Duration {
 	q.mu.Lock()
 	d, _ := q.pumpLocked(false)
-	c := q.flushConn
-	q.flushConn = nil
 	q.mu.Unlock()
-	if c != nil {
-		if err := c.flush(); err != nil {
-			c.fail(err, false)
-		}
-	}
 	return d
 }
 
@@ -89,7 +82,9 @@ func (q *qp) pump() time.Duration {
 // worker, or PostSend itself (inline), which runs in-process WRs at once
 // and hands the worker what needs the network or a timer (handoff).
 // Whoever pumps keeps going until the queue is empty, so WRs posted
-// meanwhile by others are not left behind. Caller holds mu.
+// meanwhile by others are not left behind. The worker stages WRs for the
+// network in q.tx and writes them together, before it waits or runs
+// anything else (flushTx). Caller holds mu.
 func (q *qp) pumpLocked(inline bool) (wait time.Duration, handoff bool) {
 	if q.pumping {
 		return 0, false
@@ -97,7 +92,7 @@ func (q *qp) pumpLocked(inline bool) (wait time.Duration, handoff bool) {
 	q.pumping = true
 	for q.state == verbs.StateRTS {
 		var now time.Time
-		if q.head != q.sent && q.respBusy == 0 {
+		if q.typ == verbs.RC && q.head != q.sent && q.respBusy == 0 {
 			if inline {
 				handoff = true
 				break
@@ -109,6 +104,10 @@ func (q *qp) pumpLocked(inline bool) (wait time.Duration, handoff bool) {
 			}
 		}
 		if q.sent == q.tail || q.stalled {
+			if q.tx.n > 0 {
+				q.flushTx()
+				continue
+			}
 			wait = q.timeLeft(now)
 			break
 		}
@@ -116,6 +115,10 @@ func (q *qp) pumpLocked(inline bool) (wait time.Duration, handoff bool) {
 			if inline {
 				handoff = true
 				break
+			}
+			if q.tx.n > 0 {
+				q.flushTx()
+				continue
 			}
 			if now.IsZero() {
 				now = time.Now()
@@ -131,6 +134,10 @@ func (q *qp) pumpLocked(inline bool) (wait time.Duration, handoff bool) {
 		}
 		s := &q.sq[q.sent%uint64(len(q.sq))]
 		if (q.typ == verbs.UD && s.ah.local) || (q.typ != verbs.UD && q.local) {
+			if q.tx.n > 0 {
+				q.flushTx()
+				continue
+			}
 			q.runLocal(s)
 			continue
 		}
@@ -138,7 +145,14 @@ func (q *qp) pumpLocked(inline bool) (wait time.Duration, handoff bool) {
 			handoff = true
 			break
 		}
+		if q.tx.n > 0 && !q.sameConn(s) {
+			q.flushTx()
+			continue
+		}
 		q.runRemote(s)
+	}
+	if q.tx.n > 0 {
+		q.flushTx() // the QP left RTS: the batch is dropped
 	}
 	q.pumping = false
 	return wait, handoff
@@ -146,7 +160,7 @@ func (q *qp) pumpLocked(inline bool) (wait time.Duration, handoff bool) {
 
 // timeLeft is the time until the outstanding WRs time out, or 0.
 func (q *qp) timeLeft(now time.Time) time.Duration {
-	if q.head == q.sent {
+	if q.typ != verbs.RC || q.head == q.sent {
 		return 0
 	}
 	if now.IsZero() {
@@ -314,8 +328,9 @@ func nakErr(code uint8, dst uint32) error {
 	return fmt.Errorf("soft: peer QP %#x refused the request: %s", dst, name)
 }
 
-// runRemote writes the WR at sent to the peer's provider. Caller holds
-// mu. RC WRs stay outstanding until their response arrives.
+// runRemote stages the WR at sent for the peer's provider (see txBatch),
+// connecting first if needed. Caller holds mu. RC WRs stay outstanding
+// until their response arrives; UC and UD WRs complete once written.
 func (q *qp) runRemote(s *sendSlot) {
 	rc := q.typ == verbs.RC
 	op := s.wr.Opcode
@@ -332,6 +347,10 @@ func (q *qp) runRemote(s *sendSlot) {
 	w := &q.wsrc
 	if o, bad := q.checkLocal(s, w); bad {
 		w.release()
+		if q.tx.n > 0 {
+			q.flushTx() // then this WR again
+			return
+		}
 		if q.head != q.sent {
 			q.stalled = true // let the earlier WRs complete first
 			return
@@ -344,16 +363,18 @@ func (q *qp) runRemote(s *sendSlot) {
 	}
 	c, peer := q.conn, q.peer
 	if q.typ == verbs.UD {
-		c, peer = nil, s.ah.peer
+		peer = s.ah.peer
+		c = dev.existing(peer, stripeOf(q.qpn))
 	}
 	if c == nil || c.isDead() {
-		epoch := q.epoch
+		// The batch is empty here (see sameConn).
+		epoch, rewind := q.epoch, q.rewind
 		q.busy++
 		q.mu.Unlock()
-		nc, err := dev.connTo(peer)
+		nc, err := dev.connTo(peer, stripeOf(q.qpn))
 		q.mu.Lock()
 		q.unbusy()
-		if q.epoch != epoch {
+		if q.epoch != epoch || q.rewind != rewind {
 			w.release()
 			return
 		}
@@ -388,30 +409,57 @@ func (q *qp) runRemote(s *sendSlot) {
 	}
 	var h header
 	q.fillHeader(&h, s)
-	epoch, rewind := q.epoch, q.rewind
+	t := &q.tx
+	if t.n == 0 {
+		t.init()
+		t.c, t.first, t.epoch, t.rewind = c, idx, q.epoch, q.rewind
+	}
+	t.stage(&h, s, w)
+	if t.full() {
+		q.flushTx()
+	}
+}
+
+// sameConn reports whether the WR at slot s goes on the connection of
+// the staged batch.
+func (q *qp) sameConn(s *sendSlot) bool {
+	c := q.conn
+	if q.typ == verbs.UD {
+		c = dev.existing(s.ah.peer, stripeOf(q.qpn))
+	}
+	return c != nil && c == q.tx.c && !c.isDead()
+}
+
+// flushTx writes the staged batch with mu released; UC and UD WRs
+// complete once written. A batch begun before the QP's epoch or rewind
+// count changed is stale and dropped. Caller holds mu.
+func (q *qp) flushTx() {
+	t := &q.tx
+	if t.n == 0 {
+		return
+	}
+	if q.epoch != t.epoch || q.rewind != t.rewind {
+		t.drop()
+		return
+	}
+	c, first, n := t.c, t.first, uint64(t.n)
+	epoch, rewind := t.epoch, t.rewind
 	q.busy++
 	q.mu.Unlock()
-	err := c.writeRequest(&h, s, w)
-	w.release()
-	if err == nil && q.typ == verbs.UD {
-		err = c.flush()
-	}
+	err := c.writeFrames(t.finish())
+	t.drop()
 	if err != nil {
-		c.fail(err, false)
+		c.fail(err, false) // RC and UC QPs on it go to ERR
 	}
 	q.mu.Lock()
 	q.unbusy()
-	if err != nil {
-		return // fail made the QP's outstanding WRs complete
-	}
-	if q.typ != verbs.UD {
-		q.flushConn = c
-	}
-	if q.epoch != epoch || q.rewind != rewind {
+	if q.typ == verbs.RC || q.epoch != epoch || q.rewind != rewind || q.head != first {
 		return
 	}
-	if !rc && q.head == idx {
-		q.completeHead() // UC and UD complete when sent
+	// UC and UD complete when written; a datagram that could not be
+	// written is lost, not failed.
+	for range n {
+		q.completeHead()
 	}
 }
 

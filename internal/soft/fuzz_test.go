@@ -151,8 +151,18 @@ func (e *fuzzEnv) symbolize(data []byte) []byte {
 	return out
 }
 
-// check drains the CQ and verifies nothing is still held.
+// check drains the CQ and verifies nothing is still held, once the
+// QPs' workers have finished what they were doing (A's, after an RNR NAK,
+// may be sending its WRs again, or dialing the peer whose connection
+// just failed, with their SGEs resolved).
 func (e *fuzzEnv) check(t *testing.T) {
+	for _, q := range []*qp{e.a, e.b, e.u} {
+		q.mu.Lock()
+		for q.busy > 0 {
+			q.idle.Wait()
+		}
+		q.mu.Unlock()
+	}
 	for {
 		n, err := e.cq.Poll(e.wc)
 		must(t, err)

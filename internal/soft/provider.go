@@ -58,9 +58,9 @@ type device struct {
 	ln       net.Listener
 	addr     netip.AddrPort // advertised: GID IP and LID port
 	forceTCP bool
-	out      map[netip.AddrPort]*dialCall // outgoing connections by peer
-	conns    map[*conn]struct{}           // every connection with goroutines
-	raw      map[net.Conn]struct{}        // accepted, still in handshake
+	out      map[outKey]*dialCall  // outgoing connections
+	conns    map[*conn]struct{}    // every connection with goroutines
+	raw      map[net.Conn]struct{} // accepted, still in handshake
 	wg       sync.WaitGroup
 }
 
@@ -162,7 +162,7 @@ func (d *device) start() error {
 	d.addr = netip.AddrPortFrom(ip, bound.Port())
 	d.forceTCP = strings.EqualFold(os.Getenv(EnvTransport), "tcp")
 	d.running = true
-	d.out = map[netip.AddrPort]*dialCall{}
+	d.out = map[outKey]*dialCall{}
 	d.conns = map[*conn]struct{}{}
 	d.raw = map[net.Conn]struct{}{}
 	d.wg.Add(1)
@@ -228,6 +228,40 @@ func (d *device) acceptLoop(ln net.Listener) {
 		d.mu.Unlock()
 		go d.acceptConn(nc)
 	}
+}
+
+// outKey names an outgoing connection: a provider sends its requests to
+// a peer on up to stripes connections, a QP on the one its QPN picks, so
+// that the QPs of a busy pair of processes are not all funnelled through
+// one socket and its two goroutines on each side. Connections are dialed
+// when first needed.
+type outKey struct {
+	peer   netip.AddrPort
+	stripe int
+}
+
+const stripes = 4
+
+// stripeOf is the connection QP qpn sends on.
+func stripeOf(qpn uint32) int { return int(qpn % stripes) }
+
+// existing returns the live connection to peer on the given stripe, if
+// one is up; it never dials or waits.
+func (d *device) existing(peer netip.AddrPort, stripe int) *conn {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	dc := d.out[outKey{peer, stripe}]
+	if dc == nil {
+		return nil
+	}
+	select {
+	case <-dc.done:
+		if dc.err == nil && !dc.c.isDead() {
+			return dc.c
+		}
+	default:
+	}
+	return nil
 }
 
 // local reports whether peer is this device and traffic to it stays in

@@ -86,7 +86,7 @@ type qp struct {
 	stalled      bool // the worker waits for a response
 	lastProgress time.Time
 	conn         *conn
-	flushConn    *conn
+	tx           txBatch // the worker's staged frames
 
 	rq     []recvSlot
 	rqHead uint64

@@ -1,7 +1,6 @@
 package soft
 
 import (
-	"bufio"
 	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -173,7 +172,6 @@ func (g *sglSource) fill(p []byte) error {
 // stalled peer cannot hold registered memory for ever.
 type streamSource struct {
 	c    *conn
-	r    *bufio.Reader
 	left uint64
 }
 
@@ -184,7 +182,7 @@ func (s *streamSource) fill(p []byte) error {
 	for len(p) > 0 {
 		n := min(len(p), ioChunk)
 		s.c.armRead()
-		_, err := io.ReadFull(s.r, p[:n])
+		err := s.c.rx.readFull(p[:n])
 		s.left -= uint64(n)
 		if err != nil {
 			return streamErr("reading payload", err)
@@ -197,10 +195,10 @@ func (s *streamSource) fill(p []byte) error {
 // discard skips what is left of the payload.
 func (s *streamSource) discard() error {
 	for s.left > 0 {
-		n := int(min(s.left, ioChunk))
+		n := min(s.left, ioChunk)
 		s.c.armRead()
-		k, err := s.r.Discard(n)
-		s.left -= uint64(k)
+		err := s.c.rx.discard(n)
+		s.left -= n
 		if err != nil {
 			return streamErr("skipping payload", err)
 		}

@@ -1,0 +1,12 @@
+//go:build !linux
+
+package soft
+
+import "net"
+
+// scatterReader is Linux only; elsewhere rx reads plainly.
+type scatterReader struct{}
+
+func newScatterReader(net.Conn) *scatterReader { return nil }
+
+func (*scatterReader) readv(a, b []byte, yield bool) (int, error) { panic("unreachable") }
