@@ -16,7 +16,8 @@ package rdma_test
 // depth 1 ones and BenchmarkPingPong also report the median and 99th
 // percentile latency of one operation (p50-us, p99-us).
 //
-// RDMA_BENCH_PROVIDER=soft|verbs chooses the provider (default soft). The
+// RDMA_BENCH_PROVIDER=soft|verbs chooses the provider (default soft),
+// RDMA_BENCH_POLL=adaptive|busy|event the poll mode. The
 // raw path posts and polls the provider's verbs directly, with no futures
 // and no pool; the ratio future/raw is the API's overhead per operation.
 
@@ -43,6 +44,20 @@ func benchProvider() string {
 		return p
 	}
 	return rdma.ProviderSoft
+}
+
+// benchOptions are the provider and, if RDMA_BENCH_POLL names one, the
+// poll mode the benchmarks use.
+func benchOptions() []rdma.Option {
+	opts := []rdma.Option{rdma.WithProvider(benchProvider())}
+	if m := os.Getenv("RDMA_BENCH_POLL"); m != "" {
+		mode, err := poller.ParseMode(m)
+		if err != nil {
+			panic(err)
+		}
+		opts = append(opts, rdma.WithPollMode(mode))
+	}
+	return opts
 }
 
 func sizeName(n int) string {
@@ -89,7 +104,8 @@ func (l *latencies) report(b *testing.B) {
 // benchPair connects a pair through the public API.
 func benchPair(b *testing.B, maxMsg int, extra ...rdma.Option) (c, s *rdma.Conn) {
 	b.Helper()
-	opts := append([]rdma.Option{rdma.WithProvider(benchProvider()), rdma.WithMaxMessage(maxMsg), rdma.WithQueueDepth(128, 128)}, extra...)
+	opts := append(benchOptions(), rdma.WithMaxMessage(maxMsg), rdma.WithQueueDepth(128, 128))
+	opts = append(opts, extra...)
 	ln, err := rdma.Listen("rdma", "127.0.0.1:0", opts...)
 	if err != nil {
 		b.Fatal(err)

@@ -4,7 +4,9 @@ package rdma_test
 //
 //	go test -run '^$' -bench Stream -benchtime 2s -count 3 .
 //
-// RDMA_BENCH_PROVIDER=soft|verbs chooses the provider (default soft);
+// RDMA_BENCH_PROVIDER=soft|verbs chooses the provider (default soft),
+// RDMA_BENCH_POLL=adaptive|busy|event the poll mode (default: the
+// library's);
 // RDMA_SOFT_TRANSPORT=tcp makes the soft provider carry even in-process
 // traffic over loopback TCP. Throughput is reported in Gb/s (10^9
 // bits/s), latency as the round trip of a 64-byte ping-pong in µs.
@@ -34,7 +36,7 @@ func benchTransports() []struct {
 	}{
 		{"tcp", tcpPair},
 		{"rdma-" + benchProvider(), func(b *testing.B) (net.Conn, net.Conn) {
-			c, s := streamPair(b, rdma.WithProvider(benchProvider()))
+			c, s := streamPair(b, benchOptions()...)
 			return c, s
 		}},
 	}
