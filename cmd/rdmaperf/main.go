@@ -23,6 +23,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -58,10 +59,11 @@ type params struct {
 	pollMode string
 	locked   bool
 	timeout  time.Duration
-	inline   int  // -I: largest message sent inline (verbs API)
-	events   bool // -e: wait for completion events instead of polling
-	qps      int  // -q: queue pairs (connections) of the bw tests
-	progress bool // the progress line on stderr (--no_progress clears it)
+	inline   int    // -I: largest message sent inline (verbs API)
+	events   bool   // -e: wait for completion events instead of polling
+	qps      int    // -q: queue pairs (connections) of the bw tests
+	progress bool   // the progress line on stderr (--no_progress clears it)
+	cpuProf  string // --cpuprofile: pprof CPU profile of the whole run
 	setFlags map[string]bool
 	isLat    bool
 	stdout   io.Writer
@@ -121,7 +123,20 @@ func main() {
 	p.stderr, p.tty = os.Stderr, isTerminal(os.Stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if p.cpuProf != "" {
+		f, err := os.Create(p.cpuProf)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "rdmaperf: --cpuprofile:", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(ctx, p); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "rdmaperf:", err)
 		os.Exit(1)
 	}
@@ -170,6 +185,7 @@ func parseArgs(args []string, errw io.Writer) (*params, error) {
 	fs.IntVar(&p.inline, "I", 0, "send and write messages up to this size inline (verbs API; the QP is created with this much inline data)")
 	fs.BoolVar(&p.events, "e", false, "wait for completion events instead of busy polling (verbs: CQ completion channel; async, stream: --poll event)")
 	fs.IntVar(&p.qps, "q", 1, "queue pairs for the bw tests, traffic round robin, tx depth each (async API: connections)")
+	fs.StringVar(&p.cpuProf, "cpuprofile", "", "write a pprof CPU profile of the run to this file (go tool pprof)")
 	noProgress := fs.Bool("no_progress", false, "no progress line on stderr (shown once per second with -D, or once a size has run 2 s)")
 	fs.Usage = func() { usage(errw, fs) }
 	rest := args[1:]
