@@ -161,30 +161,12 @@ func runAsync(ctx context.Context, p *params) ([]result, error) {
 	}
 	defer s.close()
 	c0 := s.conns[0].c
-	header(p.stdout, p, c0.Provider(), c0.Device(), len(s.conns))
-	var results []result
-	for step, size := range p.sizes() {
-		if err := o.barrier(uint64(step)<<32 | uint64(size)); err != nil {
-			return nil, err
-		}
-		var r result
-		var err error
+	return runSizes(p, o, c0.Provider(), c0.Device(), len(s.conns), nil, func(size int) (result, error) {
 		if p.host == "" {
-			r, err = s.serve(ctx, o, size)
-		} else {
-			r, err = s.client(ctx, o, size)
+			return s.serve(ctx, o, size)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("%s %d B: %w", p.test, size, err)
-		}
-		r.Provider, r.Device = c0.Provider(), c0.Device()
-		if p.host != "" || p.test == "send_bw" {
-			row(p.stdout, p, r)
-			results = append(results, r)
-		}
-	}
-	fmt.Fprintln(p.stdout, rule)
-	return results, nil
+		return s.client(ctx, o, size)
+	})
 }
 
 func (s *asyncSide) src(ac *asyncConn, size int) rdma.Local {

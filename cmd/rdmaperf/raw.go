@@ -269,13 +269,11 @@ func runRaw(ctx context.Context, p *params) ([]result, error) {
 	}
 	defer s.close()
 	info := s.ctx.Info()
-	header(p.stdout, p, info.Provider, info.Name, len(s.qps))
-	var results []result
-	for step, size := range p.sizes() {
+	prepare := func() error {
 		if p.test == "send_bw" || p.test == "send_lat" {
 			for i := range s.qps {
 				if err := s.fillRecvs(i); err != nil {
-					return nil, err
+					return err
 				}
 			}
 		}
@@ -283,27 +281,17 @@ func runRaw(ctx context.Context, p *params) ([]result, error) {
 		for _, q := range s.qps {
 			q.sent, q.done = 0, 0
 		}
-		if err := o.barrier(uint64(step)<<32 | uint64(size)); err != nil {
-			return nil, err
-		}
-		var r result
-		var err error
+		return nil
+	}
+	return runSizes(p, o, info.Provider, info.Name, len(s.qps), prepare, func(size int) (r result, err error) {
 		if p.host == "" {
 			r, err = s.serve(o, size)
 		} else {
 			r, err = s.client(o, size)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("%s %d B: %w", p.test, size, err)
-		}
-		r.Provider, r.Device, r.Events = info.Provider, info.Name, s.events
-		if p.host != "" || p.test == "send_bw" {
-			row(p.stdout, p, r)
-			results = append(results, r)
-		}
-	}
-	fmt.Fprintln(p.stdout, rule)
-	return results, nil
+		r.Events = s.events
+		return r, err
+	})
 }
 
 // poll takes completions and checks them: a send moves its QP's done to

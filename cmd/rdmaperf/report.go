@@ -275,3 +275,33 @@ func (l *progressLine) end() {
 		l.shown = false
 	}
 }
+
+// runSizes prints the header, then for each size: prepare (if any), the
+// barrier with the peer, one measurement by measure (serve or client), and
+// its row. Only the client prints rows, except for send_bw, whose figures
+// are the receiver's.
+func runSizes(p *params, o *oob, provider, device string, qps int, prepare func() error, measure func(size int) (result, error)) ([]result, error) {
+	header(p.stdout, p, provider, device, qps)
+	var results []result
+	for step, size := range p.sizes() {
+		if prepare != nil {
+			if err := prepare(); err != nil {
+				return nil, err
+			}
+		}
+		if err := o.barrier(uint64(step)<<32 | uint64(size)); err != nil {
+			return nil, err
+		}
+		r, err := measure(size)
+		if err != nil {
+			return nil, fmt.Errorf("%s %d B: %w", p.test, size, err)
+		}
+		r.Provider, r.Device = provider, device
+		if p.host != "" || p.test == "send_bw" {
+			row(p.stdout, p, r)
+			results = append(results, r)
+		}
+	}
+	fmt.Fprintln(p.stdout, rule)
+	return results, nil
+}

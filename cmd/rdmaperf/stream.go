@@ -38,35 +38,17 @@ func runStream(ctx context.Context, p *params) ([]result, error) {
 	}
 	defer c.Close()
 	rc := c.RDMAConn()
-	header(p.stdout, p, rc.Provider(), rc.Device(), 1)
-	var results []result
-	for step, size := range p.sizes() {
-		if err := o.barrier(uint64(step)<<32 | uint64(size)); err != nil {
-			return nil, err
-		}
-		var r result
-		var err error
+	return runSizes(p, o, rc.Provider(), rc.Device(), 1, nil, func(size int) (result, error) {
 		switch {
 		case p.host == "" && p.isLat:
-			r, err = serveStreamLat(ctx, p, c, o, size)
+			return serveStreamLat(ctx, p, c, o, size)
 		case p.host == "":
-			r, err = serveStreamBW(ctx, p, c, o, size)
+			return serveStreamBW(ctx, p, c, o, size)
 		case p.isLat:
-			r, err = clientStreamLat(p, c, o, size)
-		default:
-			r, err = clientStreamBW(p, c, o, size)
+			return clientStreamLat(p, c, o, size)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("%s %d B: %w", p.test, size, err)
-		}
-		r.Provider, r.Device = rc.Provider(), rc.Device()
-		if p.host != "" || p.test == "send_bw" {
-			row(p.stdout, p, r)
-			results = append(results, r)
-		}
-	}
-	fmt.Fprintln(p.stdout, rule)
-	return results, nil
+		return clientStreamBW(p, c, o, size)
+	})
 }
 
 // connectStream listens (server) or dials (client) on -p+1 once the other
