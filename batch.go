@@ -103,7 +103,7 @@ func (b *Batch) Post() *Future {
 	if n == 0 {
 		return newResolved(nil)
 	}
-	if err := c.acquire(int64(n)); err != nil {
+	if err := c.acquire(c.ctx, int64(n)); err != nil {
 		b.unhold()
 		return newResolved(c.closedErr())
 	}

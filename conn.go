@@ -472,7 +472,7 @@ func (c *Conn) post(o op, wr verbs.SendWR) *Future {
 	if err := c.hold(&o); err != nil {
 		return newResolved(err)
 	}
-	if err := c.acquire(1); err != nil {
+	if err := c.acquire(c.ctx, 1); err != nil {
 		c.dropBuf(&o)
 		return newResolved(c.closedErr())
 	}
@@ -494,11 +494,11 @@ func (c *Conn) post(o op, wr verbs.SendWR) *Future {
 	return f
 }
 
-// acquire takes n send credits, waiting for completions to return them.
-// A Busy poller may be standing by (poller/drive.go); a blocked acquire
-// counts as a waiter so that it polls.
-func (c *Conn) acquire(n int64) error {
-	if err := c.ctx.Err(); err != nil { // failed or closing: as Acquire would
+// acquire takes n send credits, waiting (until ctx ends) for completions
+// to return them. A Busy poller may be standing by (poller/drive.go); a
+// blocked acquire counts as a waiter so that it polls.
+func (c *Conn) acquire(ctx context.Context, n int64) error {
+	if err := ctx.Err(); err != nil { // failed or closing: as Acquire would
 		return err
 	}
 	if c.sq.TryAcquire(n) {
@@ -508,7 +508,7 @@ func (c *Conn) acquire(n int64) error {
 		c.drv.WaitingAdd(1)
 		defer c.drv.WaitingAdd(-1)
 	}
-	return c.sq.Acquire(c.ctx, n)
+	return c.sq.Acquire(ctx, n)
 }
 
 // hold checks that o's buffer belongs to this connection and references
@@ -783,14 +783,7 @@ func (c *Conn) Close() error {
 		// before the peer hears that we close.
 		if c.err() == nil {
 			drain, cancel := context.WithTimeout(c.ctx, 5*time.Second)
-			if c.drv != nil {
-				c.drv.WaitingAdd(1)
-			}
-			err := c.sq.Acquire(drain, int64(c.eng.cfg.sqDepth))
-			if c.drv != nil {
-				c.drv.WaitingAdd(-1)
-			}
-			if err == nil {
+			if c.acquire(drain, int64(c.eng.cfg.sqDepth)) == nil {
 				defer c.sq.Release(int64(c.eng.cfg.sqDepth))
 			}
 			cancel()

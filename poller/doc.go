@@ -137,13 +137,15 @@
 // Nothing is left unpolled: the poller resumes at once when a goroutine
 // blocks on a completion while nobody drives (WaitingAdd, used by a Wait
 // that could not drive and by a post waiting for send credits) or is
-// about to select on a future's channel (Resume, used by Done); and
-// StandbyFor (1 ms) after the last driver left, whatever happens. A loop
-// that does other work between Waits (polling memory for a peer's WRITE,
-// say) thus keeps the poller standing by if it waits again within 1 ms.
-// The price: a completion that nobody waits for in any of these ways is
-// polled up to 1 ms late, which delays only the return of its buffer to
-// the pool.
+// about to select on a future's channel (Resume, used by Done); and 1 to
+// 2 ms (StandbyFor to twice that) after the last driver left, whatever
+// happens. A loop that does other work between Waits (polling memory for
+// a peer's WRITE, say) thus keeps the poller standing by if it waits again
+// within 1 ms. The price: a completion that nobody waits for in any of
+// these ways is polled up to 2 ms late, which delays only the return of
+// its buffer to the pool. A Wait that drives costs no timer call: the
+// timer is armed when the poller starts standing by and re-arms itself
+// while drives go on.
 //
 // Measured with BenchmarkPingPong (rdma's bench_test.go: 8 B SEND and
 // echo at queue depth 1, half the round trip, p50) on rxe in the VM

@@ -21,7 +21,7 @@ import (
 // dispatches to the handler from the calling goroutine until its flag is
 // set. One goroutine drives at a time; the poller's own goroutine stands
 // by (blocked, using no CPU) while anyone drives, and resumes StandbyFor
-// after the last driver left, or at once if goroutines wait in
+// to twice that after the last driver left, or at once if goroutines wait in
 // WaitingAdd. A completion that arrives when nobody drives is therefore
 // polled within StandbyFor by the poller, or at once by the next driver.
 //
@@ -88,11 +88,10 @@ func (p *Poller) Drive(ctx context.Context, flag *atomic.Uint32) bool {
 // blocked waiting (they need someone to poll), else after StandbyFor.
 func (p *Poller) leave() {
 	p.driving.Store(false)
+	p.leaves.Add(1) // the standby timer looks at it; no timer call per Wait
 	if p.waiting.Load() > 0 {
 		p.resumeNow()
-		return
 	}
-	p.standby.Reset(p.standbyFor)
 }
 
 // WaitingAdd counts goroutines blocked on completions of this poller's
@@ -120,14 +119,25 @@ func (p *Poller) resumeNow() {
 	}
 }
 
-// standbyExpired runs on the standby timer.
-func (p *Poller) standbyExpired() { p.Resume() }
+// standbyExpired runs on the standby timer, armed when the poller
+// starts standing by. While someone drives, or drove since the timer's
+// last look, it looks again StandbyFor later; otherwise the poller
+// resumes. So the poller resumes StandbyFor to twice that after the last
+// drive, and a Wait costs an atomic add here rather than a timer reset.
+func (p *Poller) standbyExpired() {
+	if n := p.leaves.Load(); p.seen.Swap(n) != n || p.driving.Load() {
+		p.standby.Reset(p.standbyFor)
+		return
+	}
+	p.Resume()
+}
 
 // waitDrivers blocks the poller's goroutine while a driver drives. It
 // returns at once otherwise.
 func (p *Poller) waitDrivers() {
 	for p.driving.Load() && !p.stop.Load() {
 		p.st.standbys.Add(1)
+		p.standby.Reset(p.standbyFor)
 		select {
 		case <-p.resume:
 		case <-p.ctx.Done():

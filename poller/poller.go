@@ -168,6 +168,8 @@ type Poller struct {
 	resume     chan struct{} // one slot: wakes the poller from standby
 	standby    *time.Timer
 	standbyFor time.Duration // StandbyFor; tests change it
+	leaves     atomic.Uint64 // drives ended; the standby timer reads it
+	seen       atomic.Uint64 // leaves at the standby timer's last look
 
 	st counters
 }
