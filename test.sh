@@ -31,8 +31,10 @@ rc=0
 go test -race -count=1 -v ./... > "$hostlog" 2>&1 || rc=$?
 grep -E '^(ok|FAIL|---|panic:|\?)' "$hostlog" | grep -v -- '--- PASS\|--- SKIP' || true
 if [ "$rc" != 0 ]; then
-  echo "host tests failed; the end of their output:"
-  tail -n 150 "$hostlog"
+  echo "host tests failed; what the failed tests said:"
+  grep -B 40 -A 5 -- '--- FAIL' "$hostlog" | head -n 300
+  echo "the end of their output:"
+  tail -n 100 "$hostlog"
   echo "0 passed, $(grep -c -- '--- FAIL' "$hostlog") failed"
   exit 1
 fi
