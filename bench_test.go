@@ -384,7 +384,7 @@ func BenchmarkPingPong(b *testing.B) {
 		{"adaptive", nil},
 		{"busy", []rdma.Option{rdma.WithPollMode(poller.Busy)}},
 		{"event", []rdma.Option{rdma.WithPollMode(poller.Event)}},
-		{"adaptive-unlocked", []rdma.Option{rdma.WithPollerThreadLock(false)}},
+		{"adaptive-locked", []rdma.Option{rdma.WithPollerThreadLock(true)}},
 	} {
 		b.Run(m.name, func(b *testing.B) {
 			c, s := benchPair(b, 64, m.opts...)

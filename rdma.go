@@ -84,7 +84,7 @@ type config struct {
 	maxExpose  int           // bytes a peer may RequestRegion in total
 	exposeLife time.Duration // lifetime of exposures made for RequestRegion
 	cm         bool          // set connections up through rdma_cm
-	unlocked   bool          // pollers run on ordinary goroutines
+	threadLock poller.ThreadLock
 }
 
 func defaultConfig() config {
@@ -152,15 +152,23 @@ func WithPollMode(m PollMode) Option {
 	}
 }
 
-// WithPollerThreadLock chooses whether each completion poller runs
-// locked to its own OS thread (runtime.LockOSThread, the default, as the
-// design asks) or on an ordinary goroutine. Measured on a 2-core machine
-// (see package poller): an unlocked poller hands a completion to a
-// waiting goroutine in about 2 µs instead of about 30 µs, because every
-// park or yield of a locked goroutine moves its P between threads. Busy
-// polling on a dedicated core is where the lock pays.
+// WithPollerThreadLock locks every completion poller to its own OS
+// thread (true) or none (false). Without it Busy pollers are locked
+// (runtime.LockOSThread) and Adaptive and Event pollers, which park
+// through the netpoller, run on ordinary goroutines: a locked goroutine
+// hands its P to another thread and back at every park and yield, which
+// on a 2-core machine costs about 15 µs per completion handed to a
+// waiter and halved the stream's throughput (see package poller). Lock
+// them where the thread must be pinned (CPU affinity, a per-thread
+// provider resource).
 func WithPollerThreadLock(locked bool) Option {
-	return func(c *config) error { c.unlocked = !locked; return nil }
+	return func(c *config) error {
+		c.threadLock = poller.LockNever
+		if locked {
+			c.threadLock = poller.LockAlways
+		}
+		return nil
+	}
 }
 
 // WithQueueDepth sets how many operations a connection keeps in flight

@@ -63,8 +63,8 @@ var benchModes = []benchCase{
 	{"busy", Config{Mode: Busy}},
 	{"adaptive", Config{Mode: Adaptive}},
 	{"event", Config{Mode: Event}},
-	{"adaptive-unlocked", Config{Mode: Adaptive, NoLockOSThread: true}},
-	{"event-unlocked", Config{Mode: Event, NoLockOSThread: true}},
+	{"adaptive-locked", Config{Mode: Adaptive, Lock: LockAlways}},
+	{"event-locked", Config{Mode: Event, Lock: LockAlways}},
 }
 
 // BenchmarkDispatch is the throughput of poll and dispatch: a producer
@@ -174,12 +174,12 @@ func BenchmarkFutureWake(b *testing.B) {
 		{"busy-noyield", Config{Mode: Busy, YieldEvery: -1, NoIdleYield: true}},
 		{"busy-yield1024", Config{Mode: Busy, YieldEvery: 1024, NoIdleYield: true}},
 		{"busy", Config{Mode: Busy}},
-		{"busy-unlocked", Config{Mode: Busy, NoLockOSThread: true}},
-		{"adaptive-noyield", Config{Mode: Adaptive, YieldEvery: -1, NoIdleYield: true}},
+		{"busy-unlocked", Config{Mode: Busy, Lock: LockNever}},
+		{"adaptive-locked-noyield", Config{Mode: Adaptive, Lock: LockAlways, YieldEvery: -1, NoIdleYield: true}},
+		{"adaptive-locked", Config{Mode: Adaptive, Lock: LockAlways}},
 		{"adaptive", Config{Mode: Adaptive}},
-		{"adaptive-unlocked", Config{Mode: Adaptive, NoLockOSThread: true}},
+		{"event-locked", Config{Mode: Event, Lock: LockAlways}},
 		{"event", Config{Mode: Event}},
-		{"event-unlocked", Config{Mode: Event, NoLockOSThread: true}},
 	}
 	for _, procs := range []int{1, 2} {
 		for _, bc := range cases {

@@ -1,11 +1,11 @@
 // Package poller polls completion queues and dispatches their
 // completions.
 //
-// One Poller serves one CQ. It runs on a goroutine of its own, locked to
-// an OS thread with runtime.LockOSThread (unless Config.NoLockOSThread),
-// polls up to Config.Batch completions per call (64 by default, at least
-// 32) into an array it reuses, and hands each batch to a Handler. Polling
-// and dispatch allocate nothing per completion or per batch.
+// One Poller serves one CQ. It runs on a goroutine of its own (a Busy
+// poller's is locked to its OS thread: see Threads), polls up to
+// Config.Batch completions per call (64 by default, at least 32) into an
+// array it reuses, and hands each batch to a Handler. Polling and
+// dispatch allocate nothing per completion or per batch.
 //
 // The Handler is library code: it completes futures (closes a channel,
 // stores a result, returns a buffer) and returns. It must not block and
@@ -21,6 +21,14 @@
 // while completions keep coming, and parks when the CQ has stayed empty
 // for Config.Spin. Event never spins: it polls until a poll comes back
 // short, then parks.
+//
+// At most GOMAXPROCS/2 Adaptive pollers (at least one) spin at once in a
+// process, as the Go scheduler keeps at most half its Ps spinning for
+// work; the others behave as Event pollers until a spinner parks
+// (Stats.SpinsDenied counts the times). Spinning pollers take the cores
+// that the goroutines they wake need: with four stream connections on 2
+// cores, five pollers spinning beside the writers, readers and the
+// transport cost a third of the throughput.
 //
 // Parking is one sequence, and its order is what loses nothing:
 //
@@ -77,24 +85,26 @@
 //	completion to handler, poller parked (locked)         39-44 µs
 //
 // Completion to handler to waiting goroutine, "e2e", split into the wake
-// of the poller (poll) and of the waiter (wake):
+// of the poller (poll) and of the waiter (wake). These were measured when
+// every poller was locked to its thread; "unlocked" rows are today's
+// defaults for Adaptive and Event (see Threads):
 //
 //	GOMAXPROCS 2                 poll    wake    e2e
 //	busy, no yield               3.0     71.7    75.1 µs  the "100 µs" effect
 //	busy, yield every 1024       3.9     20.8    26.9
 //	busy (default yields)        2.5     13.8    16.3
-//	adaptive, no yield          17.3     73.6    92.6
-//	adaptive (default)           2.8     15.2    18.4
+//	adaptive, locked, no yield  17.3     73.6    92.6
+//	adaptive, locked             2.8     15.2    18.4
 //	adaptive, unlocked           2.4      0.2     2.7
-//	event                       18.8     20.1    41.1
+//	event, locked               18.8     20.1    41.1
 //	event, unlocked             12.6      7.4    21.8
 //
 //	GOMAXPROCS 1                 poll    wake    e2e
 //	busy, no yield              20.2   20 300  20 300 µs  waiter runs when preempted
 //	busy (default yields)        3.8      9.1    35.1
-//	adaptive (default)          18.4     19.8    38.3
+//	adaptive, locked            18.4     19.8    38.3
 //	adaptive, unlocked           0.14     0.16    0.30
-//	event                        9.6      8.1    23.6
+//	event, locked                9.6      8.1    23.6
 //
 // # Defaults and why
 //
@@ -113,13 +123,19 @@
 // of 40 µs gaps and paid 31 µs each. rsockets polls 10 µs; its wake is
 // cheaper than one of a locked thread.
 //
-// Locking the thread is what the design asks, and it is costly for the
-// future path: every park and every yield of a locked goroutine hands
-// its P to another thread and back (8 µs per wake). The unlocked rows
-// show what Config.NoLockOSThread buys: 2.7 µs instead of 18 µs from
-// completion to waiter at GOMAXPROCS 2. Keep the lock where the thread
-// must be pinned (CPU affinity, a per-thread provider resource), and
-// consider dropping it otherwise.
+// # Threads
+//
+// A Busy poller runs locked to its OS thread: it never parks, so the lock
+// costs nothing and the thread can be pinned to a core. Adaptive and
+// Event pollers park through the netpoller, and a locked goroutine hands
+// its P to another thread and back at every park and yield (8 µs per
+// wake here): the "unlocked" rows above, 2.7 µs instead of 18 µs from
+// completion to waiter at GOMAXPROCS 2. So by default (Config.Lock,
+// LockAuto) they run on ordinary goroutines. Over the soft provider's TCP
+// transport this doubled the stream's throughput (10-12 to 21-26 Gb/s
+// with one connection). LockAlways locks them too, where the thread
+// must be pinned (CPU affinity, a per-thread provider resource); the
+// figures above without "unlocked" were measured so.
 //
 // # Run to completion (Busy)
 //

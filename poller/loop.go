@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-rdma/rdma/internal/verbs"
@@ -30,7 +31,7 @@ const flushEvery = 1024
 const clockEvery = 16
 
 func (p *Poller) run() {
-	if !p.cfg.NoLockOSThread {
+	if p.cfg.Lock.locked(p.cfg.Mode) {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 	}
@@ -61,7 +62,13 @@ func (p *Poller) loop(ls *loopState) error {
 		case Busy:
 			return p.spin(ls, 0)
 		case Adaptive:
-			err = p.spin(ls, p.cfg.Spin.Nanoseconds())
+			if takeSpinSlot() {
+				err = p.spin(ls, p.cfg.Spin.Nanoseconds())
+				spinners.Add(-1)
+			} else {
+				p.st.spinsDenied.Add(1)
+				err = p.drain(ls)
+			}
 		case Event:
 			err = p.drain(ls)
 		}
@@ -73,6 +80,32 @@ func (p *Poller) loop(ls *loopState) error {
 		}
 	}
 	return nil
+}
+
+// spinners counts the Adaptive pollers of the process that are spinning.
+// At most maxSpinners spin at once; the others drain the CQ and park at
+// once, as Event pollers do. Like the Go scheduler, which keeps at most
+// half of its Ps spinning for work, this keeps pollers from taking the
+// cores that the goroutines they wake need: on 2 cores, two pollers
+// spinning beside a stream's writer, reader and transport took half the
+// machine and cost a third of its throughput (see the package doc).
+var spinners atomic.Int32
+
+// maxSpinners is GOMAXPROCS/2, at least 1.
+func maxSpinners() int32 { return int32(max(1, runtime.GOMAXPROCS(0)/2)) }
+
+// takeSpinSlot counts the caller among the spinners if there is room.
+func takeSpinSlot() bool {
+	limit := maxSpinners()
+	for {
+		n := spinners.Load()
+		if n >= limit {
+			return false
+		}
+		if spinners.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 // spinPolls is how many times a spinning poller (or a driver) polls the

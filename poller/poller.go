@@ -79,7 +79,8 @@ func (f HandlerFunc) Completions(wc []verbs.WorkCompletion) { f(wc) }
 
 // Config configures a Poller. The zero Config is the default: Adaptive,
 // batches of 64, a 50 µs spin, one yield after each burst, automatic
-// YieldEvery, and a goroutine locked to its OS thread. The package
+// YieldEvery, and an ordinary goroutine (only Busy pollers are locked to
+// their OS threads by default). The package
 // documentation gives the measurements behind these choices.
 type Config struct {
 	// Mode is Adaptive (the zero value), Busy or Event.
@@ -105,14 +106,46 @@ type Config struct {
 	// goroutines the handler woke run on the poller's P at once instead
 	// of waiting, tens of microseconds, for another P to steal them.
 	NoIdleYield bool
-	// NoLockOSThread runs the poller on an ordinary goroutine instead of
-	// one locked to its OS thread. Yields and parks then cost no thread
-	// switch; see the package documentation for the figures.
-	NoLockOSThread bool
+	// Lock says whether the poller's goroutine is locked to its OS
+	// thread. The zero value, LockAuto, locks a Busy poller and leaves
+	// Adaptive and Event pollers on ordinary goroutines: see "Threads" in
+	// the package documentation for why.
+	Lock ThreadLock
 
 	// noRepoll drops the poll between arming and parking. Only the tests
 	// set it, to show that they catch the completion it would lose.
 	noRepoll bool
+}
+
+// ThreadLock says whether a poller runs locked to its OS thread
+// (runtime.LockOSThread).
+type ThreadLock uint8
+
+const (
+	// LockAuto locks Busy pollers only. It is the zero ThreadLock and the
+	// default.
+	LockAuto ThreadLock = iota
+	// LockAlways locks every poller to its thread.
+	LockAlways
+	// LockNever runs every poller on an ordinary goroutine.
+	LockNever
+)
+
+func (l ThreadLock) String() string {
+	switch l {
+	case LockAuto:
+		return "auto"
+	case LockAlways:
+		return "always"
+	case LockNever:
+		return "never"
+	}
+	return fmt.Sprintf("ThreadLock(%d)", uint8(l))
+}
+
+// locked says whether a poller of mode m runs locked to its thread.
+func (l ThreadLock) locked(m Mode) bool {
+	return l == LockAlways || (l == LockAuto && m == Busy)
 }
 
 // ErrClosed is returned by Start on a closed poller. It wraps
@@ -130,8 +163,8 @@ const (
 	stateClosed
 )
 
-// Poller polls one CQ on its own goroutine, locked to an OS thread unless
-// Config.NoLockOSThread, and hands every completion to its Handler. Its
+// Poller polls one CQ on its own goroutine (locked to an OS thread as
+// Config.Lock says) and hands every completion to its Handler. Its
 // methods are safe for concurrent use.
 type Poller struct {
 	cq  verbs.CQ
@@ -196,6 +229,9 @@ func New(cq verbs.CQ, ch verbs.CompChannel, h Handler, cfg Config) (*Poller, err
 	}
 	if cfg.Batch < MinBatch || cfg.Batch > MaxBatch {
 		return nil, fmt.Errorf("poller: %w: batch %d outside %d..%d", verbs.ErrInvalid, cfg.Batch, MinBatch, MaxBatch)
+	}
+	if cfg.Lock > LockNever {
+		return nil, fmt.Errorf("poller: %w: %s", verbs.ErrInvalid, cfg.Lock)
 	}
 	if cfg.Spin < 0 {
 		return nil, fmt.Errorf("poller: %w: negative spin %v", verbs.ErrInvalid, cfg.Spin)
@@ -277,7 +313,8 @@ func (p *Poller) Err() error {
 }
 
 // Kick makes a parked Adaptive or Event poller poll again at once, and an
-// Adaptive one spin for another Spin. Call it after posting work whose
+// Adaptive one spin for another Spin (if the process's spin limit lets
+// it). Call it after posting work whose
 // completion should be picked up by spinning rather than by an event.
 // It costs two atomic operations while the poller is not parked. Busy
 // pollers ignore it.

@@ -612,8 +612,8 @@ func TestChannelClosedStops(t *testing.T) {
 	}
 }
 
-// TestLockedThread checks that the handler always runs on the same OS
-// thread, across parks and wake-ups.
+// TestLockedThread checks that the handler of a locked poller always runs
+// on the same OS thread, across parks and wake-ups.
 func TestLockedThread(t *testing.T) {
 	if threadID() < 0 {
 		t.Skip("no thread IDs on this OS")
@@ -624,7 +624,7 @@ func TestLockedThread(t *testing.T) {
 	const n = 50
 	c := newCollector(n, n)
 	c.tids = map[int]int{}
-	p := mustNew(t, cq, ch, c, Config{Mode: Event})
+	p := mustNew(t, cq, ch, c, Config{Mode: Event, Lock: LockAlways})
 	for i := range n {
 		waitOrFail(t, ch.blocked, "poller parks", p)
 		cq.push1(uint64(i))
@@ -738,6 +738,69 @@ func TestYieldEveryAuto(t *testing.T) {
 	}
 }
 
+// TestThreadLock checks which pollers lock their thread: by default only
+// Busy ones.
+func TestThreadLock(t *testing.T) {
+	for _, tc := range []struct {
+		l    ThreadLock
+		m    Mode
+		want bool
+	}{
+		{LockAuto, Busy, true}, {LockAuto, Adaptive, false}, {LockAuto, Event, false},
+		{LockAlways, Adaptive, true}, {LockAlways, Event, true},
+		{LockNever, Busy, false},
+	} {
+		if got := tc.l.locked(tc.m); got != tc.want {
+			t.Errorf("%s.locked(%s) = %v, want %v", tc.l, tc.m, got, tc.want)
+		}
+	}
+	ch := newFakeChan()
+	if _, err := New(newFakeCQ(64, ch), ch, HandlerFunc(func([]verbs.WorkCompletion) {}), Config{Lock: LockNever + 1}); !errors.Is(err, verbs.ErrInvalid) {
+		t.Errorf("New with Lock %d: %v, want ErrInvalid", LockNever+1, err)
+	}
+}
+
+// TestSpinLimit: at GOMAXPROCS 2 one Adaptive poller spins at a time. A
+// second one parks at once, like an Event poller, and still hands over
+// every completion; closing both leaves no spinner counted.
+func TestSpinLimit(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	if n := spinners.Load(); n != 0 {
+		t.Fatalf("%d pollers spinning before the test", n)
+	}
+	ch1 := newFakeChan()
+	p1 := mustNew(t, newFakeCQ(64, ch1), ch1, newCollector(0, 0), Config{Spin: time.Hour})
+	if !spinUntil(func() bool { return spinners.Load() == 1 }) {
+		t.Fatalf("first poller does not spin; stats %+v", p1.Stats())
+	}
+	ch2 := newFakeChan()
+	ch2.blocked = make(chan struct{}, 1)
+	cq2 := newFakeCQ(64, ch2)
+	const n = 20
+	c := newCollector(n, n)
+	p2 := mustNew(t, cq2, ch2, c, Config{Spin: time.Hour})
+	for i := range n {
+		waitOrFail(t, ch2.blocked, "second poller parks", p2)
+		if got := spinners.Load(); got != 1 {
+			t.Fatalf("%d pollers spinning, want 1", got)
+		}
+		cq2.push1(uint64(i))
+	}
+	waitOrFail(t, c.done, "all handled", p2)
+	p2.Close()
+	c.exactlyOnce(t, n)
+	if st := p2.Stats(); st.SpinsDenied < n || st.Parks < n {
+		t.Errorf("second poller: %d spins denied and %d parks, want at least %d each", st.SpinsDenied, st.Parks, n)
+	}
+	if st := p1.Stats(); st.SpinsDenied != 0 || st.Parks != 0 {
+		t.Errorf("first poller: %d spins denied and %d parks, want none", st.SpinsDenied, st.Parks)
+	}
+	p1.Close()
+	if got := spinners.Load(); got != 0 {
+		t.Errorf("%d pollers counted as spinning after Close", got)
+	}
+}
+
 // TestUnlocked runs the poller on an ordinary goroutine: everything but
 // the thread pinning behaves the same.
 func TestUnlocked(t *testing.T) {
@@ -747,7 +810,7 @@ func TestUnlocked(t *testing.T) {
 			cq := newFakeCQ(64, ch)
 			const n = 500
 			c := newCollector(n, n)
-			p := mustNew(t, cq, ch, c, Config{Mode: m, NoLockOSThread: true, Spin: time.Microsecond})
+			p := mustNew(t, cq, ch, c, Config{Mode: m, Lock: LockNever, Spin: time.Microsecond})
 			for i := range n {
 				if !spinUntil(func() bool { return cq.push1(uint64(i)) }) {
 					t.Fatalf("no room in the CQ; stats %+v", p.Stats())

@@ -11,6 +11,10 @@ type Stats struct {
 	Completions uint64 // completions handed to the handler
 	MaxBatch    uint64 // largest batch seen
 	Yields      uint64 // runtime.Gosched calls while spinning
+	// SpinsDenied counts the times an Adaptive poller found as many
+	// pollers spinning as the process allows (GOMAXPROCS/2, at least 1)
+	// and parked without spinning.
+	SpinsDenied uint64
 	Arms        uint64 // ReqNotify calls
 	// Repolled counts completions found by the poll between arming and
 	// parking: each would have been lost without it.
@@ -31,6 +35,7 @@ type counters struct {
 	completions atomic.Uint64
 	maxBatch    atomic.Uint64
 	yields      atomic.Uint64
+	spinsDenied atomic.Uint64
 	arms        atomic.Uint64
 	repolled    atomic.Uint64
 	parks       atomic.Uint64
@@ -52,6 +57,7 @@ func (p *Poller) Stats() Stats {
 		Completions: c.completions.Load(),
 		MaxBatch:    c.maxBatch.Load(),
 		Yields:      c.yields.Load(),
+		SpinsDenied: c.spinsDenied.Load(),
 		Arms:        c.arms.Load(),
 		Repolled:    c.repolled.Load(),
 		Parks:       c.parks.Load(),

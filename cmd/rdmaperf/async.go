@@ -57,8 +57,9 @@ func asyncOptions(p *params) []rdma.Option {
 		// would take a CPU from the device (rxe is software).
 		mode = poller.Event
 	}
-	opts := []rdma.Option{rdma.WithProvider(p.provider), rdma.WithPollMode(mode), rdma.WithPollerThreadLock(p.locked),
+	opts := []rdma.Option{rdma.WithProvider(p.provider), rdma.WithPollMode(mode),
 		rdma.WithMaxMessage(max(p.maxSize(), 64)), rdma.WithQueueDepth(max(p.txDepth, 16), rq)}
+	opts = append(opts, p.locked.options()...)
 	if p.device != "" {
 		opts = append(opts, rdma.WithDevice(p.device))
 	}
@@ -571,4 +572,40 @@ finished:
 		}
 	}
 	return result{}, o.send(0)
+}
+
+// lockFlag is --poller_lock: "auto" (the library's default) or a bool.
+type lockFlag struct {
+	set, locked bool
+}
+
+func (f *lockFlag) String() string {
+	if f == nil || !f.set {
+		return "auto"
+	}
+	return strconv.FormatBool(f.locked)
+}
+
+func (f *lockFlag) Set(s string) error {
+	if s == "auto" {
+		*f = lockFlag{}
+		return nil
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("want auto, true or false")
+	}
+	*f = lockFlag{set: true, locked: b}
+	return nil
+}
+
+func (f *lockFlag) IsBoolFlag() bool { return true }
+
+// options is the rdma.WithPollerThreadLock option the flag asks for, if
+// any.
+func (f lockFlag) options() []rdma.Option {
+	if !f.set {
+		return nil
+	}
+	return []rdma.Option{rdma.WithPollerThreadLock(f.locked)}
 }

@@ -57,7 +57,7 @@ type params struct {
 	api      string
 	provider string
 	pollMode string
-	locked   bool
+	locked   lockFlag // --poller_lock: auto, true or false
 	timeout  time.Duration
 	inline   int    // -I: largest message sent inline (verbs API)
 	events   bool   // -e: wait for completion events instead of polling
@@ -180,7 +180,7 @@ func parseArgs(args []string, errw io.Writer) (*params, error) {
 	fs.StringVar(&p.api, "api", "verbs", "verbs (raw provider), async (rdma.Conn futures and batches) or stream (net.Conn; send_bw, send_lat)")
 	fs.StringVar(&p.provider, "provider", "auto", "soft, verbs or auto")
 	fs.StringVar(&p.pollMode, "poll", "busy", "async API and stream poll mode: busy, adaptive or event")
-	fs.BoolVar(&p.locked, "poller_lock", true, "async API: pollers locked to OS threads (rdma.WithPollerThreadLock)")
+	fs.Var(&p.locked, "poller_lock", "async API and stream: pollers locked to OS threads, true or false (rdma.WithPollerThreadLock); auto: the library's default, Busy pollers only")
 	fs.DurationVar(&p.timeout, "timeout", 2*time.Minute, "give up when the peer does not answer for this long")
 	fs.IntVar(&p.inline, "I", 0, "send and write messages up to this size inline (verbs API; the QP is created with this much inline data)")
 	fs.BoolVar(&p.events, "e", false, "wait for completion events instead of busy polling (verbs: CQ completion channel; async, stream: --poll event)")

@@ -245,7 +245,7 @@ func TestParseArgs(t *testing.T) {
 	bad := [][]string{
 		{}, {"nosuch_bw"}, {"write_bw", "-s", "0"}, {"write_bw", "--api", "stream2"},
 		{"write_lat", "-t", "4"}, {"write_bw", "--provider", "x"}, {"atomic_bw", "-a"},
-		{"write_bw", "h1", "h2"},
+		{"write_bw", "h1", "h2"}, {"send_bw", "--poller_lock=maybe"},
 	}
 	for _, a := range bad {
 		if _, err := parseArgs(a, &bytes.Buffer{}); err == nil {
@@ -262,6 +262,20 @@ func TestParseArgs(t *testing.T) {
 	p, _ = parseArgs([]string{"send_lat"}, &bytes.Buffer{})
 	if p.size != 2 || p.txDepth != 1 || p.iters != 1000 || p.host != "" {
 		t.Errorf("send_lat defaults: %+v", p)
+	}
+	for arg, want := range map[string]string{"": "auto", "--poller_lock": "true", "--poller_lock=false": "false", "--poller_lock=auto": "auto"} {
+		args := []string{"send_bw"}
+		if arg != "" {
+			args = append(args, arg)
+		}
+		wantOpts := 1 // rdma.WithPollerThreadLock
+		if want == "auto" {
+			wantOpts = 0
+		}
+		p, err := parseArgs(args, &bytes.Buffer{})
+		if err != nil || p.locked.String() != want || len(p.locked.options()) != wantOpts {
+			t.Errorf("%q: poller_lock %v (err %v), want %s", args, p.locked.String(), err, want)
+		}
 	}
 	if n := len((&params{all: true}).sizes()); n != 23 {
 		t.Errorf("-a gives %d sizes, want 23 (2 B..8 MiB)", n)
