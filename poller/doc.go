@@ -22,13 +22,18 @@
 // for Config.Spin. Event never spins: it polls until a poll comes back
 // short, then parks.
 //
-// At most GOMAXPROCS/2 Adaptive pollers (at least one) spin at once in a
-// process, as the Go scheduler keeps at most half its Ps spinning for
-// work; the others behave as Event pollers until a spinner parks
-// (Stats.SpinsDenied counts the times). Spinning pollers take the cores
-// that the goroutines they wake need: with four stream connections on 2
-// cores, five pollers spinning beside the writers, readers and the
-// transport cost a third of the throughput.
+// An Adaptive poller spins only while the CPU is not wanted elsewhere.
+// At most GOMAXPROCS/2 of them (at least one) spin at once in a process,
+// as the Go scheduler keeps at most half its Ps spinning for work; the
+// others behave as Event pollers until a spinner parks
+// (Stats.SpinsDenied). And a spinner parks early, before Config.Spin has
+// passed, when it sees goroutines waiting for a P (the runtime's
+// /sched/goroutines/runnable count, read every 16 empty polls;
+// Stats.SpinsCut). Spinning pollers take the cores that the goroutines
+// they wake need: on 2 cores, with the stream over the soft provider's
+// TCP transport, the two rules took one connection from 21-26 to 25-30
+// Gb/s and four from 0.60-0.67× to 0.69-0.74× of TCP loopback, and the
+// 64 B stream ping-pong from 53 to 44 µs.
 //
 // Parking is one sequence, and its order is what loses nothing:
 //

@@ -760,45 +760,81 @@ func TestThreadLock(t *testing.T) {
 	}
 }
 
-// TestSpinLimit: at GOMAXPROCS 2 one Adaptive poller spins at a time. A
-// second one parks at once, like an Event poller, and still hands over
-// every completion; closing both leaves no spinner counted.
+// TestSpinLimit: at GOMAXPROCS 2 one Adaptive poller spins at a time.
+// With the slot taken, another parks at once, like an Event poller, and
+// still hands over every completion; a poller that spun gives its slot
+// back when it stops.
 func TestSpinLimit(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	if n := spinners.Load(); n != 0 {
 		t.Fatalf("%d pollers spinning before the test", n)
 	}
-	ch1 := newFakeChan()
-	p1 := mustNew(t, newFakeCQ(64, ch1), ch1, newCollector(0, 0), Config{Spin: time.Hour})
-	if !spinUntil(func() bool { return spinners.Load() == 1 }) {
-		t.Fatalf("first poller does not spin; stats %+v", p1.Stats())
-	}
-	ch2 := newFakeChan()
-	ch2.blocked = make(chan struct{}, 1)
-	cq2 := newFakeCQ(64, ch2)
+	spinners.Store(maxSpinners()) // as if other pollers spun
+	ch := newFakeChan()
+	ch.blocked = make(chan struct{}, 1)
+	cq := newFakeCQ(64, ch)
 	const n = 20
 	c := newCollector(n, n)
-	p2 := mustNew(t, cq2, ch2, c, Config{Spin: time.Hour})
+	p := mustNew(t, cq, ch, c, Config{Spin: time.Hour})
 	for i := range n {
-		waitOrFail(t, ch2.blocked, "second poller parks", p2)
-		if got := spinners.Load(); got != 1 {
-			t.Fatalf("%d pollers spinning, want 1", got)
-		}
-		cq2.push1(uint64(i))
+		waitOrFail(t, ch.blocked, "poller parks", p)
+		cq.push1(uint64(i))
 	}
-	waitOrFail(t, c.done, "all handled", p2)
-	p2.Close()
+	waitOrFail(t, c.done, "all handled", p)
+	p.Close()
 	c.exactlyOnce(t, n)
-	if st := p2.Stats(); st.SpinsDenied < n || st.Parks < n {
-		t.Errorf("second poller: %d spins denied and %d parks, want at least %d each", st.SpinsDenied, st.Parks, n)
+	if st := p.Stats(); st.SpinsDenied < n || st.Parks < n {
+		t.Errorf("%d spins denied and %d parks, want at least %d each", st.SpinsDenied, st.Parks, n)
 	}
-	if st := p1.Stats(); st.SpinsDenied != 0 || st.Parks != 0 {
-		t.Errorf("first poller: %d spins denied and %d parks, want none", st.SpinsDenied, st.Parks)
+	if got, want := spinners.Load(), maxSpinners(); got != want {
+		t.Fatalf("%d pollers counted as spinning after a denied one stopped, want %d", got, want)
 	}
-	p1.Close()
+	spinners.Store(0)
+
+	ch = newFakeChan()
+	p = mustNew(t, newFakeCQ(64, ch), ch, newCollector(0, 0), Config{Spin: time.Hour})
+	// Poll for the spin with the test goroutine asleep: a runnable one
+	// would cut the spin short (TestSpinCrowded). Kick makes a poller
+	// whose spin was cut anyway spin again.
+	for deadline := time.Now().Add(bound); spinners.Load() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("poller does not spin; stats %+v", p.Stats())
+		}
+		p.Kick()
+	}
+	p.Close()
 	if got := spinners.Load(); got != 0 {
 		t.Errorf("%d pollers counted as spinning after Close", got)
 	}
+}
+
+// TestSpinCrowded: an Adaptive poller stops spinning, long before its
+// Spin, while goroutines wait for a P, and parks.
+func TestSpinCrowded(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // always runnable
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				runtime.Gosched()
+			}
+		}
+	}()
+	ch := newFakeChan()
+	ch.blocked = make(chan struct{}, 1)
+	cq := newFakeCQ(64, ch)
+	c := newCollector(1, 1)
+	p := mustNew(t, cq, ch, c, Config{Spin: time.Hour})
+	waitOrFail(t, ch.blocked, "poller parks", p)
+	if st := p.Stats(); st.SpinsCut == 0 {
+		t.Errorf("poller parked with no spin cut: %+v", st)
+	}
+	cq.push1(0)
+	waitOrFail(t, c.done, "completion handled", p)
 }
 
 // TestUnlocked runs the poller on an ordinary goroutine: everything but

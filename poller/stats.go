@@ -15,7 +15,10 @@ type Stats struct {
 	// pollers spinning as the process allows (GOMAXPROCS/2, at least 1)
 	// and parked without spinning.
 	SpinsDenied uint64
-	Arms        uint64 // ReqNotify calls
+	// SpinsCut counts the spins an Adaptive poller ended early, before
+	// Config.Spin had passed, because goroutines were waiting for a P.
+	SpinsCut uint64
+	Arms     uint64 // ReqNotify calls
 	// Repolled counts completions found by the poll between arming and
 	// parking: each would have been lost without it.
 	Repolled uint64
@@ -36,6 +39,7 @@ type counters struct {
 	maxBatch    atomic.Uint64
 	yields      atomic.Uint64
 	spinsDenied atomic.Uint64
+	spinsCut    atomic.Uint64
 	arms        atomic.Uint64
 	repolled    atomic.Uint64
 	parks       atomic.Uint64
@@ -58,6 +62,7 @@ func (p *Poller) Stats() Stats {
 		MaxBatch:    c.maxBatch.Load(),
 		Yields:      c.yields.Load(),
 		SpinsDenied: c.spinsDenied.Load(),
+		SpinsCut:    c.spinsCut.Load(),
 		Arms:        c.arms.Load(),
 		Repolled:    c.repolled.Load(),
 		Parks:       c.parks.Load(),
