@@ -13,7 +13,6 @@ package rdma_test
 // docs/stream.md records the figures.
 
 import (
-	"os"
 	"context"
 	"fmt"
 	"io"
@@ -111,12 +110,6 @@ func BenchmarkStreamThroughput(b *testing.B) {
 			b.ReportMetric(gbps(bestStream), "stream-Gb/s")
 			b.ReportMetric(gbps(bestTCP), "tcp-Gb/s")
 			b.ReportMetric(bestTCP.Seconds()/bestStream.Seconds(), "stream/tcp")
-			if os.Getenv("XSTATS") != "" {
-				for i, c := range stream[0] {
-					d, l := rdma.ConnPollerStats(c.(*rdma.StreamConn).RDMAConn()), rdma.ConnPollerStats(stream[1][i].(*rdma.StreamConn).RDMAConn())
-					fmt.Printf("XSTATS %.1f dial comp %d denied %d parks %d empty %d | listen comp %d denied %d parks %d empty %d\n", gbps(bestStream), d.Completions, d.SpinsDenied, d.Parks, d.EmptyPolls, l.Completions, l.SpinsDenied, l.Parks, l.EmptyPolls)
-				}
-			}
 		})
 	}
 	// The async API's own SEND throughput on the same device, for the
