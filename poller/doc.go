@@ -170,6 +170,7 @@
 //
 // Measured with BenchmarkPingPong (rdma's bench_test.go: 8 B SEND and
 // echo at queue depth 1, half the round trip, p50) on rxe in the VM
-// (TCG): busy 22.9 µs, adaptive 392 µs, adaptive unlocked 70 µs, event
-// 1214 µs; perftest's ib_send_lat on the same device gives about 20 µs.
+// (TCG), 2 runs: busy 19.7-28.9 µs, adaptive 106-117 µs (241-301 µs
+// with the thread locked), event 246-249 µs; perftest's ib_send_lat on
+// the same device gives about 20 µs.
 package poller
