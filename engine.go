@@ -141,7 +141,7 @@ func (e *engine) reserve(c *Conn, n int) (*cqUnit, error) {
 		u.close()
 		return nil, fmt.Errorf("rdma: %w", err)
 	}
-	if u.p, err = poller.New(u.cq, u.ch, poller.HandlerFunc(e.completions), poller.Config{Mode: e.cfg.pollMode, Lock: e.cfg.threadLock}); err == nil {
+	if u.p, err = poller.New(u.cq, u.ch, poller.HandlerFunc(e.completions), poller.Config{Mode: e.cfg.pollMode, Lock: e.cfg.threadLock, Spin: e.cfg.pollSpin(e.prov.Name())}); err == nil {
 		err = u.p.Start()
 	}
 	if err != nil {

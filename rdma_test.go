@@ -4,8 +4,10 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/poller"
 )
 
 // Rule: Devices never fails on a machine without devices; it lists what
@@ -83,4 +85,23 @@ func TestProviderChoice(t *testing.T) {
 			t.Errorf("verbs without a device: %v, want ErrNoDevice", err)
 		}
 	}
+}
+
+// TestPollSpin: an Adaptive poller spins for as long as a park costs on
+// its provider unless WithPollSpin says otherwise.
+func TestPollSpin(t *testing.T) {
+	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
+		c, _ := pair(t, opts...)
+		want := poller.DefaultSpin
+		if c.Provider() == rdma.ProviderSoft {
+			want = 10 * time.Microsecond
+		}
+		if got := rdma.ConnPollerConfig(c).Spin; got != want {
+			t.Errorf("default spin %v, want %v", got, want)
+		}
+		c, _ = pair(t, append(opts, rdma.WithPollSpin(123*time.Microsecond))...)
+		if got := rdma.ConnPollerConfig(c).Spin; got != 123*time.Microsecond {
+			t.Errorf("WithPollSpin(123µs): spin %v", got)
+		}
+	})
 }

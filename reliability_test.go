@@ -380,6 +380,9 @@ func testBadInput(t *testing.T, opts []rdma.Option) {
 	if _, err := rdma.Listen("rdma", "127.0.0.1:0", rdma.WithQueueDepth(0, 1)); !errors.Is(err, rdma.ErrInvalid) {
 		t.Errorf("zero queue depth: %v", err)
 	}
+	if _, err := rdma.Listen("rdma", "127.0.0.1:0", rdma.WithPollSpin(0)); !errors.Is(err, rdma.ErrInvalid) {
+		t.Errorf("zero poll spin: %v", err)
+	}
 	// The connection survived all of it.
 	wait(t, c.Write(foreignFree(t, c), region))
 }
