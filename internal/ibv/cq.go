@@ -44,6 +44,24 @@ type compChannel struct {
 
 	mu  sync.Mutex
 	cqs map[*C.struct_ibv_cq]*cq // CQs reporting here, to map events back
+
+	// GetEvent's state, under getMu: the CQ of the event taken, and the
+	// waiter's try function, made once so that a wait allocates nothing.
+	getMu  sync.Mutex
+	got    *C.struct_ibv_cq
+	tryGet func() (bool, error)
+}
+
+// getEvent takes one event off the channel without blocking, into ch.got.
+func (ch *compChannel) getEvent() (bool, error) {
+	rc := C.gordma_get_cq_event(ch.ch, &ch.got)
+	if rc == C.EAGAIN {
+		return false, nil
+	}
+	if rc != 0 {
+		return true, errnoErr("ibv_get_cq_event", syscall.Errno(rc))
+	}
+	return true, nil
 }
 
 func (c *devContext) CreateCompChannel() (verbs.CompChannel, error) {
@@ -61,7 +79,9 @@ func (c *devContext) CreateCompChannel() (verbs.CompChannel, error) {
 		c.lt.DropChild()
 		return nil, werr
 	}
-	return &compChannel{ctx: c, ch: ch, waiter: w, cqs: map[*C.struct_ibv_cq]*cq{}}, nil
+	cc := &compChannel{ctx: c, ch: ch, waiter: w, cqs: map[*C.struct_ibv_cq]*cq{}}
+	cc.tryGet = cc.getEvent
+	return cc, nil
 }
 
 func (ch *compChannel) GetEvent(ctx context.Context) (verbs.CQ, error) {
@@ -69,17 +89,10 @@ func (ch *compChannel) GetEvent(ctx context.Context) (verbs.CQ, error) {
 		return nil, verbs.ErrClosed
 	}
 	ch.lt.Exit() // waiting must not hold off Close; Close wakes us
-	var got *C.struct_ibv_cq
-	err := ch.waiter.wait(ctx, func() (bool, error) {
-		rc := C.gordma_get_cq_event(ch.ch, &got)
-		if rc == C.EAGAIN {
-			return false, nil
-		}
-		if rc != 0 {
-			return true, errnoErr("ibv_get_cq_event", syscall.Errno(rc))
-		}
-		return true, nil
-	})
+	ch.getMu.Lock()
+	err := ch.waiter.wait(ctx, ch.tryGet)
+	got := ch.got
+	ch.getMu.Unlock()
 	if err != nil {
 		return nil, err
 	}

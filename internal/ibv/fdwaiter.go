@@ -30,9 +30,20 @@ type fdWaiter struct {
 	rc syscall.RawConn
 
 	waitMu sync.Mutex // one waiter at a time: deadlines are per file
+	// Under waitMu: the current wait's try and its error, and the read
+	// callback, made once (a closure per wait would allocate).
+	try    func() (bool, error)
+	tryErr error
+	ready  func(uintptr) bool
+	// The context of the last wait and its cancellation callback. A
+	// completion poller waits with the same context until a Kick cancels
+	// it, so registering once per context rather than once per wait
+	// keeps parking free of allocations.
+	regCtx  context.Context
+	regStop func() bool
 
-	mu  sync.Mutex // guards gen against late cancellation callbacks
-	gen uint64
+	mu      sync.Mutex // guards waiting against the cancellation callback
+	waiting bool
 
 	closed atomic.Bool
 }
@@ -56,7 +67,13 @@ func newFDWaiter(fd C.int, name string) (*fdWaiter, error) {
 		f.Close()
 		return nil, fmt.Errorf("ibv: %s: %w", name, err)
 	}
-	return &fdWaiter{f: f, rc: rc}, nil
+	w := &fdWaiter{f: f, rc: rc}
+	w.ready = func(uintptr) bool {
+		done, err := w.try()
+		w.tryErr = err
+		return done
+	}
+	return w, nil
 }
 
 var longAgo = time.Unix(1, 0)
@@ -67,40 +84,61 @@ var longAgo = time.Unix(1, 0)
 func (w *fdWaiter) wait(ctx context.Context, try func() (done bool, err error)) error {
 	w.waitMu.Lock()
 	defer w.waitMu.Unlock()
+	if w.closed.Load() {
+		return verbs.ErrClosed
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	w.mu.Lock()
-	w.gen++
-	gen := w.gen
-	w.f.SetReadDeadline(time.Time{})
-	w.mu.Unlock()
-	stop := context.AfterFunc(ctx, func() {
-		w.mu.Lock()
-		if w.gen == gen {
-			w.f.SetReadDeadline(longAgo)
+	if ctx != w.regCtx {
+		if w.regStop != nil {
+			w.regStop()
 		}
-		w.mu.Unlock()
-	})
-	var tryErr error
-	err := w.rc.Read(func(uintptr) bool {
-		done, err := try()
-		tryErr = err
-		return done
-	})
-	stop()
-	w.mu.Lock()
-	w.gen++ // a callback that fires from now on is stale
-	w.mu.Unlock()
-	switch {
-	case err == nil:
-		return tryErr
-	case errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil:
-		return ctx.Err()
-	case w.closed.Load() || errors.Is(err, os.ErrClosed):
-		return verbs.ErrClosed
+		w.regCtx, w.regStop = ctx, context.AfterFunc(ctx, w.cancel)
 	}
-	return err
+	w.try, w.tryErr = try, nil
+	defer func() { w.try = nil }()
+	for {
+		w.mu.Lock()
+		// A cancellation that came after the check above found no
+		// wait to end; ctx says so now (it is cancelled before its
+		// callbacks run).
+		if err := ctx.Err(); err != nil {
+			w.mu.Unlock()
+			return err
+		}
+		w.waiting = true
+		w.f.SetReadDeadline(time.Time{})
+		w.mu.Unlock()
+		err := w.rc.Read(w.ready)
+		w.mu.Lock()
+		w.waiting = false
+		w.mu.Unlock()
+		switch {
+		case err == nil:
+			return w.tryErr
+		case w.closed.Load() || errors.Is(err, os.ErrClosed):
+			return verbs.ErrClosed
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			// The callback of a context this waiter no longer waits
+			// on was already running when it was replaced: wait on.
+			continue
+		}
+		return err
+	}
+}
+
+// cancel ends the wait in progress, if any: it runs when the context of
+// the last wait ends.
+func (w *fdWaiter) cancel() {
+	w.mu.Lock()
+	if w.waiting {
+		w.f.SetReadDeadline(longAgo)
+	}
+	w.mu.Unlock()
 }
 
 // close wakes a waiter (it returns ErrClosed) and closes the dup'd fd. The
@@ -108,4 +146,10 @@ func (w *fdWaiter) wait(ctx context.Context, try func() (done bool, err error)) 
 func (w *fdWaiter) close() {
 	w.closed.Store(true)
 	w.f.Close()
+	w.waitMu.Lock() // a wait in progress has returned
+	if w.regStop != nil {
+		w.regStop()
+		w.regCtx, w.regStop = nil, nil
+	}
+	w.waitMu.Unlock()
 }
