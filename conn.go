@@ -549,9 +549,13 @@ func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 	c.sentMu.Unlock()
 	n, err := c.qp.PostSend(wrs)
 	if err == nil {
-		// A parked poller would wait for the completion event; a kick
-		// makes it poll (and spin) now. It costs nanoseconds otherwise.
-		c.unit.p.Kick()
+		// A parked Adaptive poller would wait for the completion
+		// event; a kick makes it spin for the completion now. It costs
+		// nanoseconds otherwise. An Event poller gets the event anyway:
+		// waking it to poll once would only cost a wake and a park.
+		if c.eng.cfg.pollMode == poller.Adaptive {
+			c.unit.p.Kick()
+		}
 		return nil
 	}
 	// Undo what was not posted, newest first, so sent stays in order.
@@ -708,7 +712,7 @@ func (c *Conn) Recv() *Future {
 		f.resolve(nil, m.n, m.imm, m.has, m.pb, 0)
 		return f
 	}
-	if c.err() != nil {
+	if c.err() != nil && !c.moreToComeLocked() {
 		c.rmu.Unlock()
 		return newResolved(c.closedErr())
 	}
@@ -716,6 +720,17 @@ func (c *Conn) Recv() *Future {
 	c.waiters = append(c.waiters, f)
 	c.rmu.Unlock()
 	return f
+}
+
+// moreToComeLocked reports whether receives of a failed connection may
+// still complete: its QP completes the posted receives in order, first
+// those that got a message before the failure, then flushes, which fail
+// the waiters left (onRecv). A failure can be seen (the peer's close on
+// the control channel) before the poller has taken the completions of
+// messages that arrived ahead of it. After a local Close, or once the
+// poller has stopped, nothing more comes. Caller holds rmu.
+func (c *Conn) moreToComeLocked() bool {
+	return c.rposted > 0 && !c.closing.Load() && c.unit != nil && !isClosedChan(c.unit.p.Done())
 }
 
 // refillLocked re-posts consumed receives once enough of them add up to

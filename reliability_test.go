@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/poller"
 )
 
 // Rule: when the peer process is killed with SIGKILL mid-transfer, every
@@ -395,4 +396,39 @@ func foreignFree(t *testing.T, c *rdma.Conn) *rdma.Buffer {
 	}
 	t.Cleanup(func() { b.Release() })
 	return b
+}
+
+// TestMessagesBeforeClose: what the peer sent before it closed is
+// received, even when the close reaches this side before the poller has
+// taken the message's completion: Recv on the failed connection still
+// returns what arrived, then the error.
+func TestMessagesBeforeClose(t *testing.T) { eachProvider(t, testMessagesBeforeClose) }
+
+func testMessagesBeforeClose(t *testing.T, opts []rdma.Option) {
+	rounds := 100
+	if strings.HasSuffix(t.Name(), "/verbs") {
+		rounds = 5 // a connection takes most of a second under TCG
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range rounds {
+		c, s := pair(t, append(opts, rdma.WithPollMode(poller.Event))...)
+		b, err := c.Alloc(8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, c.Send(b))
+		b.Release()
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		f := s.Recv()
+		if err := f.Wait(ctx); err != nil {
+			t.Fatalf("round %d: the message sent before Close: %v", i, err)
+		}
+		f.Buffer().Release()
+		if err := s.Recv().Wait(ctx); !errors.Is(err, rdma.ErrPeerClosed) {
+			t.Fatalf("round %d: Recv after the message: %v, want ErrPeerClosed", i, err)
+		}
+	}
 }

@@ -108,9 +108,16 @@ var spinners atomic.Int32
 // maxSpinners is GOMAXPROCS/2, at least 1.
 func maxSpinners() int32 { return int32(max(1, runtime.GOMAXPROCS(0)/2)) }
 
+// spinLimit is maxSpinners as of the last takeSpinSlot, for Kick, which
+// must not take the scheduler's lock that GOMAXPROCS takes.
+var spinLimit atomic.Int32
+
+func init() { spinLimit.Store(maxSpinners()) }
+
 // takeSpinSlot counts the caller among the spinners if there is room.
 func takeSpinSlot() bool {
 	limit := maxSpinners()
+	spinLimit.Store(limit)
 	for {
 		n := spinners.Load()
 		if n >= limit {

@@ -313,12 +313,17 @@ func (p *Poller) Err() error {
 }
 
 // Kick makes a parked Adaptive or Event poller poll again at once, and an
-// Adaptive one spin for another Spin (if the process's spin limit lets
-// it). Call it after posting work whose
-// completion should be picked up by spinning rather than by an event.
-// It costs two atomic operations while the poller is not parked. Busy
-// pollers ignore it.
+// Adaptive one spin for another Spin. Call it after posting work whose
+// completion should be picked up by spinning rather than by an event. A
+// parked Adaptive poller that could not spin (the process has as many
+// spinning as it allows) is left parked: it would only poll once and park
+// again, and the completion's event wakes it. Kick costs two atomic
+// operations while the poller is not parked. Busy pollers ignore it.
 func (p *Poller) Kick() {
+	if p.cfg.Mode == Adaptive && p.parked.Load() && spinners.Load() >= spinLimit.Load() {
+		p.st.kicksSkipped.Add(1)
+		return
+	}
 	p.kick.Store(true)
 	if p.parked.Load() {
 		p.kmu.Lock()

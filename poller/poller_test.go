@@ -808,6 +808,39 @@ func TestSpinLimit(t *testing.T) {
 	}
 }
 
+// TestKickWithoutSpinSlot: a Kick leaves a parked Adaptive poller parked
+// while it could not spin; the completion's event still wakes it, and a
+// Kick wakes it again once a spin slot is free.
+func TestKickWithoutSpinSlot(t *testing.T) {
+	if n := spinners.Load(); n != 0 {
+		t.Fatalf("%d pollers spinning before the test", n)
+	}
+	spinners.Store(spinLimit.Load()) // as if other pollers spun
+	t.Cleanup(func() { spinners.Store(0) }) // after the poller's Close
+	ch := newFakeChan()
+	ch.blocked = make(chan struct{}, 1)
+	cq := newFakeCQ(64, ch)
+	c := newCollector(1, 1)
+	p := mustNew(t, cq, ch, c, Config{Spin: time.Hour})
+	waitOrFail(t, ch.blocked, "poller parks", p)
+	p.Kick()
+	if st := p.Stats(); st.KicksSkipped != 1 || st.Kicks != 0 {
+		t.Fatalf("kick with no spin slot: %d skipped, %d woke, want 1 and 0", st.KicksSkipped, st.Kicks)
+	}
+	cq.push1(0)
+	waitOrFail(t, c.done, "completion handled", p)
+	waitOrFail(t, ch.blocked, "poller parks again", p)
+	spinners.Store(0)
+	p.Kick()
+	if st := p.Stats(); st.Kicks != 1 {
+		t.Fatalf("kick with a spin slot free: %d woke, want 1", st.Kicks)
+	}
+	p.Close()
+	if n := spinners.Load(); n != 0 {
+		t.Errorf("%d pollers counted as spinning after Close", n)
+	}
+}
+
 // TestSpinCrowded: an Adaptive poller stops spinning, long before its
 // Spin, while goroutines wait for a P, and parks.
 func TestSpinCrowded(t *testing.T) {

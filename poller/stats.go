@@ -26,6 +26,9 @@ type Stats struct {
 	Events   uint64 // events taken from the channel (each acked)
 	Wakeups  uint64 // waits that ended without an event: Kick or Close
 	Kicks    uint64 // Kick calls that found the poller parked
+	// KicksSkipped counts the Kick calls that left a parked Adaptive
+	// poller parked because it could not have spun.
+	KicksSkipped uint64
 	// Run to completion (Busy mode, drive.go).
 	Drives   uint64 // Drive calls that drove
 	Driven   uint64 // completions a driver polled (also in Completions)
@@ -33,22 +36,23 @@ type Stats struct {
 }
 
 type counters struct {
-	batches     atomic.Uint64 // non-empty polls
-	empty       atomic.Uint64
-	completions atomic.Uint64
-	maxBatch    atomic.Uint64
-	yields      atomic.Uint64
-	spinsDenied atomic.Uint64
-	spinsCut    atomic.Uint64
-	arms        atomic.Uint64
-	repolled    atomic.Uint64
-	parks       atomic.Uint64
-	events      atomic.Uint64
-	wakeups     atomic.Uint64
-	kicks       atomic.Uint64
-	drives      atomic.Uint64
-	driven      atomic.Uint64
-	standbys    atomic.Uint64
+	batches      atomic.Uint64 // non-empty polls
+	empty        atomic.Uint64
+	completions  atomic.Uint64
+	maxBatch     atomic.Uint64
+	yields       atomic.Uint64
+	spinsDenied  atomic.Uint64
+	spinsCut     atomic.Uint64
+	arms         atomic.Uint64
+	repolled     atomic.Uint64
+	parks        atomic.Uint64
+	events       atomic.Uint64
+	wakeups      atomic.Uint64
+	kicks        atomic.Uint64
+	kicksSkipped atomic.Uint64
+	drives       atomic.Uint64
+	driven       atomic.Uint64
+	standbys     atomic.Uint64
 }
 
 // Stats reads the counters.
@@ -56,21 +60,22 @@ func (p *Poller) Stats() Stats {
 	c := &p.st
 	b, e := c.batches.Load(), c.empty.Load()
 	return Stats{
-		Polls:       b + e,
-		EmptyPolls:  e,
-		Completions: c.completions.Load(),
-		MaxBatch:    c.maxBatch.Load(),
-		Yields:      c.yields.Load(),
-		SpinsDenied: c.spinsDenied.Load(),
-		SpinsCut:    c.spinsCut.Load(),
-		Arms:        c.arms.Load(),
-		Repolled:    c.repolled.Load(),
-		Parks:       c.parks.Load(),
-		Events:      c.events.Load(),
-		Wakeups:     c.wakeups.Load(),
-		Kicks:       c.kicks.Load(),
-		Drives:      c.drives.Load(),
-		Driven:      c.driven.Load(),
-		Standbys:    c.standbys.Load(),
+		Polls:        b + e,
+		EmptyPolls:   e,
+		Completions:  c.completions.Load(),
+		MaxBatch:     c.maxBatch.Load(),
+		Yields:       c.yields.Load(),
+		SpinsDenied:  c.spinsDenied.Load(),
+		SpinsCut:     c.spinsCut.Load(),
+		Arms:         c.arms.Load(),
+		Repolled:     c.repolled.Load(),
+		Parks:        c.parks.Load(),
+		Events:       c.events.Load(),
+		Wakeups:      c.wakeups.Load(),
+		Kicks:        c.kicks.Load(),
+		KicksSkipped: c.kicksSkipped.Load(),
+		Drives:       c.drives.Load(),
+		Driven:       c.driven.Load(),
+		Standbys:     c.standbys.Load(),
 	}
 }
