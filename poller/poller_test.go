@@ -815,7 +815,7 @@ func TestKickWithoutSpinSlot(t *testing.T) {
 	if n := spinners.Load(); n != 0 {
 		t.Fatalf("%d pollers spinning before the test", n)
 	}
-	spinners.Store(spinLimit.Load()) // as if other pollers spun
+	spinners.Store(spinLimit.Load())        // as if other pollers spun
 	t.Cleanup(func() { spinners.Store(0) }) // after the poller's Close
 	ch := newFakeChan()
 	ch.blocked = make(chan struct{}, 1)
