@@ -53,9 +53,10 @@
 //
 // A completion channel must serve one CQ: an event for another CQ stops
 // the poller with ErrSharedChannel. Kick makes a parked poller poll (and
-// an Adaptive one spin) again; it costs two atomic operations when the
-// poller is not parked. Close wakes a parked poller and waits for its
-// goroutine to exit.
+// an Adaptive one spin) again, except an Adaptive one that could not spin
+// for the spin limit (below): the completion's event wakes that one. It
+// costs two atomic operations when the poller is not parked. Close wakes
+// a parked poller and waits for its goroutine to exit.
 //
 // # Yielding
 //
