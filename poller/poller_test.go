@@ -760,6 +760,17 @@ func TestThreadLock(t *testing.T) {
 	}
 }
 
+// longSpinPoller starts an Adaptive poller that would spin for an hour,
+// on a fake CQ whose channel reports each park on ch.blocked, handing
+// its completions to a collector expecting n.
+func longSpinPoller(t *testing.T, n int) (*Poller, *fakeCQ, *fakeChan, *collector) {
+	ch := newFakeChan()
+	ch.blocked = make(chan struct{}, 1)
+	cq := newFakeCQ(64, ch)
+	c := newCollector(n, uint64(n))
+	return mustNew(t, cq, ch, c, Config{Spin: time.Hour}), cq, ch, c
+}
+
 // TestSpinLimit: at GOMAXPROCS 2 one Adaptive poller spins at a time.
 // With the slot taken, another parks at once, like an Event poller, and
 // still hands over every completion; a poller that spun gives its slot
@@ -770,12 +781,8 @@ func TestSpinLimit(t *testing.T) {
 		t.Fatalf("%d pollers spinning before the test", n)
 	}
 	spinners.Store(maxSpinners()) // as if other pollers spun
-	ch := newFakeChan()
-	ch.blocked = make(chan struct{}, 1)
-	cq := newFakeCQ(64, ch)
 	const n = 20
-	c := newCollector(n, n)
-	p := mustNew(t, cq, ch, c, Config{Spin: time.Hour})
+	p, cq, ch, c := longSpinPoller(t, n)
 	for i := range n {
 		waitOrFail(t, ch.blocked, "poller parks", p)
 		cq.push1(uint64(i))
@@ -817,11 +824,7 @@ func TestKickWithoutSpinSlot(t *testing.T) {
 	}
 	spinners.Store(spinLimit.Load())        // as if other pollers spun
 	t.Cleanup(func() { spinners.Store(0) }) // after the poller's Close
-	ch := newFakeChan()
-	ch.blocked = make(chan struct{}, 1)
-	cq := newFakeCQ(64, ch)
-	c := newCollector(1, 1)
-	p := mustNew(t, cq, ch, c, Config{Spin: time.Hour})
+	p, cq, ch, c := longSpinPoller(t, 1)
 	waitOrFail(t, ch.blocked, "poller parks", p)
 	p.Kick()
 	if st := p.Stats(); st.KicksSkipped != 1 || st.Kicks != 0 {
@@ -857,11 +860,7 @@ func TestSpinCrowded(t *testing.T) {
 			}
 		}
 	}()
-	ch := newFakeChan()
-	ch.blocked = make(chan struct{}, 1)
-	cq := newFakeCQ(64, ch)
-	c := newCollector(1, 1)
-	p := mustNew(t, cq, ch, c, Config{Spin: time.Hour})
+	p, cq, ch, c := longSpinPoller(t, 1)
 	waitOrFail(t, ch.blocked, "poller parks", p)
 	if st := p.Stats(); st.SpinsCut == 0 {
 		t.Errorf("poller parked with no spin cut: %+v", st)
