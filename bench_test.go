@@ -224,49 +224,56 @@ func BenchmarkSendRecv(b *testing.B) {
 	for _, size := range benchSizes {
 		for _, qd := range []int{1, 64} {
 			b.Run(fmt.Sprintf("future/%s/qd%d", sizeName(size), qd), func(b *testing.B) {
-				c, s := benchPair(b, max(size, 64))
-				buf, _ := c.Alloc(size)
-				defer buf.Release()
-				ctx := context.Background()
-				done := make(chan error, 1)
-				go func() {
-					for i := 0; i < b.N; i++ {
-						f := s.Recv()
-						if err := f.Wait(ctx); err != nil {
-							done <- err
-							return
-						}
-						f.Buffer().Release()
-					}
-					done <- nil
-				}()
-				window := make([]*rdma.Future, qd)
-				b.SetBytes(int64(size))
-				b.ReportAllocs()
-				b.ResetTimer()
-				start := time.Now()
-				for i := 0; i < b.N+qd; i++ {
-					slot := i % qd
-					if f := window[slot]; f != nil {
-						if err := f.Wait(ctx); err != nil {
-							b.Fatal(err)
-						}
-						window[slot] = nil
-					}
-					if i < b.N {
-						window[slot] = c.Send(buf)
-					}
-				}
-				if err := <-done; err != nil {
-					b.Fatal(err)
-				}
-				report(b, size, time.Since(start))
+				benchSendRecv(b, size, qd)
 			})
 			b.Run(fmt.Sprintf("raw/%s/qd%d", sizeName(size), qd), func(b *testing.B) {
 				rawBench(b, verbs.OpSend, size, qd)
 			})
 		}
 	}
+}
+
+// benchSendRecv sends size bytes qd deep (waiting for the oldest future
+// before posting anew) to a peer goroutine that receives with Recv and
+// Wait, one at a time.
+func benchSendRecv(b *testing.B, size, qd int) {
+	c, s := benchPair(b, max(size, 64))
+	buf, _ := c.Alloc(size)
+	defer buf.Release()
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; i < b.N; i++ {
+			f := s.Recv()
+			if err := f.Wait(ctx); err != nil {
+				done <- err
+				return
+			}
+			f.Buffer().Release()
+		}
+		done <- nil
+	}()
+	window := make([]*rdma.Future, qd)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N+qd; i++ {
+		slot := i % qd
+		if f := window[slot]; f != nil {
+			if err := f.Wait(ctx); err != nil {
+				b.Fatal(err)
+			}
+			window[slot] = nil
+		}
+		if i < b.N {
+			window[slot] = c.Send(buf)
+		}
+	}
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	report(b, size, time.Since(start))
 }
 
 // rawBench drives a connected QP pair of the provider directly: post up

@@ -98,44 +98,7 @@ func BenchmarkStreamThroughput(b *testing.B) {
 	// The async API's own SEND throughput on the same device, for the
 	// stream/raw ratio.
 	b.Run("async-send-"+benchProvider()+"/conns1/64KiB", func(b *testing.B) {
-		c, s := benchPair(b, size)
-		buf, _ := c.Alloc(size)
-		defer buf.Release()
-		ctx := context.Background()
-		done := make(chan error, 1)
-		b.SetBytes(size)
-		b.ResetTimer()
-		start := time.Now()
-		go func() {
-			for i := 0; i < b.N; i++ {
-				f := s.Recv()
-				if err := f.Wait(ctx); err != nil {
-					done <- err
-					return
-				}
-				f.Buffer().Release()
-			}
-			done <- nil
-		}()
-		const qd = 64
-		window := make([]*rdma.Future, qd)
-		for i := 0; i < b.N+qd; i++ {
-			slot := i % qd
-			if f := window[slot]; f != nil {
-				if err := f.Wait(ctx); err != nil {
-					b.Fatal(err)
-				}
-				window[slot] = nil
-			}
-			if i < b.N {
-				window[slot] = c.Send(buf)
-			}
-		}
-		if err := <-done; err != nil {
-			b.Fatal(err)
-		}
-		el := time.Since(start)
-		b.ReportMetric(float64(b.N)*size*8/el.Seconds()/1e9, "Gb/s")
+		benchSendRecv(b, size, 64)
 	})
 }
 
