@@ -325,10 +325,10 @@ func (c *Conn) fail(err error) {
 	}
 	// Receives still posted complete (messages that arrived) or flush,
 	// in order; the first flush fails the waiters left then (onRecv).
-	// With none posted, nothing will come: fail them now.
+	// When nothing more can come, fail them now.
 	c.rmu.Lock()
 	var ws []*Future
-	if c.rposted == 0 {
+	if !c.moreToComeLocked() {
 		ws, c.waiters = c.waiters, nil
 	}
 	c.rmu.Unlock()
@@ -836,8 +836,13 @@ func (c *Conn) teardown() error {
 		if c.inflight.Load() == 0 {
 			c.drainOnce.Do(func() { close(c.drained) })
 		}
+		var stopped <-chan struct{} // a stopped poller drains nothing
+		if c.unit != nil {
+			stopped = c.unit.p.Done()
+		}
 		select {
 		case <-c.drained:
+		case <-stopped:
 		case <-time.After(5 * time.Second):
 		}
 		errs = append(errs, c.qp.Close())

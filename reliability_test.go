@@ -432,3 +432,21 @@ func testMessagesBeforeClose(t *testing.T, opts []rdma.Option) {
 		}
 	}
 }
+
+// TestPollerStopped: when the poller of a connection stops, nothing will
+// complete its receives any more: a pending Recv fails at once, and so
+// does a new one.
+func TestPollerStopped(t *testing.T) {
+	_, s := pair(t, rdma.WithProvider(rdma.ProviderSoft), rdma.WithPollMode(poller.Event))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	broke := errors.New("poller broke")
+	f := s.Recv()
+	rdma.StopPoller(s, broke)
+	if err := f.Wait(ctx); !errors.Is(err, broke) {
+		t.Errorf("pending Recv: %v, want %v", err, broke)
+	}
+	if err := s.Recv().Wait(ctx); !errors.Is(err, broke) {
+		t.Errorf("new Recv: %v, want %v", err, broke)
+	}
+}
