@@ -355,7 +355,7 @@ func (c *Conn) closedErr() error {
 	return ErrClosed
 }
 
-// Alloc returns n bytes of zeroed registered memory from the connection's
+// Alloc returns n bytes of registered memory, zero to its capacity, from the connection's
 // pool (shared with the connection's Listener).
 func (c *Conn) Alloc(n int) (*Buffer, error) {
 	if c.err() != nil {
@@ -368,9 +368,6 @@ func (c *Conn) Alloc(n int) (*Buffer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rdma: alloc %d bytes: %w", n, err)
 	}
-	// Pool memory is reused across the listener's connections: never
-	// hand out another peer's bytes.
-	clear(pb.Bytes())
 	return newBuffer(pb), nil
 }
 
@@ -681,7 +678,7 @@ func (c *Conn) onRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 		pb.Release()
 		m.pb = nil
 	} else {
-		pb.SetLen(m.n)
+		pb.Filled(m.n)
 	}
 	if len(c.waiters) > 0 {
 		f := c.waiters[0]

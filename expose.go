@@ -262,7 +262,6 @@ func (c *Conn) grant(id uint32, size uint64, access Access) {
 	c.emu.Unlock()
 	pb, err := c.eng.pool.Get(int(size))
 	if err == nil {
-		clear(pb.Bytes())
 		var r RemoteRegion
 		if r, err = c.expose(pb, 0, int(size), access, int(size)); err == nil {
 			reply(ctrlGrant, r.appendTo(nil))

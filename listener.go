@@ -144,7 +144,7 @@ func (l *Listener) Close() error {
 // connections.
 func (l *Listener) PoolStats() pool.Stats { return l.eng.pool.Stats() }
 
-// Alloc returns n bytes of zeroed registered memory from the pool the
+// Alloc returns n bytes of registered memory, zero to its capacity, from the pool the
 // listener's connections share, so one buffer can be used, or exposed,
 // on any of them.
 func (l *Listener) Alloc(n int) (*Buffer, error) {
@@ -158,6 +158,5 @@ func (l *Listener) Alloc(n int) (*Buffer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rdma: alloc %d bytes: %w", n, err)
 	}
-	clear(pb.Bytes())
 	return newBuffer(pb), nil
 }

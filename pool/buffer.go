@@ -25,6 +25,7 @@ const (
 type Buffer struct {
 	state atomic.Uint64 // ownedBit | operation references
 	n     int           // length, <= len(mem)
+	dirty int           // mem[dirty:] is all zero; see Pool.Get
 	mem   []byte        // the whole chunk, off-heap
 	addr  uint64
 	lkey  uint32
@@ -62,8 +63,9 @@ func (b *Buffer) Cap() int {
 	return len(b.mem)
 }
 
-// SetLen changes Len to n, 0 <= n <= Cap; for example to the byte count
-// of a completed receive. It must not race with other uses of b.
+// SetLen changes Len to n, 0 <= n <= Cap. Bytes past the old Len read
+// as zero: no earlier owner's data shows through a grown buffer. It must
+// not race with other uses of b.
 func (b *Buffer) SetLen(n int) error {
 	if !b.Live() {
 		return ErrReleased
@@ -72,6 +74,23 @@ func (b *Buffer) SetLen(n int) error {
 		return fmt.Errorf("pool: SetLen(%d): %w: out of range [0, %d]", n, verbs.ErrInvalid, len(b.mem))
 	}
 	b.n = n
+	b.dirty = max(b.dirty, n)
+	return nil
+}
+
+// Filled sets Len to n, the byte count of a completed receive: the
+// device wrote the first n bytes, and nothing else wrote the buffer since
+// Get. The bytes past n are then still zero, so the next Get clears only
+// n bytes instead of the whole receive buffer. It must not race with
+// other uses of b.
+func (b *Buffer) Filled(n int) error {
+	if !b.Live() {
+		return ErrReleased
+	}
+	if n < 0 || n > len(b.mem) {
+		return fmt.Errorf("pool: Filled(%d): %w: out of range [0, %d]", n, verbs.ErrInvalid, len(b.mem))
+	}
+	b.n, b.dirty = n, n
 	return nil
 }
 

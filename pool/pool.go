@@ -198,7 +198,10 @@ func classOf(n int) int {
 }
 
 // Get returns a buffer of n bytes holding one reference, the caller's,
-// which Release drops. Requests up to SlabSize come from the size classes;
+// which Release drops. Its memory is zero to its capacity, so no byte of
+// an earlier owner is ever visible, even through SetLen: Get clears what
+// earlier owners may have written (up to the largest Len they set, or
+// what Filled reported), not the whole capacity. Requests up to SlabSize come from the size classes;
 // larger ones get a dedicated registered mapping. n must be positive.
 func (p *Pool) Get(n int) (*Buffer, error) {
 	if n <= 0 {
@@ -217,9 +220,16 @@ func (p *Pool) Get(n int) (*Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.n = n
-	b.state.Store(ownedBit)
+	b.reset(n)
 	return b, nil
+}
+
+// reset readies a buffer taken from the free list or a cache for a new
+// owner of n bytes.
+func (b *Buffer) reset(n int) {
+	clear(b.mem[:b.dirty])
+	b.n, b.dirty = n, n
+	b.state.Store(ownedBit)
 }
 
 // takeLocked pops a free buffer or cuts one from the current run. It
@@ -396,8 +406,7 @@ func (p *Pool) getLarge(n int) (*Buffer, error) {
 		p.largeMu.Unlock()
 		p.slabMu.Unlock()
 	}
-	b.n = n
-	b.state.Store(ownedBit)
+	b.reset(n)
 	return b, nil
 }
 

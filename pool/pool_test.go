@@ -1,6 +1,7 @@
 package pool_test
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/go-rdma/rdma/internal/mem"
@@ -867,5 +869,30 @@ func TestZeroAllocs(t *testing.T) {
 		b.Unref()
 	}); a != 0 {
 		t.Errorf("Get+Ref+Slice+Release+Unref: %v allocs, want 0", a)
+	}
+}
+
+// Rule: Get returns memory zero to its capacity, whatever earlier
+// owners wrote, grew with SetLen or had filled by a receive; small and
+// large (cached) buffers alike.
+func TestZeroToCapacity(t *testing.T) {
+	p, _ := newPool(t, pool.Options{SlabSize: 64 << 10})
+	for _, n := range []int{10, 100, 32769, 200 << 10} {
+		for _, grow := range []string{"SetLen", "Filled"} {
+			b := mustGet(t, p, n)
+			if grow == "SetLen" {
+				require.NoError(t, b.SetLen(b.Cap()))
+			} else {
+				require.NoError(t, b.Filled(b.Cap()/2+1))
+			}
+			for i := range b.Bytes() {
+				b.Bytes()[i] = 0xee
+			}
+			mustRelease(t, b)
+			b = mustGet(t, p, n)
+			require.NoError(t, b.SetLen(b.Cap()))
+			require.Equal(t, b.Cap(), bytes.Count(b.Bytes(), []byte{0}), "Get(%d) after %s shows an earlier owner's bytes", n, grow)
+			mustRelease(t, b)
+		}
 	}
 }
