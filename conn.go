@@ -1,7 +1,6 @@
 package rdma
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -9,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,17 +28,18 @@ import (
 // Completions are polled by the pollers of the Listener or Dial that made
 // the connection; no OS thread blocks per connection.
 type Conn struct {
-	eng    *engine
-	unit   *cqUnit
-	drv    *poller.Poller // unit's poller when Busy: Wait drives it (poller/drive.go)
-	qp     verbs.QP
-	ctrl   net.Conn   // the TCP control channel; nil on rdma_cm connections
-	cm     *ibv.CMID  // the rdma_cm connection; nil on TCP-set-up ones
-	ctrlMu sync.Mutex // serializes control frames
-	peer   hello
-	local  net.Addr
-	remote net.Addr
-	inline int // bytes a SEND may carry inline
+	eng      *engine
+	unit     *cqUnit
+	drv      *poller.Poller // unit's poller when Busy: Wait drives it (poller/drive.go)
+	qp       verbs.QP
+	ctrl     net.Conn   // the TCP control channel; nil on rdma_cm connections
+	cm       *ibv.CMID  // the rdma_cm connection; nil on TCP-set-up ones
+	ctrlMu   sync.Mutex // serializes control frames
+	peer     hello
+	local    net.Addr
+	remote   net.Addr
+	inline   int // bytes a SEND may carry inline
+	gidIndex uint8
 
 	ctx    context.Context // ends when the connection fails or closes
 	cancel context.CancelFunc
@@ -69,15 +70,37 @@ type Conn struct {
 	rsges    []verbs.SGE
 	recvSize int
 
-	emu       sync.Mutex
-	exposed   map[uint32]*exposure
-	granted   int // bytes exposed for the peer's RequestRegion
-	requests  map[uint32]chan regionAnswer
-	nextReq   uint32
-	regions   chan RemoteRegion
-	ctrlDone  chan struct{}
-	closeOnce sync.Once
-	closeErr  error
+	// The control channel's state (control.go, expose.go, grant.go).
+	emu         sync.Mutex
+	exposed     map[uint32]*exposure
+	granted     int // bytes granted to the peer's RequestRegion
+	grants      int // regions granted to it
+	requests    map[uint32]*request
+	nextReq     uint32
+	peerReqs    int               // the peer's region requests queued or being served
+	revokeAcks  []uint32          // the peer's revokes waiting for a fence
+	fencing     bool              // a fence is queued or running
+	reqSlots    chan struct{}     // our RequestRegions in flight
+	regionSlots chan struct{}     // our SendRegions the peer has not taken
+	revokeSlots chan struct{}     // our orderly revokes in flight
+	regions     chan RemoteRegion // the peer's SendRegions not taken yet
+
+	revoked     map[uint32]struct{} // rkeys the peer revoked; under postMu
+	revokedFIFO []uint32
+
+	jobs    chan func() // control work, run by one worker (control.go)
+	working atomic.Bool
+	workers sync.WaitGroup
+
+	peerClosed    atomic.Bool // the peer closed or went away: post nothing more
+	ignoreRevokes atomic.Bool // tests: play a peer that never answers a revoke
+	quiesceOnce   sync.Once
+	quiesced      bool          // quiesce holds every send credit
+	closeAck      chan struct{} // closed when the peer answers our ctrlClose
+	closeAckOnce  sync.Once
+	ctrlDone      chan struct{}
+	closeOnce     sync.Once
+	closeErr      error
 }
 
 // message is a received message waiting for Recv.
@@ -86,17 +109,6 @@ type message struct {
 	n   int
 	imm uint32
 	has bool
-}
-
-type exposure struct {
-	mr      verbs.MR
-	pb      *pool.Buffer
-	granted int // bytes, when made for a RequestRegion
-}
-
-type regionAnswer struct {
-	r   RemoteRegion
-	err error
 }
 
 // Dial connects to a Listener at address ("host:port") over network
@@ -127,9 +139,12 @@ func Dial(ctx context.Context, network, address string, opts ...Option) (*Conn, 
 		tc.Close()
 		return nil, &net.OpError{Op: "dial", Net: network, Addr: tc.RemoteAddr(), Err: err}
 	}
-	c, err := handshake(ctx, eng, tc, true)
+	c, err := dialHandshake(ctx, eng, tc)
 	eng.release() // the connection holds its own reference
 	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
+		}
 		return nil, &net.OpError{Op: "dial", Net: network, Addr: tc.RemoteAddr(), Err: err}
 	}
 	return c, nil
@@ -158,9 +173,12 @@ func newConn(eng *engine, local, remote net.Addr) (*Conn, error) {
 		return nil, err
 	}
 	cfg := eng.cfg
-	c := &Conn{eng: eng, local: local, remote: remote,
-		drained: make(chan struct{}), exposed: map[uint32]*exposure{}, requests: map[uint32]chan regionAnswer{},
-		regions: make(chan RemoteRegion, 16), ctrlDone: make(chan struct{}), recvSize: cfg.maxMsg}
+	c := &Conn{eng: eng, local: local, remote: remote, recvSize: cfg.maxMsg,
+		drained: make(chan struct{}), ctrlDone: make(chan struct{}), closeAck: make(chan struct{}),
+		exposed: map[uint32]*exposure{}, requests: map[uint32]*request{},
+		reqSlots: make(chan struct{}, maxRegionRequests), regionSlots: make(chan struct{}, maxQueuedRegions),
+		revokeSlots: make(chan struct{}, maxRevokes), regions: make(chan RemoteRegion, maxQueuedRegions),
+		jobs: make(chan func(), 2*maxRegionRequests+2)}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.sq = semaphore.NewWeighted(int64(cfg.sqDepth))
 	c.sent = newRing(cfg.sqDepth)
@@ -194,99 +212,6 @@ func (c *Conn) postReceives() error {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	return c.repostLocked(c.eng.cfg.rqDepth)
-}
-
-// handshake sets up the QP over the TCP connection tc and returns the
-// connection. It closes tc on failure.
-func handshake(ctx context.Context, eng *engine, tc net.Conn, dialer bool) (c *Conn, err error) {
-	c, err = newConn(eng, tc.LocalAddr(), tc.RemoteAddr())
-	if err != nil {
-		tc.Close()
-		return nil, err
-	}
-	c.ctrl = tc
-	cfg := eng.cfg
-	conn := c // "return nil, err" sets c to nil before this defer runs
-	defer func() {
-		if err != nil {
-			close(conn.ctrlDone)
-			conn.teardown()
-		}
-	}()
-	deadline := time.Now().Add(cfg.setup)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	tc.SetDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { tc.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-
-	if err := c.qp.ToInit(verbs.InitAttr{Port: eng.port.Port, Access: RemoteRead | RemoteWrite | RemoteAtomic}); err != nil {
-		return nil, err
-	}
-	if err := c.postReceives(); err != nil {
-		return nil, err
-	}
-
-	gid, err := eng.gidFor(addrIP(tc.LocalAddr()))
-	if err != nil {
-		return nil, err
-	}
-	me := hello{QPN: c.qp.QPN(), PSN: randPSN(), LID: eng.port.LID, MTU: uint8(eng.port.ActiveMTU), GID: gid.GID,
-		RecvDepth: uint32(cfg.rqDepth), MaxMsg: uint32(cfg.maxMsg)}
-	if me.MTU == 0 {
-		me.MTU = uint8(verbs.MTU1024)
-	}
-	copy(me.Provider[:], eng.prov.Name())
-	br := bufio.NewReader(tc)
-	var peer *hello
-	if dialer {
-		if err := writeHello(tc, &me); err != nil {
-			return nil, err
-		}
-		if peer, err = readAnswer(br); err != nil {
-			return nil, err
-		}
-	} else {
-		if peer, err = readHello(br); err != nil {
-			writeRefusal(tc, err.Error())
-			return nil, err
-		}
-		if p := providerName(peer.Provider); p != eng.prov.Name() {
-			err := fmt.Errorf("%w: peer uses provider %q, this side %q", ErrRefused, p, eng.prov.Name())
-			writeRefusal(tc, err.Error())
-			return nil, err
-		}
-		if _, err := tc.Write([]byte{answerAccept}); err != nil {
-			return nil, err
-		}
-		if err := writeHello(tc, &me); err != nil {
-			return nil, err
-		}
-	}
-	if p := providerName(peer.Provider); p != eng.prov.Name() {
-		return nil, fmt.Errorf("%w: peer uses provider %q, this side %q", ErrRefused, p, eng.prov.Name())
-	}
-	c.peer = *peer
-	mtu := verbs.MTU(min(me.MTU, peer.MTU))
-	if err := c.qp.ToRTR(verbs.RTRAttr{PathMTU: mtu, DestQPN: peer.QPN, RQPSN: peer.PSN,
-		Dest: verbs.Address{Port: eng.port.Port, LID: peer.LID, GID: peer.GID, SGIDIndex: uint8(gid.Index)}, MinRNRTimer: 12}); err != nil {
-		return nil, err
-	}
-	if err := c.qp.ToRTS(verbs.RTSAttr{SQPSN: me.PSN, Timeout: 14, RetryCount: 7, RNRRetry: 7}); err != nil {
-		return nil, err
-	}
-	// Both receive queues are posted: tell the peer, and wait for its word.
-	var ready [1]byte
-	if _, err := tc.Write(ready[:]); err != nil {
-		return nil, err
-	}
-	if _, err := br.Read(ready[:]); err != nil {
-		return nil, fmt.Errorf("%w: no ready from peer: %v", ErrNotRDMA, err)
-	}
-	tc.SetDeadline(time.Time{})
-	go c.readControl(br)
-	return c, nil
 }
 
 // LocalAddr is the local address of the connection's control channel.
@@ -335,12 +260,7 @@ func (c *Conn) fail(err error) {
 	for _, f := range ws {
 		f.resolve(err, 0, 0, false, nil, 0)
 	}
-	c.emu.Lock()
-	for id, ch := range c.requests {
-		ch <- regionAnswer{err: err}
-		delete(c.requests, id)
-	}
-	c.emu.Unlock()
+	c.failRequests(err)
 }
 
 // closedErr is the error of an operation on a closed or failed
@@ -528,12 +448,12 @@ func (c *Conn) hold(o *op) error {
 // complete (or flush, since a failed post fails the connection) like any
 // other.
 func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
-	if c.closing.Load() {
+	if err := c.postable(wrs, ops); err != nil {
 		for i := range ops {
 			c.dropBuf(&ops[i])
 		}
 		c.sq.Release(int64(len(ops)))
-		return c.closedErr()
+		return err
 	}
 	for i := range wrs {
 		c.inflight.Add(1)
@@ -578,6 +498,26 @@ func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 	return err
 }
 
+// postable refuses a chain on a connection that is closing or whose peer
+// closed, and accesses to regions the peer revoked. Caller holds postMu.
+func (c *Conn) postable(wrs []verbs.SendWR, ops []op) error {
+	if c.closing.Load() {
+		return c.closedErr()
+	}
+	if c.peerClosed.Load() {
+		if c.err() != nil {
+			return c.closedErr()
+		}
+		return c.peerGone()
+	}
+	for i := range wrs {
+		if ops[i].kind != opSend && c.isRevoked(wrs[i].RKey) {
+			return fmt.Errorf("rdma: %v to %v, rkey %#x: %w", wrs[i].Opcode, c.remote, wrs[i].RKey, ErrRegionRevoked)
+		}
+	}
+	return nil
+}
+
 func (c *Conn) dropBuf(o *op) {
 	if o.kind == opAtomic {
 		o.buf.Release()
@@ -611,7 +551,7 @@ func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
 	c.sentMu.Unlock()
 	var err error
 	if wc.Status != verbs.WCSuccess {
-		err = c.flushCause(wc)
+		err = c.completionErr(wc)
 	}
 	if err != nil {
 		// Fail first: whoever sees this future resolve must also see a
@@ -621,22 +561,35 @@ func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
 	c.finish(o, err)
 }
 
-// flushCause is the error of a failed completion. A flush says only that
-// the QP is in the error state, so it carries the reason: the
-// connection's first error, or, when the QP went to the error state
-// without one (a disconnect through rdma_cm, a transport that lost the
-// peer), ErrPeerClosed.
-func (c *Conn) flushCause(wc *verbs.WorkCompletion) error {
+// completionErr is the error of a failed completion; it keeps the
+// *CompletionError for errors.As.
+//   - A flush says only that the QP is in the error state, so it carries
+//     the reason: the connection's first error, or, when the QP went to
+//     the error state without one (a disconnect through rdma_cm),
+//     ErrPeerClosed.
+//   - Retries exceeded means the transport gave up on the peer: it died
+//     or tore its queue pair down. That is ErrPeerClosed too, whichever
+//     of the completion and the end of the control channel comes first.
+func (c *Conn) completionErr(wc *verbs.WorkCompletion) error {
 	err := wc.Err()
-	if wc.Status != verbs.WCWRFlushErr {
-		return err
+	switch {
+	case wc.Status == verbs.WCWRFlushErr:
+		cause := c.err()
+		if cause == nil {
+			cause = c.peerGone()
+		}
+		return fmt.Errorf("%w (%w)", cause, err)
+	case wc.Status == verbs.WCRetryExcErr:
+		c.peerClosed.Store(true)
+		return fmt.Errorf("%w (%w)", c.peerGone(), err)
+	case c.peerClosed.Load():
+		return fmt.Errorf("%w (%w)", c.peerGone(), err)
 	}
-	cause := c.err()
-	if cause == nil {
-		cause = fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerClosed)
-	}
-	return fmt.Errorf("%w (%w)", cause, err)
+	return fmt.Errorf("rdma: peer %v: %w", c.remote, err)
 }
+
+// peerGone is the error of a connection whose peer closed or died.
+func (c *Conn) peerGone() error { return fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerClosed) }
 
 // finish resolves a send-side op: a signaled one (or any that failed)
 // resolves its future; its buffer and credit go back.
@@ -665,7 +618,7 @@ func (c *Conn) onRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 		c.waiters = nil
 		c.rmu.Unlock()
 		pb.Release()
-		err := c.flushCause(wc)
+		err := c.completionErr(wc)
 		c.fail(err)
 		for _, f := range ws {
 			f.resolve(err, 0, 0, false, nil, 0)
@@ -713,10 +666,25 @@ func (c *Conn) Recv() *Future {
 		c.rmu.Unlock()
 		return newResolved(c.closedErr())
 	}
-	f := &Future{drv: c.drv}
+	f := &Future{drv: c.drv, recv: c}
 	c.waiters = append(c.waiters, f)
 	c.rmu.Unlock()
 	return f
+}
+
+// withdraw removes the pending Recv f, if no message matched it yet.
+func (c *Conn) withdraw(f *Future) bool {
+	c.rmu.Lock()
+	i := slices.Index(c.waiters, f)
+	if i >= 0 {
+		c.waiters = slices.Delete(c.waiters, i, i+1)
+	}
+	c.rmu.Unlock()
+	if i < 0 {
+		return false
+	}
+	f.resolve(fmt.Errorf("rdma: recv on %v withdrawn: %w", c.remote, context.Canceled), 0, 0, false, nil, 0)
+	return true
 }
 
 // moreToComeLocked reports whether receives of a failed connection may
@@ -783,10 +751,23 @@ func (c *Conn) unpost(i int) {
 	}
 }
 
-// Close moves the QP to the error state, waits (bounded) for every
-// outstanding WR to complete, resolves every pending future with an error
-// wrapping net.ErrClosed, returns every buffer the connection holds and
-// revokes its exposures. Close is safe to call twice.
+// Close closes the connection gracefully and returns every buffer it
+// holds. What it promises to both sides:
+//   - Every operation this side posted before Close completes as it
+//     would have: Close first waits (up to 5 s) for them.
+//   - The peer hears of the close, posts nothing more (its new
+//     operations fail with ErrPeerClosed), and its operations in flight
+//     complete too: Close keeps the queue pair up until the peer says
+//     they are done (up to 2 s more). So a message that this side's Recv
+//     took before Close counts as delivered on the sender's side, and a
+//     READ or WRITE of the peer's into memory exposed here finishes
+//     before the memory is deregistered.
+//   - Messages that arrived and no Recv took are dropped; pending Recvs
+//     and anything the bounds cut short fail with an error wrapping
+//     net.ErrClosed (ErrClosed here, ErrPeerClosed on the peer).
+//
+// On connections set up through rdma_cm the peer's operations are not
+// waited for. Close is safe to call twice.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		// Let the operations in flight finish first (bounded): holding
@@ -794,17 +775,22 @@ func (c *Conn) Close() error {
 		// start. A message we sent is then known to have arrived
 		// before the peer hears that we close.
 		if c.err() == nil {
-			drain, cancel := context.WithTimeout(c.ctx, 5*time.Second)
-			if c.acquire(drain, int64(c.eng.cfg.sqDepth)) == nil {
-				defer c.sq.Release(int64(c.eng.cfg.sqDepth))
-			}
-			cancel()
+			c.quiesce()
 		}
 		if c.ctrl != nil {
 			c.ctrlMu.Lock()
 			c.ctrl.SetWriteDeadline(time.Now().Add(time.Second))
 			writeFrame(c.ctrl, ctrlClose, nil)
 			c.ctrlMu.Unlock()
+			// Keep the QP up until the peer's operations are done too
+			// (bounded): it acknowledges what it received only while
+			// it is up, and the peer may still be reading from or
+			// writing to our memory.
+			select {
+			case <-c.closeAck:
+			case <-c.ctrlDone:
+			case <-time.After(closeAckBound):
+			}
 		}
 		if c.cm != nil {
 			// Keep the QP in RTS until the peer has answered the
@@ -819,6 +805,9 @@ func (c *Conn) Close() error {
 			}
 		}
 		c.closeErr = c.teardown()
+		if c.quiesced {
+			c.sq.Release(int64(c.eng.cfg.sqDepth))
+		}
 	})
 	return c.closeErr
 }
@@ -881,19 +870,21 @@ func (c *Conn) teardown() error {
 		c.ctrl.Close()
 	}
 	<-c.ctrlDone
+	c.workers.Wait()
 	if c.cm != nil {
 		errs = append(errs, c.cm.Close())
 	}
 	c.emu.Lock()
-	for k, x := range c.exposed {
-		errs = append(errs, x.mr.Close())
-		x.pb.Unref()
-		if x.granted > 0 {
-			x.pb.Release() // granted memory is ours alone
-		}
-		delete(c.exposed, k)
+	keys := make([]uint32, 0, len(c.exposed))
+	for k := range c.exposed {
+		keys = append(keys, k)
 	}
 	c.emu.Unlock()
+	for _, k := range keys {
+		if err := c.RevokeNow(RemoteRegion{RKey: k}); err != nil && !errors.Is(err, ErrInvalid) {
+			errs = append(errs, err)
+		}
+	}
 	if c.unit != nil {
 		c.eng.unreserve(c, c.unit, c.eng.cfg.sqDepth+c.eng.cfg.rqDepth)
 	}

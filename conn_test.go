@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/go-rdma/rdma"
 )
 
@@ -144,14 +146,42 @@ func testOneSided(t *testing.T, opts []rdma.Option) {
 	if f.Old() != 42 {
 		t.Fatalf("FAA old = %d, want 42", f.Old())
 	}
-	if err := s.Revoke(region); err != nil {
+	// An orderly revoke: the peer refuses new accesses itself, and the
+	// connection stays up.
+	if err := s.Revoke(ctx, region); err != nil {
 		t.Fatal(err)
 	}
 	err = c.Write(src, sub).Wait(ctx)
+	if !errors.Is(err, rdma.ErrRegionRevoked) {
+		t.Fatalf("write to a revoked region: %v, want ErrRegionRevoked", err)
+	}
+	wait(t, c.Write(src, reg2(t, ctx, s, c)))
+	// An emergency revoke: the next access is a remote access error,
+	// which breaks the connection.
+	region = reg2(t, ctx, s, c)
+	if err := s.RevokeNow(region); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Write(src, region).Wait(ctx)
 	if !errors.Is(err, rdma.ErrRemoteAccess) {
-		t.Fatalf("write to a revoked region: %v, want ErrRemoteAccess", err)
+		t.Fatalf("write to a region revoked at once: %v, want ErrRemoteAccess", err)
 	}
 	if err := c.Send(src).Wait(ctx); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("send after a failed completion: %v, want one that reports a closed connection", err)
 	}
+}
+
+// reg2 exposes a fresh 4 KiB buffer of s for writing and hands it to c.
+func reg2(t *testing.T, ctx context.Context, s, c *rdma.Conn) rdma.RemoteRegion {
+	t.Helper()
+	b, err := s.Alloc(4096)
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Release() })
+	r, err := s.Expose(b, rdma.RemoteWrite)
+	require.NoError(t, err)
+	require.NoError(t, s.SendRegion(ctx, r))
+	got, err := c.RecvRegion(ctx)
+	require.NoError(t, err)
+	require.Equal(t, r, got)
+	return got
 }

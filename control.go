@@ -2,22 +2,61 @@ package rdma
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // Control frames travel over the connection's TCP socket after the
 // handshake: a type byte, a 16-bit length and at most maxCtrl bytes.
 const (
-	ctrlRegion  = 1 // SendRegion: region
-	ctrlRequest = 2 // RequestRegion: id u32, size u64, access u32
-	ctrlGrant   = 3 // answer: id u32, region
-	ctrlDeny    = 4 // answer: id u32, reason
-	ctrlFree    = 5 // the requester no longer needs a granted region: rkey u32
-	ctrlClose   = 6 // orderly close
-	maxCtrl     = 1024
+	ctrlRegion   = 1  // SendRegion: region
+	ctrlRequest  = 2  // RequestRegion: id u32, size u64, access u32, lifetime ms u32
+	ctrlGrant    = 3  // answer: id u32, region
+	ctrlDeny     = 4  // answer: id u32, reason
+	ctrlFree     = 5  // the requester no longer needs a granted region: rkey u32
+	ctrlClose    = 6  // orderly close: the sender's operations are done, it posts no more
+	ctrlTaken    = 7  // RecvRegion took a region: one SendRegion credit back
+	ctrlRevoke   = 8  // the owner revokes a region: rkey u32
+	ctrlRevoked  = 9  // answer to ctrlRevoke: no access to rkey u32 is in flight or will be posted
+	ctrlCloseAck = 10 // answer to ctrlClose: this side's operations are done too
+	maxCtrl      = 1024
 )
+
+// What one peer may have outstanding on a connection's control channel.
+// A well-behaved peer waits for room; a peer that sends past a bound is
+// cut off (the connection fails with ErrProtocol), so the work and the
+// memory a peer can cause are bounded per connection.
+const (
+	// maxRegionRequests bounds the RequestRegion calls in flight per
+	// connection; more wait for an answer to come back.
+	maxRegionRequests = 16
+	// maxQueuedRegions bounds the regions SendRegion has sent and the
+	// peer's RecvRegion has not taken yet; SendRegion waits for room.
+	maxQueuedRegions = 16
+	// maxGrants bounds the regions granted to the peer's RequestRegion
+	// at once (on top of WithRegionLimit's bytes); past it requests are
+	// refused.
+	maxGrants = 64
+	// maxRevokes bounds the orderly revokes in flight per connection;
+	// Revoke waits for room.
+	maxRevokes = 64
+	// revokeBound is how long a peer has to answer a revoke, and to
+	// finish its operations when either side closes, before it is cut
+	// off.
+	revokeBound = 5 * time.Second
+	// closeAckBound is how long Close waits for the peer to say that its
+	// operations are done.
+	closeAckBound = 2 * time.Second
+)
+
+// ErrProtocol means the peer broke go-rdma's control protocol: a
+// malformed frame, or more outstanding requests than it may have. The
+// connection is cut off.
+var ErrProtocol = errors.New("peer broke the go-rdma control protocol")
 
 func writeFrame(w io.Writer, typ byte, payload []byte) error {
 	if len(payload) > maxCtrl {
@@ -39,11 +78,179 @@ func readFrame(r *bufio.Reader, buf []byte) (byte, []byte, error) {
 	}
 	n := int(binary.BigEndian.Uint16(h[1:]))
 	if n > maxCtrl || n > cap(buf) {
-		return 0, nil, fmt.Errorf("%w: control frame of %d bytes", ErrNotRDMA, n)
+		return 0, nil, fmt.Errorf("%w: control frame of %d bytes", ErrProtocol, n)
 	}
 	buf = buf[:n]
 	if _, err := io.ReadFull(r, buf); err != nil {
 		return 0, nil, err
 	}
 	return h[0], buf, nil
+}
+
+// control writes one control frame, bounded by ctx.
+func (c *Conn) control(ctx context.Context, typ byte, p []byte) error {
+	if c.ctrl == nil {
+		return errNoControl
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if c.err() != nil {
+		return c.closedErr()
+	}
+	return c.writeControl(typ, p)
+}
+
+// writeControl writes a frame even on a failed connection (answers and
+// the close handshake still go out while the socket is open).
+func (c *Conn) writeControl(typ byte, p []byte) error {
+	c.ctrlMu.Lock()
+	defer c.ctrlMu.Unlock()
+	// Frames are tiny, so the socket buffer takes them at once; a write
+	// that times out means a stuck peer, and a frame cut in half would
+	// corrupt the channel, so a failed write fails the connection.
+	c.ctrl.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if err := writeFrame(c.ctrl, typ, p); err != nil {
+		if c.err() != nil {
+			return c.closedErr()
+		}
+		err = fmt.Errorf("rdma: control channel to %v: %w", c.remote, err)
+		c.fail(err)
+		return err
+	}
+	return nil
+}
+
+// protocolErr cuts the peer off for breaking the control protocol.
+func (c *Conn) protocolErr(format string, args ...any) {
+	c.fail(fmt.Errorf("rdma: peer %v: %w: %s", c.remote, ErrProtocol, fmt.Sprintf(format, args...)))
+}
+
+// readControl serves the control channel until it closes. It never waits
+// for the application or for the peer: whatever takes time (a grant, an
+// answer, the fence of a revoke, the close handshake) goes to the
+// connection's control worker, and what it queues is bounded by the
+// limits above. The end of the channel is the end of the connection: a
+// peer that exits, even when killed, closes its socket, and this side
+// then fails every pending operation instead of waiting for transport
+// timeouts.
+func (c *Conn) readControl(r *bufio.Reader) {
+	defer close(c.ctrlDone)
+	buf := make([]byte, maxCtrl)
+	for {
+		typ, p, err := readFrame(r, buf)
+		if err != nil {
+			if c.closing.Load() {
+				return
+			}
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, ErrClosed) {
+				err = ErrPeerClosed
+			}
+			c.peerClosed.Store(true)
+			c.fail(fmt.Errorf("rdma: peer %v: %w", c.remote, err))
+			return
+		}
+		switch typ {
+		case ctrlRegion:
+			c.onRegion(p)
+		case ctrlTaken:
+			select {
+			case <-c.regionSlots:
+			default:
+				c.protocolErr("took a region that was never sent")
+			}
+		case ctrlRequest:
+			c.onRequest(p)
+		case ctrlGrant, ctrlDeny:
+			c.onAnswer(typ, p)
+		case ctrlFree:
+			if len(p) != 4 {
+				c.protocolErr("malformed release")
+				continue
+			}
+			c.onFree(binary.BigEndian.Uint32(p))
+		case ctrlRevoke:
+			if len(p) != 4 {
+				c.protocolErr("malformed revoke")
+				continue
+			}
+			c.onRevoke(binary.BigEndian.Uint32(p))
+		case ctrlRevoked:
+			if len(p) != 4 {
+				c.protocolErr("malformed revoke answer")
+				continue
+			}
+			c.onRevoked(binary.BigEndian.Uint32(p))
+		case ctrlClose:
+			c.onPeerClose()
+		case ctrlCloseAck:
+			c.closeAckOnce.Do(func() { close(c.closeAck) })
+		default:
+			c.protocolErr("unknown control frame %d", typ)
+		}
+		if errors.Is(c.err(), ErrProtocol) {
+			return // the peer is cut off: nothing more of it is served
+		}
+	}
+}
+
+// onPeerClose handles the peer's orderly close: nothing new is posted,
+// the operations this side has in flight finish (bounded), and the peer
+// hears that they did before it tears down its queue pair. A message it
+// received before its Close therefore completes here as delivered.
+func (c *Conn) onPeerClose() {
+	c.peerClosed.Store(true)
+	c.later(func() {
+		c.quiesce()
+		c.writeControl(ctrlCloseAck, nil)
+		c.fail(fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerClosed))
+	})
+}
+
+// quiesce stops new posts and waits (bounded by revokeBound) until every
+// posted send-side WR has completed, by taking every send credit. It
+// runs once; the credits go back at teardown. Close and the peer's close
+// share it.
+func (c *Conn) quiesce() {
+	c.quiesceOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(c.ctx, revokeBound)
+		defer cancel()
+		if c.acquire(ctx, int64(c.eng.cfg.sqDepth)) == nil {
+			c.quiesced = true
+		}
+	})
+}
+
+// later runs f on the connection's control worker: one goroutine, made
+// when there is work and gone when there is none. The queue is bounded
+// by the protocol's limits; a peer that overflows it is cut off.
+func (c *Conn) later(f func()) {
+	select {
+	case c.jobs <- f:
+	default:
+		c.protocolErr("more control work queued than the protocol allows")
+		return
+	}
+	if c.working.CompareAndSwap(false, true) {
+		c.workers.Add(1)
+		go c.work()
+	}
+}
+
+func (c *Conn) work() {
+	defer c.workers.Done()
+	for {
+		select {
+		case f := <-c.jobs:
+			f()
+			continue
+		default:
+		}
+		c.working.Store(false)
+		// A job queued between the empty check and the store would be
+		// left waiting: look once more.
+		if len(c.jobs) == 0 || !c.working.CompareAndSwap(false, true) {
+			return
+		}
+	}
 }

@@ -67,6 +67,10 @@ func newEngine(cfg config, local netip.Addr) (*engine, error) {
 		ctx.Close()
 		return nil, fmt.Errorf("rdma: device %s has no port %d: %w", info.Name, cfg.port, ErrNoDevice)
 	}
+	if err := e.check(); err != nil {
+		ctx.Close()
+		return nil, err
+	}
 	if e.pd, err = ctx.AllocPD(); err != nil {
 		ctx.Close()
 		return nil, fmt.Errorf("rdma: %w", err)
@@ -78,6 +82,55 @@ func newEngine(cfg config, local netip.Addr) (*engine, error) {
 		return nil, fmt.Errorf("rdma: %w", err)
 	}
 	return e, nil
+}
+
+// check refuses a configuration the device cannot serve, at Dial or
+// Listen rather than at every handshake: queue depths past the device's
+// queue pairs or CQs (see also config.check).
+func (e *engine) check() error {
+	cfg := e.cfg
+	attr, err := e.ctx.QueryDevice()
+	if err != nil {
+		return fmt.Errorf("rdma: query device %s: %w", e.ctx.Info().Name, err)
+	}
+	if attr.MaxQPWR > 0 && max(cfg.sqDepth, cfg.rqDepth) > attr.MaxQPWR {
+		return fmt.Errorf("rdma: %w: queue depths %d/%d: device %s allows %d work requests per queue", ErrInvalid, cfg.sqDepth, cfg.rqDepth, e.ctx.Info().Name, attr.MaxQPWR)
+	}
+	if n := cfg.sqDepth + cfg.rqDepth; attr.MaxCQE > 0 && n > attr.MaxCQE {
+		return fmt.Errorf("rdma: %w: queue depths %d/%d need %d completion queue entries per connection; device %s allows %d", ErrInvalid, cfg.sqDepth, cfg.rqDepth, n, e.ctx.Info().Name, attr.MaxCQE)
+	}
+	return nil
+}
+
+// check refuses, before anything is opened, a configuration no
+// connection could work with: queue depths that do not fit one CQ, or a
+// pool limit below the receives one connection keeps posted.
+func (c *config) check() error {
+	if n := c.sqDepth + c.rqDepth; n > cqEntries {
+		return fmt.Errorf("rdma: %w: queue depths %d/%d need %d completion queue entries per connection; the most is %d", ErrInvalid, c.sqDepth, c.rqDepth, n, cqEntries)
+	}
+	slab := c.slabSize
+	if slab == 0 {
+		slab = pool.DefaultSlabSize
+	}
+	if need := int64(c.rqDepth) * int64(bufferCap(c.maxMsg, slab)); c.maxPool > 0 && need > c.maxPool {
+		return fmt.Errorf("rdma: %w: pool limit %d bytes is less than the %d bytes of receives a connection keeps posted (%d of %d bytes; see WithQueueDepth and WithMaxMessage)",
+			ErrInvalid, c.maxPool, need, c.rqDepth, c.maxMsg)
+	}
+	return nil
+}
+
+// bufferCap is the memory the pool gives a buffer of n bytes: its size
+// class up to the slab size, whole pages past it.
+func bufferCap(n, slab int) int {
+	if n > slab {
+		return (n + 4095) &^ 4095
+	}
+	c := 64
+	for c < n {
+		c <<= 1
+	}
+	return c
 }
 
 // deviceFor finds the device with a GID for the local address the

@@ -376,17 +376,18 @@ func ExampleConn_Expose() {
 	}
 	fmt.Printf("read %q\n", dst.Bytes())
 
-	// After Revoke the peer's accesses fail with a remote access error,
-	// which (as on hardware) also breaks the connection.
-	if err := server.Revoke(region); err != nil {
+	// Revoke tells the client, which refuses accesses to the region from
+	// then on, and deregisters the memory once the client's accesses in
+	// flight are done. The connection stays up.
+	if err := server.Revoke(ctx, region); err != nil {
 		log.Fatal(err)
 	}
 	err = client.Read(dst, remote).Wait(ctx)
-	fmt.Println("read after revoke is a remote access error:", errors.Is(err, rdma.ErrRemoteAccess))
+	fmt.Println("read after revoke:", errors.Is(err, rdma.ErrRegionRevoked))
 	// Output:
 	// the client got a region of 19 bytes
 	// read "exposed for reading"
-	// read after revoke is a remote access error: true
+	// read after revoke: true
 }
 
 func ExampleConn_RequestRegion() {

@@ -14,3 +14,35 @@ func StopPoller(c *Conn, err error) {
 	c.unit.p.Close()
 	c.fail(err)
 }
+
+// Control frame types, for tests that play a hostile peer.
+const (
+	CtrlRegion  = ctrlRegion
+	CtrlRequest = ctrlRequest
+	CtrlGrant   = ctrlGrant
+	CtrlFree    = ctrlFree
+	CtrlRevoked = ctrlRevoked
+)
+
+// SendControl writes a raw control frame to c's peer, as a hostile peer
+// could.
+func SendControl(c *Conn, typ byte, p []byte) error { return c.writeControl(typ, p) }
+
+// Granted is what c has granted to its peer's RequestRegion: bytes and
+// regions.
+func Granted(c *Conn) (bytes, regions int) {
+	c.emu.Lock()
+	defer c.emu.Unlock()
+	return c.granted, c.grants
+}
+
+// Exposed counts c's exposures.
+func Exposed(c *Conn) int {
+	c.emu.Lock()
+	defer c.emu.Unlock()
+	return len(c.exposed)
+}
+
+// IgnoreRevokes makes c take the peer's revokes without answering, as a
+// hung or hostile peer would.
+func IgnoreRevokes(c *Conn) { c.ignoreRevokes.Store(true) }

@@ -1,12 +1,10 @@
 package rdma
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/go-rdma/rdma/internal/verbs"
@@ -17,8 +15,25 @@ import (
 // connections set up by rdma_cm do not have.
 var errNoControl = fmt.Errorf("rdma: %w: region exchange needs a connection set up by go-rdma's handshake, not rdma_cm", ErrNotSupported)
 
-// ErrRegionRefused means the peer refused a RequestRegion.
-var ErrRegionRefused = errors.New("peer refused the region request")
+// ErrRegionRevoked means the region's owner revoked it (or its lifetime
+// ended): this side posts no access to it any more.
+var ErrRegionRevoked = errors.New("remote region revoked by its owner")
+
+// exposure is memory of ours that the peer may reach.
+type exposure struct {
+	mr      verbs.MR
+	pb      *pool.Buffer
+	granted int         // bytes, when made for the peer's RequestRegion
+	expiry  *time.Timer // a grant's lifetime; nil for Expose
+	revoke  *revocation // set once an orderly revoke started
+}
+
+// revocation is an orderly revoke waiting for the peer's answer.
+type revocation struct {
+	done  chan struct{} // closed when the memory is deregistered
+	err   error         // why, if the peer did not answer
+	bound *time.Timer
+}
 
 // Expose lets the peer reach exactly the memory of b with exactly the
 // rights in access (RemoteRead, RemoteWrite, RemoteAtomic): it registers
@@ -34,10 +49,12 @@ func (c *Conn) Expose(b Local, access Access) (RemoteRegion, error) {
 	if pb.Pool() != c.eng.pool {
 		return RemoteRegion{}, fmt.Errorf("rdma: expose: %w: buffer from another connection's pool", ErrInvalid)
 	}
-	return c.expose(pb, off, n, access, 0)
+	return c.expose(pb, off, n, access, 0, 0)
 }
 
-func (c *Conn) expose(pb *pool.Buffer, off, n int, access Access, granted int) (RemoteRegion, error) {
+// expose registers n bytes of pb at off for the peer. A grant (granted >
+// 0) owns pb outright and ends after life (0: never).
+func (c *Conn) expose(pb *pool.Buffer, off, n int, access Access, granted int, life time.Duration) (RemoteRegion, error) {
 	if access == 0 || access&^(RemoteRead|RemoteWrite|RemoteAtomic) != 0 {
 		return RemoteRegion{}, fmt.Errorf("rdma: expose with access %v: %w: want RemoteRead, RemoteWrite and/or RemoteAtomic", access, ErrInvalid)
 	}
@@ -61,6 +78,7 @@ func (c *Conn) expose(pb *pool.Buffer, off, n int, access Access, granted int) (
 		return RemoteRegion{}, fmt.Errorf("rdma: expose %d bytes: %w", n, err)
 	}
 	r := RemoteRegion{Addr: mr.Addr(), Len: n, RKey: mr.RKey()}
+	x := &exposure{mr: mr, pb: pb, granted: granted}
 	c.emu.Lock()
 	if c.closing.Load() {
 		c.emu.Unlock()
@@ -68,235 +86,269 @@ func (c *Conn) expose(pb *pool.Buffer, off, n int, access Access, granted int) (
 		pb.Unref()
 		return RemoteRegion{}, c.closedErr()
 	}
-	c.exposed[r.RKey] = &exposure{mr: mr, pb: pb, granted: granted}
+	c.exposed[r.RKey] = x
+	if life > 0 {
+		x.expiry = time.AfterFunc(life, func() { c.Revoke(context.Background(), r) })
+	}
 	c.emu.Unlock()
 	return r, nil
 }
 
-// Revoke ends an exposure made by Expose: the memory is deregistered and
-// any later access by the peer fails with a remote access error. An
-// access the peer has in flight when Revoke runs either completes before
-// or fails; it never reaches memory that went back to the pool, because
-// the exposure keeps its buffer referenced until the deregistration.
-func (c *Conn) Revoke(r RemoteRegion) error {
+// Revoke ends an exposure, made by Expose or for the peer's
+// RequestRegion, in order: the peer is told, posts no new access to the
+// region (those fail there with ErrRegionRevoked), and answers once the
+// accesses it had in flight have completed; only then is the memory
+// deregistered. A peer that does not answer within 5 s is cut off (the
+// connection fails) and the memory is deregistered then. When ctx ends
+// first Revoke returns ctx.Err() and the revoke goes on without it.
+//
+// At most 64 revokes of one connection are in flight at once; more wait
+// for room. On connections set up through rdma_cm, which have no control
+// channel to ask the peer, Revoke works as RevokeNow.
+func (c *Conn) Revoke(ctx context.Context, r RemoteRegion) error {
+	if c.ctrl == nil {
+		return c.RevokeNow(r)
+	}
 	c.emu.Lock()
 	x, ok := c.exposed[r.RKey]
+	if !ok {
+		c.emu.Unlock()
+		return fmt.Errorf("rdma: revoke %v: %w: not exposed on this connection", r, ErrInvalid)
+	}
+	if x.revoke != nil { // under way already: wait for it
+		rv := x.revoke
+		c.emu.Unlock()
+		return c.waitRevoke(ctx, rv)
+	}
+	rv := &revocation{done: make(chan struct{})}
+	x.revoke = rv
+	if x.expiry != nil {
+		x.expiry.Stop()
+	}
+	c.emu.Unlock()
+
+	select {
+	case c.revokeSlots <- struct{}{}:
+	case <-c.ctx.Done():
+		// The connection failed: no access of the peer's can come.
+		c.finishRevoke(r.RKey, nil)
+		return c.waitRevoke(ctx, rv)
+	case <-ctx.Done():
+		// Not asked yet: give the turn up and revoke at once would
+		// break the peer; wait for a slot in the background instead.
+		go func() {
+			select {
+			case c.revokeSlots <- struct{}{}:
+				c.askRevoke(r.RKey, rv)
+			case <-c.ctx.Done():
+				c.finishRevoke(r.RKey, nil)
+			}
+		}()
+		return ctx.Err()
+	}
+	c.askRevoke(r.RKey, rv)
+	return c.waitRevoke(ctx, rv)
+}
+
+// askRevoke sends the revoke and arms its bound. The caller holds a
+// revoke slot, which finishRevoke gives back.
+func (c *Conn) askRevoke(rkey uint32, rv *revocation) {
+	c.emu.Lock()
+	rv.bound = time.AfterFunc(revokeBound, func() {
+		err := fmt.Errorf("rdma: peer %v did not answer the revoke of rkey %#x within %v: %w: cut off", c.remote, rkey, revokeBound, ErrProtocol)
+		c.fail(err)
+		c.finishRevoke(rkey, err)
+	})
+	c.emu.Unlock()
+	if err := c.writeControl(ctrlRevoke, binary.BigEndian.AppendUint32(nil, rkey)); err != nil {
+		// The connection failed: no access of the peer's can come.
+		c.finishRevoke(rkey, nil)
+	}
+}
+
+func (c *Conn) waitRevoke(ctx context.Context, rv *revocation) error {
+	select {
+	case <-rv.done:
+		return rv.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// onRevoked: the peer answered our revoke; nothing of its reaches the
+// region any more.
+func (c *Conn) onRevoked(rkey uint32) {
+	c.emu.Lock()
+	x, ok := c.exposed[rkey]
+	asked := ok && x.revoke != nil && x.revoke.bound != nil
+	c.emu.Unlock()
+	if !asked {
+		c.protocolErr("answered a revoke of rkey %#x that was not asked", rkey)
+		return
+	}
+	c.finishRevoke(rkey, nil)
+}
+
+// finishRevoke deregisters an exposure whose revoke may complete: the
+// peer answered, or can no longer reach it. It runs once per exposure.
+func (c *Conn) finishRevoke(rkey uint32, err error) {
+	c.emu.Lock()
+	x, ok := c.exposed[rkey]
+	if !ok || x.revoke == nil {
+		c.emu.Unlock()
+		return
+	}
+	delete(c.exposed, rkey)
+	c.granted -= x.granted
+	if x.granted > 0 {
+		c.grants--
+	}
+	rv := x.revoke
+	asked := rv.bound != nil
+	if asked {
+		rv.bound.Stop()
+	}
+	c.emu.Unlock()
+	rv.err = errors.Join(err, c.unexpose(x))
+	if asked {
+		<-c.revokeSlots
+	}
+	close(rv.done)
+}
+
+// unexpose deregisters x and returns its memory.
+func (c *Conn) unexpose(x *exposure) error {
+	if x.expiry != nil {
+		x.expiry.Stop()
+	}
+	err := x.mr.Close()
+	x.pb.Unref()
+	if x.granted > 0 {
+		x.pb.Release() // granted memory is ours alone
+	}
+	return err
+}
+
+// RevokeNow ends an exposure at once, for emergencies: the memory is
+// deregistered before the peer hears of it, so an access the peer has in
+// flight, or posts next, fails with a remote access error, and that
+// breaks the peer's connection (and so this one). The memory itself is
+// safe: it stays out of the pool until the deregistration is done. Use
+// Revoke to end an exposure without breaking the connection.
+func (c *Conn) RevokeNow(r RemoteRegion) error {
+	c.emu.Lock()
+	x, ok := c.exposed[r.RKey]
+	if ok && x.revoke != nil {
+		// An orderly revoke is under way: finish it now.
+		c.emu.Unlock()
+		c.finishRevoke(r.RKey, nil)
+		return nil
+	}
 	if ok {
 		delete(c.exposed, r.RKey)
 		c.granted -= x.granted
+		if x.granted > 0 {
+			c.grants--
+		}
 	}
 	c.emu.Unlock()
 	if !ok {
 		return fmt.Errorf("rdma: revoke %v: %w: not exposed on this connection", r, ErrInvalid)
 	}
-	err := x.mr.Close()
-	x.pb.Unref()
-	if x.granted > 0 {
-		x.pb.Release()
-	}
-	return err
+	return c.unexpose(x)
 }
 
-// SendRegion hands r to the peer, whose RecvRegion returns it.
-func (c *Conn) SendRegion(ctx context.Context, r RemoteRegion) error {
-	return c.control(ctx, ctrlRegion, r.appendTo(nil))
-}
-
-// RecvRegion waits for a region the peer sends with SendRegion.
-func (c *Conn) RecvRegion(ctx context.Context) (RemoteRegion, error) {
-	if c.ctrl == nil {
-		return RemoteRegion{}, errNoControl
-	}
-	select {
-	case r, ok := <-c.regions:
-		if !ok {
-			return RemoteRegion{}, c.closedErr()
-		}
-		return r, nil
-	case <-ctx.Done():
-		return RemoteRegion{}, ctx.Err()
-	}
-}
-
-// RequestRegion asks the peer to allocate size bytes and expose them to
-// us with access. The peer decides (see WithRegionLimit); a refusal gives
-// an error wrapping ErrRegionRefused. The region lives until the
-// connection closes or ReleaseRegion.
-func (c *Conn) RequestRegion(ctx context.Context, size int, access Access) (RemoteRegion, error) {
-	if size <= 0 || access == 0 || access&^(RemoteRead|RemoteWrite|RemoteAtomic) != 0 {
-		return RemoteRegion{}, fmt.Errorf("rdma: request region of %d bytes, access %v: %w", size, access, ErrInvalid)
-	}
-	if c.ctrl == nil {
-		return RemoteRegion{}, errNoControl
-	}
-	ch := make(chan regionAnswer, 1)
-	c.emu.Lock()
-	if c.err() != nil {
-		c.emu.Unlock()
-		return RemoteRegion{}, c.closedErr()
-	}
-	c.nextReq++
-	id := c.nextReq
-	c.requests[id] = ch
-	c.emu.Unlock()
-	p := binary.BigEndian.AppendUint32(nil, id)
-	p = binary.BigEndian.AppendUint64(p, uint64(size))
-	p = binary.BigEndian.AppendUint32(p, uint32(access))
-	if err := c.control(ctx, ctrlRequest, p); err != nil {
-		c.forget(id)
-		return RemoteRegion{}, err
-	}
-	select {
-	case a := <-ch:
-		return a.r, a.err
-	case <-ctx.Done():
-		// A late grant finds no request and is handed back to the peer.
-		c.forget(id)
-		return RemoteRegion{}, ctx.Err()
-	}
-}
-
-// ReleaseRegion tells the peer that a region it granted to RequestRegion
-// is no longer needed, so it can revoke it and free the memory.
-func (c *Conn) ReleaseRegion(ctx context.Context, r RemoteRegion) error {
-	return c.control(ctx, ctrlFree, binary.BigEndian.AppendUint32(nil, r.RKey))
-}
-
-func (c *Conn) forget(id uint32) {
-	c.emu.Lock()
-	delete(c.requests, id)
-	c.emu.Unlock()
-}
-
-// control writes one control frame, bounded by ctx.
-func (c *Conn) control(ctx context.Context, typ byte, p []byte) error {
-	if c.ctrl == nil {
-		return errNoControl
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if c.err() != nil {
-		return c.closedErr()
-	}
-	c.ctrlMu.Lock()
-	defer c.ctrlMu.Unlock()
-	// Frames are tiny, so the socket buffer takes them at once; a write
-	// that times out means a stuck peer, and a frame cut in half would
-	// corrupt the channel, so a failed write fails the connection.
-	c.ctrl.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if err := writeFrame(c.ctrl, typ, p); err != nil {
-		if c.err() != nil {
-			return c.closedErr()
-		}
-		err = fmt.Errorf("rdma: control channel: %w", err)
-		c.fail(err)
-		return err
-	}
-	return nil
-}
-
-// readControl serves the control channel until it closes. The end of the
-// channel is the end of the connection: a peer that exits, even when
-// killed, closes its socket, and this side then fails every pending
-// operation instead of waiting for transport timeouts.
-func (c *Conn) readControl(r *bufio.Reader) {
-	defer close(c.ctrlDone)
-	defer close(c.regions)
-	buf := make([]byte, maxCtrl)
-	for {
-		typ, p, err := readFrame(r, buf)
-		if err != nil {
-			if c.closing.Load() {
-				return
-			}
-			if errors.Is(err, io.EOF) {
-				err = ErrPeerClosed
-			}
-			c.fail(fmt.Errorf("rdma: peer %v: %w", c.remote, err))
-			return
-		}
-		switch typ {
-		case ctrlRegion:
-			var reg RemoteRegion
-			if reg.UnmarshalBinary(p) == nil {
-				select {
-				case c.regions <- reg:
-				case <-c.ctx.Done():
-				}
-			}
-		case ctrlRequest:
-			if len(p) == 16 {
-				go c.grant(binary.BigEndian.Uint32(p), binary.BigEndian.Uint64(p[4:]), Access(binary.BigEndian.Uint32(p[12:])))
-			}
-		case ctrlGrant, ctrlDeny:
-			c.answer(typ, p)
-		case ctrlFree:
-			if len(p) == 4 {
-				c.Revoke(RemoteRegion{RKey: binary.BigEndian.Uint32(p)})
-			}
-		case ctrlClose:
-			c.fail(fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerClosed))
-		}
-	}
-}
-
-// grant serves a peer's RequestRegion.
-func (c *Conn) grant(id uint32, size uint64, access Access) {
-	reply := func(typ byte, p []byte) {
-		c.control(context.Background(), typ, append(binary.BigEndian.AppendUint32(nil, id), p...))
-	}
-	deny := func(why string) { reply(ctrlDeny, []byte(why)) }
-	if access == 0 || access&^(RemoteRead|RemoteWrite|RemoteAtomic) != 0 || size == 0 {
-		deny(fmt.Sprintf("bad request: %d bytes, access %v", size, access))
+// onRevoke: the peer revokes one of its regions. New accesses to it fail
+// from now on; the answer goes out once the accesses in flight are done
+// (fence). A peer may have at most maxRevokes revokes unanswered.
+func (c *Conn) onRevoke(rkey uint32) {
+	if c.ignoreRevokes.Load() {
 		return
 	}
+	c.postMu.Lock()
+	c.addRevoked(rkey)
+	c.postMu.Unlock()
 	c.emu.Lock()
-	limit := c.eng.cfg.maxExpose
-	if size > uint64(limit-c.granted) {
+	if len(c.revokeAcks) >= maxRevokes {
 		c.emu.Unlock()
-		deny(fmt.Sprintf("%d bytes would pass the peer's region limit of %d bytes (%d granted)", size, limit, c.granted))
+		c.protocolErr("more than %d revokes unanswered", maxRevokes)
 		return
 	}
-	c.granted += int(size)
+	c.revokeAcks = append(c.revokeAcks, rkey)
+	start := !c.fencing
+	c.fencing = true
 	c.emu.Unlock()
-	pb, err := c.eng.pool.Get(int(size))
+	if start {
+		c.later(c.fence)
+	}
+}
+
+// fence waits until every WR posted before it has completed (it takes
+// and gives back every send credit, bounded by revokeBound), then
+// answers the revokes that were waiting for it.
+func (c *Conn) fence() {
+	ctx, cancel := context.WithTimeout(c.ctx, revokeBound)
+	err := c.acquire(ctx, int64(c.eng.cfg.sqDepth))
+	cancel()
 	if err == nil {
-		var r RemoteRegion
-		if r, err = c.expose(pb, 0, int(size), access, int(size)); err == nil {
-			reply(ctrlGrant, r.appendTo(nil))
+		c.sq.Release(int64(c.eng.cfg.sqDepth))
+	}
+	c.emu.Lock()
+	acks := c.revokeAcks
+	c.revokeAcks = nil
+	c.fencing = false
+	c.emu.Unlock()
+	if err != nil {
+		return // failed or closing: the peer learns that from the connection
+	}
+	for _, rkey := range acks {
+		if c.writeControl(ctrlRevoked, binary.BigEndian.AppendUint32(nil, rkey)) != nil {
 			return
 		}
-		pb.Release()
 	}
-	c.emu.Lock()
-	c.granted -= int(size)
-	c.emu.Unlock()
-	deny(err.Error())
 }
 
-// answer hands a grant or denial to the waiting RequestRegion; a grant
-// nobody waits for any more is handed back.
-func (c *Conn) answer(typ byte, p []byte) {
-	if len(p) < 4 {
+// maxRevokedKeys bounds the revoked rkeys a connection remembers, to
+// refuse accesses to them locally.
+const maxRevokedKeys = 1024
+
+// addRevoked records a revoked rkey. Caller holds postMu.
+func (c *Conn) addRevoked(rkey uint32) {
+	if c.revoked == nil {
+		c.revoked = map[uint32]struct{}{}
+	}
+	if _, ok := c.revoked[rkey]; ok {
 		return
 	}
-	id := binary.BigEndian.Uint32(p)
-	var a regionAnswer
-	if typ == ctrlGrant {
-		if err := a.r.UnmarshalBinary(p[4:]); err != nil {
-			a.err = err
+	if len(c.revokedFIFO) >= maxRevokedKeys {
+		delete(c.revoked, c.revokedFIFO[0])
+		c.revokedFIFO = c.revokedFIFO[1:]
+	}
+	c.revoked[rkey] = struct{}{}
+	c.revokedFIFO = append(c.revokedFIFO, rkey)
+}
+
+// forgetRevoked: the peer hands out rkey again (the device reused it for
+// new memory), so accesses to it are good again.
+func (c *Conn) forgetRevoked(rkey uint32) {
+	c.postMu.Lock()
+	if _, ok := c.revoked[rkey]; ok {
+		delete(c.revoked, rkey)
+		for i, k := range c.revokedFIFO {
+			if k == rkey {
+				c.revokedFIFO = append(c.revokedFIFO[:i], c.revokedFIFO[i+1:]...)
+				break
+			}
 		}
-	} else {
-		a.err = fmt.Errorf("rdma: %w: %s", ErrRegionRefused, p[4:])
 	}
-	c.emu.Lock()
-	ch, ok := c.requests[id]
-	delete(c.requests, id)
-	c.emu.Unlock()
-	if ok {
-		ch <- a
-	} else if typ == ctrlGrant && a.err == nil {
-		go c.ReleaseRegion(context.Background(), a.r)
+	c.postMu.Unlock()
+}
+
+// isRevoked reports whether the peer revoked rkey. Caller holds postMu.
+func (c *Conn) isRevoked(rkey uint32) bool {
+	if len(c.revoked) == 0 {
+		return false
 	}
+	_, ok := c.revoked[rkey]
+	return ok
 }

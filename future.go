@@ -17,6 +17,7 @@ import (
 type Future struct {
 	state atomic.Uint32  // 0 pending, 1 resolved
 	drv   *poller.Poller // set when the connection's poller is Busy: Wait drives it
+	recv  *Conn          // a Recv waiting for a message, which Cancel may withdraw
 
 	mu     sync.Mutex
 	done   chan struct{} // made on demand by Done
@@ -119,6 +120,28 @@ func (f *Future) Wait(ctx context.Context) error {
 		wakePool.Put(w)
 		return ctx.Err()
 	}
+}
+
+// Cancel withdraws a Recv that has not matched a message yet: it takes
+// no message from then on, and the future resolves with an error
+// wrapping context.Canceled. Cancel reports whether it withdrew the
+// Recv. It returns false, and changes nothing, when the Recv has matched
+// a message already (the future then resolves, if it has not yet, with
+// that message: take and Release its Buffer) and for every other
+// operation: a posted work request cannot be withdrawn.
+//
+// A Wait that returns because its context ended does not withdraw the
+// Recv; call Cancel then, or the Recv takes the next message:
+//
+//	f := c.Recv()
+//	if err := f.Wait(ctx); err != nil && !f.Cancel() {
+//		f.Wait(context.Background()) // matched as ctx ended: the message is in f
+//	}
+func (f *Future) Cancel() bool {
+	if f.recv == nil || f.state.Load() == 1 {
+		return false
+	}
+	return f.recv.withdraw(f)
 }
 
 // wakePool holds one-slot channels for Wait.

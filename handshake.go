@@ -2,10 +2,13 @@ package rdma
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"time"
 
 	"github.com/go-rdma/rdma/internal/verbs"
 )
@@ -19,7 +22,7 @@ import (
 
 const (
 	handshakeMagic   = "GO-RDMA\x00"
-	handshakeVersion = 1
+	handshakeVersion = 2
 	maxReason        = 512
 )
 
@@ -120,4 +123,169 @@ func readAnswer(r *bufio.Reader) (*hello, error) {
 		return nil, fmt.Errorf("%w: %s", ErrRefused, reason)
 	}
 	return nil, fmt.Errorf("%w: unknown handshake answer %#x", ErrNotRDMA, kind)
+}
+
+// dialHandshake is Dial's side of the handshake over tc: its queue pair
+// exists before its hello, which names it. It closes tc on failure.
+func dialHandshake(ctx context.Context, eng *engine, tc net.Conn) (*Conn, error) {
+	release := bound(ctx, tc, eng.cfg.setup)
+	defer release()
+	c, err := newConn(eng, tc.LocalAddr(), tc.RemoteAddr())
+	if err != nil {
+		tc.Close()
+		return nil, err
+	}
+	c.ctrl = tc
+	me, err := c.prepare()
+	if err == nil {
+		err = writeHello(tc, &me)
+	}
+	br := bufio.NewReaderSize(tc, ctrlReadBuffer)
+	var peer *hello
+	if err == nil {
+		peer, err = readAnswer(br)
+	}
+	if err == nil && providerName(peer.Provider) != eng.prov.Name() {
+		err = fmt.Errorf("%w: peer uses provider %q, this side %q", ErrRefused, providerName(peer.Provider), eng.prov.Name())
+	}
+	if err == nil {
+		err = c.connect(br, &me, peer, release)
+	}
+	if err != nil {
+		c.abort()
+		return nil, err
+	}
+	return c, nil
+}
+
+// ctrlReadBuffer is the size of the buffered reader of a connection's
+// TCP socket: hellos and control frames are small.
+const ctrlReadBuffer = 512
+
+// readPeerHello is the listener's first step: it reads and checks the
+// dialer's hello, and refuses (telling the dialer why) a hello it cannot
+// serve. Nothing costly exists yet: no queue pair, no receive, no
+// registered memory.
+func readPeerHello(eng *engine, tc net.Conn, br *bufio.Reader) (*hello, error) {
+	peer, err := readHello(br)
+	if err == nil && providerName(peer.Provider) != eng.prov.Name() {
+		err = fmt.Errorf("%w: peer uses provider %q, this side %q", ErrRefused, providerName(peer.Provider), eng.prov.Name())
+	}
+	if err != nil {
+		writeRefusal(tc, err.Error())
+		return nil, err
+	}
+	return peer, nil
+}
+
+// acceptConn is the listener's side after a valid hello: it makes the
+// connection and answers. A failure here is sent to the dialer as a
+// refusal, so it learns why instead of seeing the socket close. It
+// closes tc on failure.
+func acceptConn(eng *engine, tc net.Conn, br *bufio.Reader, peer *hello, release func() bool) (*Conn, error) {
+	c, err := newConn(eng, tc.LocalAddr(), tc.RemoteAddr())
+	if err != nil {
+		writeRefusal(tc, err.Error())
+		tc.Close()
+		return nil, err
+	}
+	c.ctrl = tc
+	me, err := c.prepare()
+	if err != nil {
+		writeRefusal(tc, err.Error())
+		c.abort()
+		return nil, err
+	}
+	_, err = tc.Write([]byte{answerAccept})
+	if err == nil {
+		err = writeHello(tc, &me)
+	}
+	if err == nil {
+		err = c.connect(br, &me, peer, release)
+	}
+	if err != nil {
+		c.abort()
+		return nil, err
+	}
+	return c, nil
+}
+
+// bound limits the handshake on tc to d and to ctx. release lifts both;
+// it reports false if ctx ended first (tc then stays bounded, so that its
+// reads fail). Calling it again does nothing.
+func bound(ctx context.Context, tc net.Conn, d time.Duration) (release func() bool) {
+	deadline := time.Now().Add(d)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	tc.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { tc.SetDeadline(time.Unix(1, 0)) })
+	var done, ok bool
+	return func() bool {
+		if !done {
+			done, ok = true, stop()
+			if ok {
+				tc.SetDeadline(time.Time{})
+			}
+		}
+		return ok
+	}
+}
+
+// prepare moves the new QP to INIT, posts its receives and returns the
+// hello that describes it.
+func (c *Conn) prepare() (hello, error) {
+	eng, cfg := c.eng, c.eng.cfg
+	if err := c.qp.ToInit(verbs.InitAttr{Port: eng.port.Port, Access: RemoteRead | RemoteWrite | RemoteAtomic}); err != nil {
+		return hello{}, err
+	}
+	if err := c.postReceives(); err != nil {
+		return hello{}, err
+	}
+	gid, err := eng.gidFor(addrIP(c.ctrl.LocalAddr()))
+	if err != nil {
+		return hello{}, err
+	}
+	c.gidIndex = uint8(gid.Index)
+	me := hello{QPN: c.qp.QPN(), PSN: randPSN(), LID: eng.port.LID, MTU: uint8(eng.port.ActiveMTU), GID: gid.GID,
+		RecvDepth: uint32(cfg.rqDepth), MaxMsg: uint32(cfg.maxMsg)}
+	if me.MTU == 0 {
+		me.MTU = uint8(verbs.MTU1024)
+	}
+	copy(me.Provider[:], eng.prov.Name())
+	return me, nil
+}
+
+// connect moves the QP to RTS towards peer, then both sides send one
+// ready byte, so neither sends before the other's receives are posted;
+// then the control channel starts.
+func (c *Conn) connect(br *bufio.Reader, me, peer *hello, release func() bool) error {
+	eng := c.eng
+	c.peer = *peer
+	mtu := verbs.MTU(min(me.MTU, peer.MTU))
+	if err := c.qp.ToRTR(verbs.RTRAttr{PathMTU: mtu, DestQPN: peer.QPN, RQPSN: peer.PSN,
+		Dest: verbs.Address{Port: eng.port.Port, LID: peer.LID, GID: peer.GID, SGIDIndex: c.gidIndex}, MinRNRTimer: 12}); err != nil {
+		return err
+	}
+	if err := c.qp.ToRTS(verbs.RTSAttr{SQPSN: me.PSN, Timeout: 14, RetryCount: 7, RNRRetry: 7}); err != nil {
+		return err
+	}
+	var ready [1]byte
+	if _, err := c.ctrl.Write(ready[:]); err != nil {
+		return err
+	}
+	if _, err := io.ReadFull(br, ready[:]); err != nil {
+		return fmt.Errorf("%w: no ready from peer: %v", ErrNotRDMA, err)
+	}
+	if !release() {
+		return fmt.Errorf("rdma: handshake with %v: %w", c.remote, context.Canceled)
+	}
+	go c.readControl(br)
+	return nil
+}
+
+// abort tears down a connection whose handshake failed.
+func (c *Conn) abort() {
+	close(c.ctrlDone)
+	c.teardown()
 }

@@ -1,6 +1,8 @@
 package rdma
 
 import (
+	"bufio"
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -24,14 +26,23 @@ type Listener struct {
 	stop context.CancelFunc
 
 	conns     chan *Conn
+	hmu       sync.Mutex
+	hellos    list.List // accepted sockets waiting for their hello
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// maxHandshakes bounds the handshakes a Listener runs at once, so slow or
-// hostile peers cannot make it spawn without bound.
+// maxHandshakes bounds the connections a Listener sets up at once, after
+// their hello: each holds a queue pair and its receives until the dialer
+// finishes (bounded by WithHandshakeTimeout).
 const maxHandshakes = 64
+
+// maxHellos bounds the accepted sockets waiting for their hello; each
+// costs a goroutine and a file descriptor, nothing more. Past the bound
+// the one that has waited longest is dropped: a dialer sends its hello at
+// once, so idle sockets cannot keep a real client out.
+const maxHellos = 1024
 
 // Listen listens for RDMA connections on address ("host:port") over
 // network "rdma". The handshake with each peer runs in the background;
@@ -75,7 +86,7 @@ func (l *Listener) Provider() string { return l.eng.prov.Name() }
 
 func (l *Listener) acceptLoop() {
 	defer l.wg.Done()
-	sem := make(chan struct{}, maxHandshakes)
+	slots := make(chan struct{}, maxHandshakes)
 	for {
 		tc, err := l.ln.Accept()
 		if err != nil {
@@ -88,26 +99,58 @@ func (l *Listener) acceptLoop() {
 			}
 			return
 		}
-		select {
-		case sem <- struct{}{}:
-		case <-l.ctx.Done():
-			tc.Close()
-			return
-		}
+		e := l.waitHello(tc)
 		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			defer func() { <-sem }()
-			c, err := handshake(l.ctx, l.eng, tc, false)
-			if err != nil {
-				return // the peer got the reason; the listener goes on
-			}
-			select {
-			case l.conns <- c:
-			case <-l.ctx.Done():
-				c.Close()
-			}
-		}()
+		go l.serve(tc, e, slots)
+	}
+}
+
+// waitHello adds tc to the sockets waiting for their hello, dropping the
+// oldest when there are maxHellos.
+func (l *Listener) waitHello(tc net.Conn) *list.Element {
+	l.hmu.Lock()
+	defer l.hmu.Unlock()
+	if l.hellos.Len() >= maxHellos {
+		old := l.hellos.Remove(l.hellos.Front()).(net.Conn)
+		old.Close()
+	}
+	return l.hellos.PushBack(tc)
+}
+
+// serve runs the listener's side of one handshake: the hello first, with
+// nothing made for the peer; then, in one of maxHandshakes slots, the
+// connection.
+func (l *Listener) serve(tc net.Conn, e *list.Element, slots chan struct{}) {
+	defer l.wg.Done()
+	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.setup)
+	defer cancel()
+	release := bound(ctx, tc, l.cfg.setup)
+	defer release()
+	br := bufio.NewReaderSize(tc, ctrlReadBuffer)
+	peer, err := readPeerHello(l.eng, tc, br)
+	l.hmu.Lock()
+	l.hellos.Remove(e) // a no-op if it was dropped
+	l.hmu.Unlock()
+	if err != nil {
+		tc.Close()
+		return
+	}
+	select {
+	case slots <- struct{}{}:
+	case <-ctx.Done():
+		writeRefusal(tc, "the listener is busy setting up other connections")
+		tc.Close()
+		return
+	}
+	c, err := acceptConn(l.eng, tc, br, peer, release)
+	<-slots
+	if err != nil {
+		return // the peer got the reason; the listener goes on
+	}
+	select {
+	case l.conns <- c:
+	case <-l.ctx.Done():
+		c.Close()
 	}
 }
 

@@ -82,7 +82,7 @@ type config struct {
 	maxPool    int64
 	setup      time.Duration // bound on the handshake
 	maxExpose  int           // bytes a peer may RequestRegion in total
-	exposeLife time.Duration // lifetime of exposures made for RequestRegion
+	regionLife time.Duration // longest life of a region granted to RequestRegion
 	cm         bool          // set connections up through rdma_cm
 	threadLock poller.ThreadLock
 	spin       time.Duration // Adaptive pollers' spin; 0: the provider's default
@@ -95,9 +95,9 @@ func defaultConfig() config {
 		sqDepth:    128,
 		rqDepth:    64,
 		maxMsg:     64 << 10,
-		setup:      30 * time.Second,
+		setup:      defaultHandshakeTimeout,
 		maxExpose:  64 << 20,
-		exposeLife: 0,
+		regionLife: 10 * time.Minute,
 	}
 	if c.provider == "" {
 		c.provider = ProviderAuto
@@ -105,6 +105,7 @@ func defaultConfig() config {
 	return c
 }
 
+// apply applies opts and checks the result (config.check).
 func (c *config) apply(opts []Option) error {
 	for _, o := range opts {
 		if o == nil {
@@ -114,7 +115,7 @@ func (c *config) apply(opts []Option) error {
 			return err
 		}
 	}
-	return nil
+	return c.check()
 }
 
 // WithProvider chooses the provider: "auto" (verbs where a usable device
@@ -250,6 +251,42 @@ func WithRegionLimit(bytes int) Option {
 			return fmt.Errorf("rdma: %w: region limit %d", ErrInvalid, bytes)
 		}
 		c.maxExpose = bytes
+		return nil
+	}
+}
+
+// WithRegionLifetime sets the longest life of a region this side grants
+// to the peer's RequestRegion (default 10 minutes); a request may ask for
+// less (RegionLifetime). When it ends the region is revoked in order
+// (Conn.Revoke) and the peer's accesses to it fail with
+// ErrRegionRevoked.
+func WithRegionLifetime(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("rdma: %w: region lifetime %v (want > 0)", ErrInvalid, d)
+		}
+		c.regionLife = d
+		return nil
+	}
+}
+
+// defaultHandshakeTimeout is the handshake's bound without
+// WithHandshakeTimeout.
+const defaultHandshakeTimeout = 10 * time.Second
+
+// WithHandshakeTimeout bounds go-rdma's handshake (default 10 s): on a
+// Listener, the time an accepted socket has to send a valid hello and
+// finish setting its connection up; on Dial, the time the listener has
+// to answer (the dial's context may end it sooner). A socket that says
+// nothing costs the listener a goroutine and a file descriptor until
+// then, and nothing else: the queue pair and its receives are made only
+// after a valid hello.
+func WithHandshakeTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("rdma: %w: handshake timeout %v (want > 0)", ErrInvalid, d)
+		}
+		c.setup = d
 		return nil
 	}
 }

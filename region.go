@@ -1,6 +1,7 @@
 package rdma
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 
@@ -65,4 +66,64 @@ func (r RemoteRegion) Slice(off, n int) (RemoteRegion, error) {
 
 func (r RemoteRegion) String() string {
 	return fmt.Sprintf("remote[%#x+%d rkey %#x]", r.Addr, r.Len, r.RKey)
+}
+
+// SendRegion hands r to the peer, whose RecvRegion returns it. At most
+// 16 regions may wait for the peer's RecvRegion at once; past that
+// SendRegion waits, until ctx ends, for the peer to take one.
+func (c *Conn) SendRegion(ctx context.Context, r RemoteRegion) error {
+	if c.ctrl == nil {
+		return errNoControl
+	}
+	select {
+	case c.regionSlots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.ctx.Done():
+		return c.closedErr()
+	}
+	if err := c.control(ctx, ctrlRegion, r.appendTo(nil)); err != nil {
+		<-c.regionSlots
+		return err
+	}
+	return nil
+}
+
+// RecvRegion waits for a region the peer sends with SendRegion.
+func (c *Conn) RecvRegion(ctx context.Context) (RemoteRegion, error) {
+	if c.ctrl == nil {
+		return RemoteRegion{}, errNoControl
+	}
+	var r RemoteRegion
+	select {
+	case r = <-c.regions:
+	case <-ctx.Done():
+		return RemoteRegion{}, ctx.Err()
+	case <-c.ctx.Done():
+		select {
+		case r = <-c.regions: // sent before the end: still ours
+		default:
+			return RemoteRegion{}, c.closedErr()
+		}
+	}
+	// The peer may send another; a failed write has failed the
+	// connection, and the region is still good to return.
+	c.writeControl(ctrlTaken, nil)
+	return r, nil
+}
+
+// onRegion queues a region the peer sent. The peer has a credit for
+// each (see SendRegion), so a full queue means it sent past them.
+func (c *Conn) onRegion(p []byte) {
+	var r RemoteRegion
+	if err := r.UnmarshalBinary(p); err != nil {
+		c.protocolErr("malformed region: %v", err)
+		return
+	}
+	c.forgetRevoked(r.RKey)
+	select {
+	case c.regions <- r:
+	default:
+		c.protocolErr("sent more than %d regions that RecvRegion did not take", maxQueuedRegions)
+	}
 }

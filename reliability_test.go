@@ -92,6 +92,16 @@ func testPeerKilled(t *testing.T, opts []rdma.Option) {
 			t.Fatalf("a future did not resolve within 20 s of the kill")
 		} else if err != nil {
 			failed++
+			// Whatever the first symptom (the socket's end, retries
+			// exceeded, a flush): the peer went away, named, with the
+			// completion's status kept where a completion failed.
+			if !errors.Is(err, rdma.ErrPeerClosed) || !strings.Contains(err.Error(), c.RemoteAddr().String()) {
+				t.Errorf("a future of the dead peer's connection failed with %v, want ErrPeerClosed naming %v", err, c.RemoteAddr())
+			}
+			var ce *rdma.CompletionError
+			if !errors.As(err, &ce) {
+				t.Errorf("%v: no *CompletionError in the chain", err)
+			}
 		}
 	}
 	// The child keeps its default 64 receives posted and consumes none,
@@ -359,7 +369,7 @@ func testBadInput(t *testing.T, opts []rdma.Option) {
 	if _, err := c.Expose(nil, rdma.RemoteRead); !errors.Is(err, rdma.ErrInvalid) {
 		t.Errorf("Expose(nil): %v", err)
 	}
-	if err := c.Revoke(rdma.RemoteRegion{RKey: 12345}); !errors.Is(err, rdma.ErrInvalid) {
+	if err := c.Revoke(context.Background(), rdma.RemoteRegion{RKey: 12345}); !errors.Is(err, rdma.ErrInvalid) {
 		t.Errorf("Revoke of an unknown region: %v", err)
 	}
 	if err := released.Release(); err == nil {

@@ -147,7 +147,7 @@ func run(n, size int) error {
 	}
 	fmt.Printf("request_region: the server granted %v\n", granted)
 
-	if err := server.Revoke(region); err != nil {
+	if err := server.Revoke(ctx, region); err != nil {
 		return err
 	}
 	err = client.Write(src, at).Wait(ctx)

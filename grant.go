@@ -1,0 +1,277 @@
+package rdma
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// ErrRegionRefused means the peer refused a RequestRegion.
+var ErrRegionRefused = errors.New("peer refused the region request")
+
+// request is one RequestRegion waiting for the peer's answer.
+type request struct {
+	ch        chan regionAnswer // buffered: the answer never waits
+	abandoned bool              // the requester gave up: a grant goes back
+}
+
+type regionAnswer struct {
+	r   RemoteRegion
+	err error
+}
+
+// RegionOption configures one RequestRegion.
+type RegionOption func(*regionRequest) error
+
+type regionRequest struct {
+	life time.Duration
+}
+
+// RegionLifetime asks for a region that lives at most d. The peer may
+// shorten it to its own WithRegionLifetime; when it ends the peer
+// revokes the region (Conn.Revoke), and accesses to it from this side
+// fail with ErrRegionRevoked.
+func RegionLifetime(d time.Duration) RegionOption {
+	return func(r *regionRequest) error {
+		if d <= 0 || d > math.MaxUint32*time.Millisecond {
+			return fmt.Errorf("rdma: %w: region lifetime %v (want 1 ms..49 days)", ErrInvalid, d)
+		}
+		r.life = d
+		return nil
+	}
+}
+
+// RequestRegion asks the peer to allocate size bytes, zeroed, and expose
+// them to us with access. The peer decides (see WithRegionLimit); a
+// refusal gives an error wrapping ErrRegionRefused. The region lives
+// until ReleaseRegion, the end of its lifetime (the peer's
+// WithRegionLifetime, or shorter with RegionLifetime) or the end of the
+// connection.
+//
+// At most 16 requests of one connection are in flight at once; more
+// wait for an answer to come back. When ctx ends first RequestRegion
+// returns ctx.Err(), and a grant that comes later is handed back to the
+// peer.
+func (c *Conn) RequestRegion(ctx context.Context, size int, access Access, opts ...RegionOption) (RemoteRegion, error) {
+	if size <= 0 || access == 0 || access&^(RemoteRead|RemoteWrite|RemoteAtomic) != 0 {
+		return RemoteRegion{}, fmt.Errorf("rdma: request region of %d bytes, access %v: %w", size, access, ErrInvalid)
+	}
+	var rr regionRequest
+	for _, o := range opts {
+		if err := o(&rr); err != nil {
+			return RemoteRegion{}, err
+		}
+	}
+	if c.ctrl == nil {
+		return RemoteRegion{}, errNoControl
+	}
+	select {
+	case c.reqSlots <- struct{}{}:
+	case <-ctx.Done():
+		return RemoteRegion{}, ctx.Err()
+	case <-c.ctx.Done():
+		return RemoteRegion{}, c.closedErr()
+	}
+	ch := make(chan regionAnswer, 1)
+	c.emu.Lock()
+	if c.err() != nil {
+		c.emu.Unlock()
+		<-c.reqSlots
+		return RemoteRegion{}, c.closedErr()
+	}
+	c.nextReq++
+	id := c.nextReq
+	c.requests[id] = &request{ch: ch}
+	c.emu.Unlock()
+	p := binary.BigEndian.AppendUint32(nil, id)
+	p = binary.BigEndian.AppendUint64(p, uint64(size))
+	p = binary.BigEndian.AppendUint32(p, uint32(access))
+	p = binary.BigEndian.AppendUint32(p, uint32(rr.life/time.Millisecond))
+	if err := c.control(ctx, ctrlRequest, p); err != nil {
+		c.emu.Lock()
+		_, mine := c.requests[id]
+		delete(c.requests, id)
+		c.emu.Unlock()
+		if mine {
+			<-c.reqSlots
+		}
+		return RemoteRegion{}, err
+	}
+	select {
+	case a := <-ch:
+		return a.r, a.err
+	case <-ctx.Done():
+		c.emu.Lock()
+		rq, waiting := c.requests[id]
+		if waiting {
+			rq.abandoned = true // onAnswer hands a grant back
+		}
+		c.emu.Unlock()
+		if !waiting {
+			// The answer was taken as ctx ended: it is in ch, or
+			// about to be. A grant goes back to the peer.
+			if a := <-ch; a.err == nil {
+				c.ReleaseRegion(context.Background(), a.r)
+			}
+		}
+		return RemoteRegion{}, ctx.Err()
+	}
+}
+
+// ReleaseRegion hands back a region the peer granted to RequestRegion.
+// No access to r is posted after it starts (those fail with
+// ErrRegionRevoked); it waits, until ctx ends, for the accesses in
+// flight to complete and then tells the peer, which frees the memory.
+func (c *Conn) ReleaseRegion(ctx context.Context, r RemoteRegion) error {
+	if c.ctrl == nil {
+		return errNoControl
+	}
+	c.postMu.Lock()
+	c.addRevoked(r.RKey)
+	c.postMu.Unlock()
+	if err := c.acquire(ctx, int64(c.eng.cfg.sqDepth)); err != nil {
+		if c.err() != nil {
+			return c.closedErr()
+		}
+		return err
+	}
+	c.sq.Release(int64(c.eng.cfg.sqDepth))
+	return c.control(ctx, ctrlFree, binary.BigEndian.AppendUint32(nil, r.RKey))
+}
+
+// onRequest queues a peer's RequestRegion for the control worker. A
+// peer may have maxRegionRequests in flight.
+func (c *Conn) onRequest(p []byte) {
+	if len(p) != 20 {
+		c.protocolErr("malformed region request")
+		return
+	}
+	id, size := binary.BigEndian.Uint32(p), binary.BigEndian.Uint64(p[4:])
+	access := Access(binary.BigEndian.Uint32(p[12:]))
+	life := time.Duration(binary.BigEndian.Uint32(p[16:])) * time.Millisecond
+	c.emu.Lock()
+	if c.peerReqs >= maxRegionRequests {
+		c.emu.Unlock()
+		c.protocolErr("more than %d region requests in flight", maxRegionRequests)
+		return
+	}
+	c.peerReqs++
+	c.emu.Unlock()
+	c.later(func() {
+		c.grant(id, size, access, life)
+		c.emu.Lock()
+		c.peerReqs--
+		c.emu.Unlock()
+	})
+}
+
+// grant serves a peer's RequestRegion on the control worker.
+func (c *Conn) grant(id uint32, size uint64, access Access, life time.Duration) {
+	reply := func(typ byte, p []byte) {
+		c.control(context.Background(), typ, append(binary.BigEndian.AppendUint32(nil, id), p...))
+	}
+	deny := func(why string) { reply(ctrlDeny, []byte(why)) }
+	if access == 0 || access&^(RemoteRead|RemoteWrite|RemoteAtomic) != 0 || size == 0 {
+		deny(fmt.Sprintf("bad request: %d bytes, access %v", size, access))
+		return
+	}
+	limit := c.eng.cfg.maxExpose
+	c.emu.Lock()
+	granted, grants := c.granted, c.grants
+	ok := size <= uint64(limit-granted) && grants < maxGrants
+	if ok {
+		c.granted += int(size)
+		c.grants++
+	}
+	c.emu.Unlock()
+	switch {
+	case grants >= maxGrants:
+		deny(fmt.Sprintf("%d regions granted already, the most a connection may hold", grants))
+		return
+	case !ok:
+		deny(fmt.Sprintf("%d bytes would pass the peer's region limit of %d bytes (%d granted)", size, limit, granted))
+		return
+	}
+	if max := c.eng.cfg.regionLife; life == 0 || life > max {
+		life = max
+	}
+	pb, err := c.eng.pool.Get(int(size))
+	if err == nil {
+		var r RemoteRegion
+		if r, err = c.expose(pb, 0, int(size), access, int(size), life); err == nil {
+			reply(ctrlGrant, r.appendTo(nil))
+			return
+		}
+		pb.Release()
+	}
+	c.emu.Lock()
+	c.granted -= int(size)
+	c.grants--
+	c.emu.Unlock()
+	deny(err.Error())
+}
+
+// onAnswer hands a grant or denial to the waiting RequestRegion; a grant
+// nobody waits for any more is handed back.
+func (c *Conn) onAnswer(typ byte, p []byte) {
+	if len(p) < 4 {
+		c.protocolErr("malformed region answer")
+		return
+	}
+	id := binary.BigEndian.Uint32(p)
+	var a regionAnswer
+	if typ == ctrlGrant {
+		if err := a.r.UnmarshalBinary(p[4:]); err != nil {
+			c.protocolErr("malformed grant: %v", err)
+			return
+		}
+		c.forgetRevoked(a.r.RKey)
+	} else {
+		a.err = fmt.Errorf("rdma: peer %v: %w: %s", c.remote, ErrRegionRefused, p[4:])
+	}
+	c.emu.Lock()
+	rq, ok := c.requests[id]
+	delete(c.requests, id)
+	c.emu.Unlock()
+	if !ok {
+		c.protocolErr("answered region request %d, which is not in flight", id)
+		return
+	}
+	<-c.reqSlots
+	if !rq.abandoned {
+		rq.ch <- a
+		return
+	}
+	if typ == ctrlGrant {
+		rkey := a.r.RKey
+		c.later(func() { c.writeControl(ctrlFree, binary.BigEndian.AppendUint32(nil, rkey)) })
+	}
+}
+
+// onFree: the peer hands back a region granted to it; it has no access
+// in flight (ReleaseRegion waits for them). Only a grant can be handed
+// back: memory this side exposed with Expose stays until its Revoke. A
+// release of a region that is gone already (it expired) is no error.
+func (c *Conn) onFree(rkey uint32) {
+	c.emu.Lock()
+	x, ok := c.exposed[rkey]
+	grant := ok && x.granted > 0
+	c.emu.Unlock()
+	if grant {
+		c.RevokeNow(RemoteRegion{RKey: rkey})
+	}
+}
+
+// failRequests answers every RequestRegion in flight with err.
+func (c *Conn) failRequests(err error) {
+	c.emu.Lock()
+	for id, rq := range c.requests {
+		delete(c.requests, id)
+		<-c.reqSlots
+		rq.ch <- regionAnswer{err: err}
+	}
+	c.emu.Unlock()
+}
