@@ -122,6 +122,21 @@ func benchPair(b *testing.B, maxMsg int, extra ...rdma.Option) (c, s *rdma.Conn)
 	return c, s
 }
 
+// BenchmarkAllocRelease: a 64 B buffer from the pool and back, what
+// every Buffer handle costs on its own (the pool, the handle, its GC
+// safety net).
+func BenchmarkAllocRelease(b *testing.B) {
+	c, _ := benchPair(b, 64)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf, err := c.Alloc(64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		buf.Release()
+	}
+}
+
 // BenchmarkWrite: RDMA WRITE through futures, batches and the raw path.
 func BenchmarkWrite(b *testing.B) { benchOneSided(b, false) }
 

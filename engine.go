@@ -261,7 +261,8 @@ func (e *engine) acquire() error {
 
 // release drops a user; the last one tears the engine down. Buffers the
 // application still holds keep the PD and device open until they are
-// released (see pool.Drained).
+// released (see pool.Drained), by Release or, for a handle the
+// application lost, by the Buffer's GC safety net.
 func (e *engine) release() error {
 	e.mu.Lock()
 	e.refs--

@@ -10,13 +10,16 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/internal/leak"
 )
 
 func TestMain(m *testing.M) {
 	if role := os.Getenv("RDMA_TEST_CHILD"); role != "" {
 		os.Exit(child(role))
 	}
-	goleak.VerifyTestMain(m)
+	// A Buffer a test never releases fails the run (exit 99) and is
+	// reported with the place that allocated it.
+	goleak.VerifyTestMain(leak.Checked(m))
 }
 
 // eachProvider runs f as a subtest per provider: "soft" always, "verbs"

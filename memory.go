@@ -2,8 +2,10 @@ package rdma
 
 import (
 	"fmt"
+	"runtime"
 	"sync/atomic"
 
+	"github.com/go-rdma/rdma/internal/leak"
 	"github.com/go-rdma/rdma/pool"
 )
 
@@ -14,14 +16,38 @@ import (
 //
 // A Buffer handle is never reused: after Release every method fails or
 // returns zero, even when the pool has handed the memory to someone else.
+//
+// Release is required. As with an os.File, a Buffer that becomes
+// unreachable without Release is released by the garbage collector some
+// time later, so that a lost handle does not keep its pool, PD and device
+// open for ever; this is a safety net, not a way to manage memory. Keep
+// the handle (not only the slice Bytes returns) until you Release it:
+// once the handle is collected the memory may be handed to someone else.
 type Buffer struct {
-	p atomic.Pointer[pool.Buffer]
+	p       atomic.Pointer[pool.Buffer]
+	cleanup runtime.Cleanup // the safety net; stopped by Release
 }
 
 func newBuffer(pb *pool.Buffer) *Buffer {
 	b := &Buffer{}
-	b.p.Store(pb)
+	b.own(pb)
 	return b
+}
+
+// own makes b the owner of pb and arms the safety net. The cleanup's
+// argument is pb, never b: b must be able to become unreachable.
+func (b *Buffer) own(pb *pool.Buffer) {
+	b.p.Store(pb)
+	leak.Track(pb, 1)
+	b.cleanup = runtime.AddCleanup(b, collected, pb)
+}
+
+// collected is the safety net of a Buffer that became unreachable without
+// Release. The handle still owned pb: Release stops the cleanup before it
+// gives pb back, so pb cannot be another handle's memory by now.
+func collected(pb *pool.Buffer) {
+	leak.Collected(pb)
+	_ = pb.Release()
 }
 
 // Bytes is the buffer's memory, Len bytes long; nil after Release.
@@ -59,6 +85,11 @@ func (b *Buffer) Release() error {
 	if pb == nil {
 		return fmt.Errorf("rdma: buffer: %w", pool.ErrReleased)
 	}
+	// Disarm the safety net before pb can go to another handle. b is
+	// reachable across Stop (KeepAlive), so the cleanup is not queued.
+	b.cleanup.Stop()
+	runtime.KeepAlive(b)
+	leak.Forget(pb)
 	return pb.Release()
 }
 

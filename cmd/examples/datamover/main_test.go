@@ -18,10 +18,11 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/internal/leak"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	goleak.VerifyTestMain(leak.Checked(m),
 		// ants starts a default pool with two housekeeping goroutines when
 		// the package loads; the pools this program makes are released.
 		goleak.IgnoreAnyFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),

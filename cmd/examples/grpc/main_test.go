@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/go-rdma/rdma/internal/leak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(leak.Checked(m)) }
 
 func TestDemo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

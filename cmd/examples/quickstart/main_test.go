@@ -4,9 +4,11 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/go-rdma/rdma/internal/leak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(leak.Checked(m)) }
 
 // Rule: the README's main example runs every operation and succeeds on
 // the provider this machine has (soft where no device exists).
