@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"fmt"
+	"runtime"
 
 	"github.com/go-rdma/rdma/internal/verbs"
 )
@@ -54,6 +55,7 @@ func (b *Batch) addSend(opc verbs.Opcode, src Local, imm uint32) {
 		flags = verbs.SendInline
 	}
 	b.add(err, op{kind: opSend, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Flags: flags, Imm: imm})
+	runtime.KeepAlive(src) // add took the reference: the handle may go now
 }
 
 func (b *Batch) addRDMA(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, imm uint32) {
@@ -68,6 +70,7 @@ func (b *Batch) addRDMA(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, 
 		err = fmt.Errorf("rdma: %v of 0 bytes: %w", opc, ErrInvalid)
 	}
 	b.add(err, op{kind: kind, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Imm: imm, RemoteAddr: r.Addr, RKey: r.RKey})
+	runtime.KeepAlive(l) // add took the reference: the handle may go now
 }
 
 // add records one operation; the first error poisons the batch until

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -311,7 +312,9 @@ func (c *Conn) sendOp(opc verbs.Opcode, b Local, imm uint32) *Future {
 	if n <= c.inline {
 		flags |= verbs.SendInline
 	}
-	return c.post(op{kind: opSend, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Flags: flags, Imm: imm})
+	f := c.post(op{kind: opSend, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Flags: flags, Imm: imm})
+	runtime.KeepAlive(b) // the handle's cleanup must not run before the post took its reference
+	return f
 }
 
 // Write writes the bytes of src to the start of dst in the peer's
@@ -343,7 +346,9 @@ func (c *Conn) rdmaOp(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, im
 	if n == 0 && opc != verbs.OpWriteWithImm {
 		return newResolved(fmt.Errorf("rdma: %v of 0 bytes: %w", opc, ErrInvalid))
 	}
-	return c.post(op{kind: kind, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Flags: verbs.SendSignaled, Imm: imm, RemoteAddr: r.Addr, RKey: r.RKey})
+	f := c.post(op{kind: kind, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Flags: verbs.SendSignaled, Imm: imm, RemoteAddr: r.Addr, RKey: r.RKey})
+	runtime.KeepAlive(l) // the handle's cleanup must not run before the post took its reference
+	return f
 }
 
 // CompareAndSwap sets the 8-byte word at the start of r to new if it

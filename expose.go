@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/go-rdma/rdma/internal/verbs"
@@ -49,7 +50,9 @@ func (c *Conn) Expose(b Local, access Access) (RemoteRegion, error) {
 	if pb.Pool() != c.eng.pool {
 		return RemoteRegion{}, fmt.Errorf("rdma: expose: %w: buffer from another connection's pool", ErrInvalid)
 	}
-	return c.expose(pb, off, n, access, 0, 0)
+	r, err := c.expose(pb, off, n, access, 0, 0)
+	runtime.KeepAlive(b) // expose took the reference: the handle may go now
+	return r, err
 }
 
 // expose registers n bytes of pb at off for the peer. A grant (granted >
