@@ -46,6 +46,7 @@ func Exposed(c *Conn) int {
 // IgnoreRevokes makes c take the peer's revokes without answering, as a
 // hung or hostile peer would.
 func IgnoreRevokes(c *Conn) { c.ignoreRevokes.Store(true) }
+
 // PoolDrained is closed once the pool c shares with its engine (its
 // Listener's, or its own for a dialed Conn) is closed and every slab is
 // freed: then the engine closes the PD and the device context.
