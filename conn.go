@@ -94,6 +94,7 @@ type Conn struct {
 	workers sync.WaitGroup
 
 	peerClosed    atomic.Bool // the peer closed or went away: post nothing more
+	closeHeard    atomic.Bool // the peer's ctrlClose came
 	ignoreRevokes atomic.Bool // tests: play a peer that never answers a revoke
 	quiesceOnce   sync.Once
 	quiesced      bool          // quiesce holds every send credit

@@ -123,7 +123,14 @@ func (c *Conn) writeControl(typ byte, p []byte) error {
 
 // protocolErr cuts the peer off for breaking the control protocol.
 func (c *Conn) protocolErr(format string, args ...any) {
-	c.fail(fmt.Errorf("rdma: peer %v: %w: %s", c.remote, ErrProtocol, fmt.Sprintf(format, args...)))
+	c.cutOff(fmt.Errorf("rdma: peer %v: %w: %s", c.remote, ErrProtocol, fmt.Sprintf(format, args...)))
+}
+
+// cutOff fails the connection and closes its control channel, so the
+// peer sees its connection end too instead of waiting for answers.
+func (c *Conn) cutOff(err error) {
+	c.fail(err)
+	c.ctrl.Close()
 }
 
 // readControl serves the control channel until it closes. It never waits
@@ -200,6 +207,9 @@ func (c *Conn) readControl(r *bufio.Reader) {
 // received before its Close therefore completes here as delivered.
 func (c *Conn) onPeerClose() {
 	c.peerClosed.Store(true)
+	if c.closeHeard.Swap(true) {
+		return // said twice: once is served
+	}
 	c.later(func() {
 		c.quiesce()
 		c.writeControl(ctrlCloseAck, nil)

@@ -159,7 +159,7 @@ func (c *Conn) askRevoke(rkey uint32, rv *revocation) {
 	c.emu.Lock()
 	rv.bound = time.AfterFunc(revokeBound, func() {
 		err := fmt.Errorf("rdma: peer %v did not answer the revoke of rkey %#x within %v: %w: cut off", c.remote, rkey, revokeBound, ErrProtocol)
-		c.fail(err)
+		c.cutOff(err)
 		c.finishRevoke(rkey, err)
 	})
 	c.emu.Unlock()

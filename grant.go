@@ -161,22 +161,22 @@ func (c *Conn) onRequest(p []byte) {
 	c.peerReqs++
 	c.emu.Unlock()
 	c.later(func() {
-		c.grant(id, size, access, life)
+		typ, p := c.grant(size, access, life)
+		// The request is served before the peer can hear it: it may
+		// send its next one as soon as the answer arrives.
 		c.emu.Lock()
 		c.peerReqs--
 		c.emu.Unlock()
+		c.control(context.Background(), typ, append(binary.BigEndian.AppendUint32(nil, id), p...))
 	})
 }
 
-// grant serves a peer's RequestRegion on the control worker.
-func (c *Conn) grant(id uint32, size uint64, access Access, life time.Duration) {
-	reply := func(typ byte, p []byte) {
-		c.control(context.Background(), typ, append(binary.BigEndian.AppendUint32(nil, id), p...))
-	}
-	deny := func(why string) { reply(ctrlDeny, []byte(why)) }
+// grant serves a peer's RequestRegion on the control worker and returns
+// the answer.
+func (c *Conn) grant(size uint64, access Access, life time.Duration) (typ byte, p []byte) {
+	deny := func(why string) (byte, []byte) { return ctrlDeny, []byte(why) }
 	if access == 0 || access&^(RemoteRead|RemoteWrite|RemoteAtomic) != 0 || size == 0 {
-		deny(fmt.Sprintf("bad request: %d bytes, access %v", size, access))
-		return
+		return deny(fmt.Sprintf("bad request: %d bytes, access %v", size, access))
 	}
 	limit := c.eng.cfg.maxExpose
 	c.emu.Lock()
@@ -189,11 +189,9 @@ func (c *Conn) grant(id uint32, size uint64, access Access, life time.Duration) 
 	c.emu.Unlock()
 	switch {
 	case grants >= maxGrants:
-		deny(fmt.Sprintf("%d regions granted already, the most a connection may hold", grants))
-		return
+		return deny(fmt.Sprintf("%d regions granted already, the most a connection may hold", grants))
 	case !ok:
-		deny(fmt.Sprintf("%d bytes would pass the peer's region limit of %d bytes (%d granted)", size, limit, granted))
-		return
+		return deny(fmt.Sprintf("%d bytes would pass the peer's region limit of %d bytes (%d granted)", size, limit, granted))
 	}
 	if max := c.eng.cfg.regionLife; life == 0 || life > max {
 		life = max
@@ -202,8 +200,7 @@ func (c *Conn) grant(id uint32, size uint64, access Access, life time.Duration) 
 	if err == nil {
 		var r RemoteRegion
 		if r, err = c.expose(pb, 0, int(size), access, int(size), life); err == nil {
-			reply(ctrlGrant, r.appendTo(nil))
-			return
+			return ctrlGrant, r.appendTo(nil)
 		}
 		pb.Release()
 	}
@@ -211,7 +208,7 @@ func (c *Conn) grant(id uint32, size uint64, access Access, life time.Duration) 
 	c.granted -= int(size)
 	c.grants--
 	c.emu.Unlock()
-	deny(err.Error())
+	return deny(err.Error())
 }
 
 // onAnswer hands a grant or denial to the waiting RequestRegion; a grant
@@ -246,8 +243,8 @@ func (c *Conn) onAnswer(typ byte, p []byte) {
 		return
 	}
 	if typ == ctrlGrant {
-		rkey := a.r.RKey
-		c.later(func() { c.writeControl(ctrlFree, binary.BigEndian.AppendUint32(nil, rkey)) })
+		// Nobody can have posted an access to it: hand it back now.
+		c.writeControl(ctrlFree, binary.BigEndian.AppendUint32(nil, a.r.RKey))
 	}
 }
 
