@@ -145,8 +145,8 @@ func dialHandshake(ctx context.Context, eng *engine, tc net.Conn) (*Conn, error)
 	if err == nil {
 		peer, err = readAnswer(br)
 	}
-	if err == nil && providerName(peer.Provider) != eng.prov.Name() {
-		err = fmt.Errorf("%w: peer uses provider %q, this side %q", ErrRefused, providerName(peer.Provider), eng.prov.Name())
+	if err == nil {
+		err = sameProvider(eng, peer)
 	}
 	if err == nil {
 		err = c.connect(br, &me, peer, release)
@@ -156,6 +156,15 @@ func dialHandshake(ctx context.Context, eng *engine, tc net.Conn) (*Conn, error)
 		return nil, err
 	}
 	return c, nil
+}
+
+// sameProvider refuses a peer on another provider: a soft QP cannot
+// talk to a verbs one.
+func sameProvider(eng *engine, peer *hello) error {
+	if p := providerName(peer.Provider); p != eng.prov.Name() {
+		return fmt.Errorf("%w: peer uses provider %q, this side %q", ErrRefused, p, eng.prov.Name())
+	}
+	return nil
 }
 
 // ctrlReadBuffer is the size of the buffered reader of a connection's
@@ -168,8 +177,8 @@ const ctrlReadBuffer = 512
 // registered memory.
 func readPeerHello(eng *engine, tc net.Conn, br *bufio.Reader) (*hello, error) {
 	peer, err := readHello(br)
-	if err == nil && providerName(peer.Provider) != eng.prov.Name() {
-		err = fmt.Errorf("%w: peer uses provider %q, this side %q", ErrRefused, providerName(peer.Provider), eng.prov.Name())
+	if err == nil {
+		err = sameProvider(eng, peer)
 	}
 	if err != nil {
 		writeRefusal(tc, err.Error())
