@@ -76,8 +76,8 @@ func (b *Batch) addRDMA(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, 
 // add records one operation; the first error poisons the batch until
 // Post reports it.
 func (b *Batch) add(err error, o op, wr verbs.SendWR) {
-	if err == nil && len(b.wrs) >= b.c.eng.cfg.sqDepth {
-		err = fmt.Errorf("rdma: batch of more than %d operations (the send queue depth): %w", b.c.eng.cfg.sqDepth, ErrInvalid)
+	if err == nil && len(b.wrs) >= b.c.cfg.sqDepth {
+		err = fmt.Errorf("rdma: batch of more than %d operations (the send queue depth): %w", b.c.cfg.sqDepth, ErrInvalid)
 	}
 	if err == nil {
 		err = b.c.hold(&o)

@@ -24,44 +24,62 @@ func WithRDMACM() Option {
 	return func(c *config) error { c.cm = true; return nil }
 }
 
-// cmEngine opens the engine for an rdma_cm connection on device dev.
-func cmEngine(cfg config, dev string) (*engine, error) {
+// cmEngine returns, with a reference, the engine for an rdma_cm
+// connection on device dev: eng if it is on dev, else the shared one.
+func cmEngine(eng *engine, cfg config, dev string) (*engine, error) {
 	if !ibv.CMSupported {
 		return nil, fmt.Errorf("rdma: rdma_cm: %w: this build has no librdmacm (cgo)", ErrNotSupported)
 	}
 	if cfg.provider == ProviderSoft {
 		return nil, fmt.Errorf("rdma: %w: rdma_cm needs the verbs provider", ErrInvalid)
 	}
-	cfg.provider, cfg.device = ProviderVerbs, dev
-	return newEngine(cfg, netip.Addr{})
+	if eng != nil {
+		if eng.prov.Name() != ProviderVerbs || (dev != "" && eng.ctx.Info().Name != dev) {
+			return nil, fmt.Errorf("rdma: %w: rdma_cm chose device %q, the engine is on %s device %q", ErrInvalid, dev, eng.prov.Name(), eng.ctx.Info().Name)
+		}
+		if err := eng.acquire(); err != nil {
+			return nil, err
+		}
+	} else {
+		cfg.provider, cfg.device = ProviderVerbs, dev
+		var err error
+		if eng, err = sharedEngine(cfg, netip.Addr{}); err != nil {
+			return nil, err
+		}
+	}
+	if err := eng.check(cfg); err != nil {
+		eng.release()
+		return nil, err
+	}
+	return eng, nil
 }
 
 // dialCM connects through rdma_cm.
-func dialCM(ctx context.Context, cfg config, address string) (*Conn, error) {
+func dialCM(ctx context.Context, eng *engine, cfg config, address string) (*Conn, error) {
 	id, err := ibv.CMDial(ctx, "", address)
 	if err != nil {
 		return nil, err
 	}
-	eng, err := cmEngine(cfg, id.Device())
+	eng, err = cmEngine(eng, cfg, id.Device())
 	if err != nil {
 		id.Close()
 		return nil, err
 	}
-	c, err := cmConn(eng, id, func(qp verbs.QP) error { return id.Connect(ctx, qp, ibv.CMParams{}) })
+	c, err := cmConn(eng, cfg, id, func(qp verbs.QP) error { return id.Connect(ctx, qp, ibv.CMParams{}) })
 	eng.release() // the connection holds its own reference
 	return c, err
 }
 
 // cmConn makes the connection of id on eng: QP to INIT, receives posted,
 // then connect (or accept) through rdma_cm.
-func cmConn(eng *engine, id *ibv.CMID, connect func(verbs.QP) error) (c *Conn, err error) {
-	c, err = newConn(eng, id.LocalAddr(), id.RemoteAddr())
+func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(verbs.QP) error) (c *Conn, err error) {
+	c, err = newConn(eng, cfg, id.LocalAddr(), id.RemoteAddr())
 	if err != nil {
 		id.Close()
 		return nil, err
 	}
 	c.cm = id
-	c.peer.MaxMsg = uint32(eng.cfg.maxMsg)
+	c.peer.MaxMsg = uint32(cfg.maxMsg)
 	defer func() {
 		if err != nil {
 			close(c.ctrlDone)
@@ -92,7 +110,7 @@ func cmConn(eng *engine, id *ibv.CMID, connect func(verbs.QP) error) (c *Conn, e
 // listenCM listens through rdma_cm on one device: the one whose GID
 // carries the listening address, or the configured (or first usable)
 // device for a wildcard address.
-func listenCM(cfg config, address string) (*Listener, error) {
+func listenCM(eng *engine, cfg config, address string) (*Listener, error) {
 	ln, err := ibv.CMListen(address, 64)
 	if err != nil {
 		return nil, err
@@ -104,7 +122,7 @@ func listenCM(cfg config, address string) (*Listener, error) {
 			dev = deviceFor(devs, ta.Addr())
 		}
 	}
-	eng, err := cmEngine(cfg, dev)
+	eng, err = cmEngine(eng, cfg, dev)
 	if err != nil {
 		ln.Close()
 		return nil, err
@@ -141,7 +159,7 @@ func (l *Listener) acceptCM() {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(l.ctx, l.cfg.setup)
 			defer cancel()
-			c, err := cmConn(l.eng, req.CMID, func(qp verbs.QP) error { return req.Accept(ctx, qp, ibv.CMParams{}) })
+			c, err := cmConn(l.eng, l.cfg, req.CMID, func(qp verbs.QP) error { return req.Accept(ctx, qp, ibv.CMParams{}) })
 			if err != nil {
 				return
 			}

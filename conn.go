@@ -30,6 +30,7 @@ import (
 // the connection; no OS thread blocks per connection.
 type Conn struct {
 	eng      *engine
+	cfg      config // the connection's own settings (queue depths, sizes, limits)
 	unit     *cqUnit
 	drv      *poller.Poller // unit's poller when Busy: Wait drives it (poller/drive.go)
 	qp       verbs.QP
@@ -124,8 +125,15 @@ func Dial(ctx context.Context, network, address string, opts ...Option) (*Conn, 
 	if err := cfg.apply(opts); err != nil {
 		return nil, err
 	}
+	return dial(ctx, nil, cfg, address)
+}
+
+// dial connects to address on eng, or, when eng is nil, on the shared
+// engine of the device that serves the connection's local address.
+func dial(ctx context.Context, eng *engine, cfg config, address string) (*Conn, error) {
+	const network = "rdma"
 	if cfg.cm {
-		c, err := dialCM(ctx, cfg, address)
+		c, err := dialCM(ctx, eng, cfg, address)
 		if err != nil {
 			return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 		}
@@ -136,12 +144,21 @@ func Dial(ctx context.Context, network, address string, opts ...Option) (*Conn, 
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
-	eng, err := newEngine(cfg, addrIP(tc.LocalAddr()))
+	if eng == nil {
+		eng, err = sharedEngine(cfg, addrIP(tc.LocalAddr()))
+	} else {
+		err = eng.acquire()
+	}
+	if err == nil {
+		if err = eng.check(cfg); err != nil {
+			eng.release()
+		}
+	}
 	if err != nil {
 		tc.Close()
 		return nil, &net.OpError{Op: "dial", Net: network, Addr: tc.RemoteAddr(), Err: err}
 	}
-	c, err := dialHandshake(ctx, eng, tc)
+	c, err := dialHandshake(ctx, eng, cfg, tc)
 	eng.release() // the connection holds its own reference
 	if err != nil {
 		if ctx.Err() != nil {
@@ -170,12 +187,11 @@ func randPSN() uint32 {
 // newConn makes a connection on eng with its QP created (in RESET) and
 // room reserved in a CQ for every WR it can have outstanding. On error
 // nothing is left behind.
-func newConn(eng *engine, local, remote net.Addr) (*Conn, error) {
+func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 	if err := eng.acquire(); err != nil {
 		return nil, err
 	}
-	cfg := eng.cfg
-	c := &Conn{eng: eng, local: local, remote: remote, recvSize: cfg.maxMsg,
+	c := &Conn{eng: eng, cfg: cfg, local: local, remote: remote, recvSize: cfg.maxMsg,
 		drained: make(chan struct{}), ctrlDone: make(chan struct{}), closeAck: make(chan struct{}),
 		exposed: map[uint32]*exposure{}, requests: map[uint32]*request{},
 		reqSlots: make(chan struct{}, maxRegionRequests), regionSlots: make(chan struct{}, maxQueuedRegions),
@@ -213,7 +229,7 @@ func newConn(eng *engine, local, remote net.Addr) (*Conn, error) {
 func (c *Conn) postReceives() error {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
-	return c.repostLocked(c.eng.cfg.rqDepth)
+	return c.repostLocked(c.cfg.rqDepth)
 }
 
 // LocalAddr is the local address of the connection's control channel.
@@ -277,21 +293,24 @@ func (c *Conn) closedErr() error {
 	return ErrClosed
 }
 
-// Alloc returns n bytes of registered memory, zero to its capacity, from the connection's
-// pool (shared with the connection's Listener).
+// Alloc returns n bytes of registered memory, zero to its capacity, from
+// the pool of the connection's engine: the buffer works on every
+// connection of that engine.
 func (c *Conn) Alloc(n int) (*Buffer, error) {
 	if c.err() != nil {
 		return nil, c.closedErr()
 	}
-	if n <= 0 {
-		return nil, fmt.Errorf("rdma: alloc %d bytes: %w", n, ErrInvalid)
-	}
-	pb, err := c.eng.pool.Get(n)
-	if err != nil {
-		return nil, fmt.Errorf("rdma: alloc %d bytes: %w", n, err)
-	}
-	return newBuffer(pb), nil
+	return c.eng.alloc(n)
 }
+
+// Done is closed when the connection ends: closed here, failed, or its
+// peer closed or died. No operation needs to be posted to learn it.
+func (c *Conn) Done() <-chan struct{} { return c.ctx.Done() }
+
+// Err is nil while the connection is up; once Done is closed it says why
+// it ended: an error wrapping ErrClosed after Close, ErrPeerClosed when
+// the peer closed or died, or the failure that ended it.
+func (c *Conn) Err() error { return c.err() }
 
 // Send sends the bytes of b as one message; the peer gets them from Recv.
 // b may be released before the future resolves.
@@ -812,7 +831,7 @@ func (c *Conn) Close() error {
 		}
 		c.closeErr = c.teardown()
 		if c.quiesced {
-			c.sq.Release(int64(c.eng.cfg.sqDepth))
+			c.sq.Release(int64(c.cfg.sqDepth))
 		}
 	})
 	return c.closeErr
@@ -892,7 +911,7 @@ func (c *Conn) teardown() error {
 		}
 	}
 	if c.unit != nil {
-		c.eng.unreserve(c, c.unit, c.eng.cfg.sqDepth+c.eng.cfg.rqDepth)
+		c.eng.unreserve(c, c.unit, c.cfg.sqDepth+c.cfg.rqDepth)
 	}
 	errs = append(errs, c.eng.release())
 	return errors.Join(errs...)

@@ -8,18 +8,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
 )
 
 // pair connects a Conn pair over a fresh listener with opts.
+// pair connects a client to a server, each on an engine of its own, as
+// two processes would be: their pools and pollers are apart.
 func pair(t *testing.T, opts ...rdma.Option) (client, server *rdma.Conn) {
 	t.Helper()
-	ln, err := rdma.Listen("rdma", "127.0.0.1:0", opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	se, err := rdma.OpenEngine(opts...)
+	require.NoError(t, err)
+	ce, err := rdma.OpenEngine(opts...)
+	require.NoError(t, err)
+	ln, err := se.Listen("rdma", "127.0.0.1:0")
+	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	type res struct {
@@ -31,24 +36,16 @@ func pair(t *testing.T, opts ...rdma.Option) (client, server *rdma.Conn) {
 		c, err := ln.Accept(ctx)
 		ch <- res{c, err}
 	}()
-	client, err = rdma.Dial(ctx, "rdma", ln.Addr().String(), opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, err = ce.Dial(ctx, "rdma", ln.Addr().String())
+	require.NoError(t, err)
 	r := <-ch
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, r.err)
+	require.NoError(t, ln.Close())
 	t.Cleanup(func() {
-		if err := client.Close(); err != nil {
-			t.Errorf("client close: %v", err)
-		}
-		if err := r.c.Close(); err != nil {
-			t.Errorf("server close: %v", err)
-		}
+		assert.NoError(t, client.Close(), "client close")
+		assert.NoError(t, r.c.Close(), "server close")
+		assert.NoError(t, ce.Close())
+		assert.NoError(t, se.Close())
 	})
 	return client, r.c
 }

@@ -225,7 +225,7 @@ func (c *Conn) quiesce() {
 	c.quiesceOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(c.ctx, revokeBound)
 		defer cancel()
-		if c.acquire(ctx, int64(c.eng.cfg.sqDepth)) == nil {
+		if c.acquire(ctx, int64(c.cfg.sqDepth)) == nil {
 			c.quiesced = true
 		}
 	})

@@ -1,27 +1,35 @@
 package rdma
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/go-rdma/rdma/internal/verbs"
 	"github.com/go-rdma/rdma/poller"
 	"github.com/go-rdma/rdma/pool"
 )
 
-// engine holds what the connections of one Listener (or one Dial) share:
-// the device context, the PD, the buffer pool, the CQs with their pollers
-// and the table of operations in flight.
+// engine holds what the connections of one device port share: the
+// device context, the PD, the buffer pool, the CQs with their pollers and
+// the table of operations in flight. Its cfg holds the engine's settings
+// (engineKey); each connection has its own config for the rest.
 type engine struct {
-	cfg  config
-	prov verbs.Provider
-	ctx  verbs.Context
-	pd   verbs.PD
-	pool *pool.Pool
-	port verbs.PortInfo
-	ops  opTable
+	cfg    config
+	key    engineKey
+	shared bool // in the registry of the package-level Dial and Listen
+	prov   verbs.Provider
+	ctx    verbs.Context
+	attr   verbs.DeviceAttr
+	pd     verbs.PD
+	pool   *pool.Pool
+	port   verbs.PortInfo
+	ops    opTable
 
 	mu     sync.Mutex
 	units  []*cqUnit
@@ -43,20 +51,80 @@ type cqUnit struct {
 // cqEntries is the size of each CQ, bounded by the device.
 const cqEntries = 8192
 
-func newEngine(cfg config, local netip.Addr) (*engine, error) {
-	prov, devs, err := chooseProvider(cfg.provider, cfg.device)
+// engineKey is what makes two engines different: the device port and the
+// settings of its pool and pollers.
+type engineKey struct {
+	provider   string
+	device     string
+	port       uint8
+	pollMode   PollMode
+	spin       time.Duration
+	threadLock poller.ThreadLock
+	slabSize   int
+	maxPool    int64
+}
+
+func (c *config) engineKey(prov, dev string) engineKey {
+	return engineKey{provider: prov, device: dev, port: c.port, pollMode: c.pollMode, spin: c.spin,
+		threadLock: c.threadLock, slabSize: c.slabSize, maxPool: c.maxPool}
+}
+
+// engines are the engines of the package-level Dial and Listen, one per
+// key; an engine leaves when its last user closes.
+var engines struct {
+	mu sync.Mutex
+	m  map[engineKey]*engine
+}
+
+// sharedEngine returns, with a reference for the caller, the engine of
+// the package-level Dial and Listen for cfg on the device that serves the
+// local address, opening it on first use. Later calls cost a map lookup:
+// no device open, no sysfs walk.
+func sharedEngine(cfg config, local netip.Addr) (*engine, error) {
+	prov, dev, err := resolveDevice(cfg, local)
 	if err != nil {
 		return nil, err
+	}
+	key := cfg.engineKey(prov.Name(), dev)
+	engines.mu.Lock()
+	defer engines.mu.Unlock()
+	if e := engines.m[key]; e != nil && e.acquire() == nil {
+		return e, nil
+	}
+	e, err := openEngine(cfg, prov, dev)
+	if err != nil {
+		return nil, err
+	}
+	e.key, e.shared = key, true
+	if engines.m == nil {
+		engines.m = map[engineKey]*engine{}
+	}
+	engines.m[key] = e
+	return e, nil
+}
+
+// resolveDevice picks the provider and the device for cfg: the configured
+// device, else the one with a GID for local, else "" (the provider's
+// first usable device).
+func resolveDevice(cfg config, local netip.Addr) (verbs.Provider, string, error) {
+	prov, devs, err := chooseProvider(cfg.provider, cfg.device)
+	if err != nil {
+		return nil, "", err
 	}
 	dev := cfg.device
 	if dev == "" && local.IsValid() {
 		dev = deviceFor(devs, local)
 	}
+	return prov, dev, nil
+}
+
+// openEngine opens device dev of prov for an engine of cfg's settings.
+func openEngine(cfg config, prov verbs.Provider, dev string) (*engine, error) {
 	ctx, err := prov.Open(dev)
 	if err != nil {
 		return nil, fmt.Errorf("rdma: open %s device %q: %w", prov.Name(), dev, err)
 	}
-	e := &engine{cfg: cfg, prov: prov, ctx: ctx, refs: 1}
+	e := &engine{cfg: cfg, prov: prov, ctx: ctx, refs: 1, key: cfg.engineKey(prov.Name(), dev)}
 	info := ctx.Info()
 	for _, p := range info.Ports {
 		if p.Port == cfg.port {
@@ -67,9 +135,9 @@ func newEngine(cfg config, local netip.Addr) (*engine, error) {
 		ctx.Close()
 		return nil, fmt.Errorf("rdma: device %s has no port %d: %w", info.Name, cfg.port, ErrNoDevice)
 	}
-	if err := e.check(); err != nil {
+	if e.attr, err = ctx.QueryDevice(); err != nil {
 		ctx.Close()
-		return nil, err
+		return nil, fmt.Errorf("rdma: query device %s: %w", info.Name, err)
 	}
 	if e.pd, err = ctx.AllocPD(); err != nil {
 		ctx.Close()
@@ -87,12 +155,8 @@ func newEngine(cfg config, local netip.Addr) (*engine, error) {
 // check refuses a configuration the device cannot serve, at Dial or
 // Listen rather than at every handshake: queue depths past the device's
 // queue pairs or CQs (see also config.check).
-func (e *engine) check() error {
-	cfg := e.cfg
-	attr, err := e.ctx.QueryDevice()
-	if err != nil {
-		return fmt.Errorf("rdma: query device %s: %w", e.ctx.Info().Name, err)
-	}
+func (e *engine) check(cfg config) error {
+	attr := e.attr
 	if attr.MaxQPWR > 0 && max(cfg.sqDepth, cfg.rqDepth) > attr.MaxQPWR {
 		return fmt.Errorf("rdma: %w: queue depths %d/%d: device %s allows %d work requests per queue", ErrInvalid, cfg.sqDepth, cfg.rqDepth, e.ctx.Info().Name, attr.MaxQPWR)
 	}
@@ -177,8 +241,8 @@ func (e *engine) reserve(c *Conn, n int) (*cqUnit, error) {
 		}
 	}
 	size := cqEntries
-	if attr, err := e.ctx.QueryDevice(); err == nil && attr.MaxCQE > 0 {
-		size = min(size, attr.MaxCQE)
+	if e.attr.MaxCQE > 0 {
+		size = min(size, e.attr.MaxCQE)
 	}
 	if n > size {
 		return nil, fmt.Errorf("rdma: %w: queue depths need %d CQ entries, the device allows %d", ErrInvalid, n, size)
@@ -274,6 +338,13 @@ func (e *engine) release() error {
 	units := e.units
 	e.units = nil
 	e.mu.Unlock()
+	if e.shared {
+		engines.mu.Lock()
+		if engines.m[e.key] == e {
+			delete(engines.m, e.key)
+		}
+		engines.mu.Unlock()
+	}
 	var errs []error
 	for _, u := range units {
 		errs = append(errs, u.close())
@@ -310,4 +381,139 @@ func (e *engine) completions(wcs []verbs.WorkCompletion) {
 		}
 		o.conn.onSendDone(&o, wc)
 	}
+}
+
+// Engine is one RDMA device port and what the connections on it share:
+// the device context, the protection domain, one buffer pool, and the
+// completion queues and pollers. Memory from Alloc works on every
+// connection of the engine, so a server that also dials (a proxy, raft)
+// can forward a received buffer without a copy.
+//
+// The package-level Dial and Listen share one engine per provider,
+// device, port and engine settings (WithProvider, WithDevice, WithPort,
+// WithPollMode, WithPollSpin, WithPollerThreadLock, WithPoolLimit), made
+// on first use and closed with its last connection or listener.
+// OpenEngine gives an engine of one's own: its own pool limit and pollers.
+type Engine struct {
+	e         *engine
+	cfg       config
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// OpenEngine opens an engine on the device and port opts choose (by
+// default the first usable device, port 1). opts may also set the
+// defaults of the connections it makes (queue depths, message size,
+// limits); Dial and Listen take more options for each.
+func OpenEngine(opts ...Option) (*Engine, error) {
+	cfg := defaultConfig()
+	if err := cfg.apply(opts); err != nil {
+		return nil, err
+	}
+	prov, dev, err := resolveDevice(cfg, netip.Addr{})
+	if err != nil {
+		return nil, err
+	}
+	e, err := openEngine(cfg, prov, dev)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.check(cfg); err != nil {
+		e.release()
+		return nil, err
+	}
+	return &Engine{e: e, cfg: cfg}, nil
+}
+
+// connConfig applies opts to the engine's defaults; options that set the
+// engine itself must not differ from it.
+func (x *Engine) connConfig(opts []Option) (config, error) {
+	if x.closed.Load() {
+		return config{}, fmt.Errorf("rdma: engine %s: %w", x.Device(), ErrClosed)
+	}
+	cfg := x.cfg
+	if err := cfg.apply(opts); err != nil {
+		return config{}, err
+	}
+	if cfg.engineKey("", "") != x.cfg.engineKey("", "") || cfg.provider != x.cfg.provider || cfg.device != x.cfg.device {
+		return config{}, fmt.Errorf("rdma: %w: provider, device, port, poller and pool options configure the engine: give them to OpenEngine", ErrInvalid)
+	}
+	return cfg, nil
+}
+
+// Dial connects to a Listener at address over network "rdma", as the
+// package-level Dial does, on this engine.
+func (x *Engine) Dial(ctx context.Context, network, address string, opts ...Option) (*Conn, error) {
+	if network != "rdma" {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("%w: network %q (want \"rdma\")", ErrInvalid, network)}
+	}
+	cfg, err := x.connConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return dial(ctx, x.e, cfg, address)
+}
+
+// Listen listens on address over network "rdma", as the package-level
+// Listen does, on this engine.
+func (x *Engine) Listen(network, address string, opts ...Option) (*Listener, error) {
+	if network != "rdma" {
+		return nil, &net.OpError{Op: "listen", Net: network, Err: fmt.Errorf("%w: network %q (want \"rdma\")", ErrInvalid, network)}
+	}
+	cfg, err := x.connConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return listen(x.e, cfg, address)
+}
+
+// Alloc returns n bytes of registered memory, zero to its capacity,
+// usable on every connection of the engine.
+func (x *Engine) Alloc(n int) (*Buffer, error) {
+	if x.closed.Load() {
+		return nil, fmt.Errorf("rdma: engine %s: %w", x.Device(), ErrClosed)
+	}
+	return x.e.alloc(n)
+}
+
+// PoolStats reports the engine's buffer pool.
+func (x *Engine) PoolStats() pool.Stats { return x.e.pool.Stats() }
+
+// Provider is "verbs" or "soft".
+func (x *Engine) Provider() string { return x.e.prov.Name() }
+
+// Device is the name of the engine's device.
+func (x *Engine) Device() string { return x.e.ctx.Info().Name }
+
+// Port is the engine's port number.
+func (x *Engine) Port() uint8 { return x.e.port.Port }
+
+// Close lets the engine go: it closes once its connections and listeners
+// have closed too (and the buffers they handed out are released). Dial,
+// Listen and Alloc fail after Close.
+func (x *Engine) Close() error {
+	x.closeOnce.Do(func() {
+		x.closed.Store(true)
+		x.closeErr = x.e.release()
+	})
+	return x.closeErr
+}
+
+// alloc is Alloc for every handle that shares the engine's pool.
+func (e *engine) alloc(n int) (*Buffer, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("rdma: alloc %d bytes: %w", n, ErrInvalid)
+	}
+	e.mu.Lock()
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	pb, err := e.pool.Get(n)
+	if err != nil {
+		return nil, fmt.Errorf("rdma: alloc %d bytes: %w", n, err)
+	}
+	return newBuffer(pb), nil
 }

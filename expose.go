@@ -291,10 +291,10 @@ func (c *Conn) onRevoke(rkey uint32) {
 // answers the revokes that were waiting for it.
 func (c *Conn) fence() {
 	ctx, cancel := context.WithTimeout(c.ctx, revokeBound)
-	err := c.acquire(ctx, int64(c.eng.cfg.sqDepth))
+	err := c.acquire(ctx, int64(c.cfg.sqDepth))
 	cancel()
 	if err == nil {
-		c.sq.Release(int64(c.eng.cfg.sqDepth))
+		c.sq.Release(int64(c.cfg.sqDepth))
 	}
 	c.emu.Lock()
 	acks := c.revokeAcks

@@ -132,13 +132,13 @@ func (c *Conn) ReleaseRegion(ctx context.Context, r RemoteRegion) error {
 	c.postMu.Lock()
 	c.addRevoked(r.RKey)
 	c.postMu.Unlock()
-	if err := c.acquire(ctx, int64(c.eng.cfg.sqDepth)); err != nil {
+	if err := c.acquire(ctx, int64(c.cfg.sqDepth)); err != nil {
 		if c.err() != nil {
 			return c.closedErr()
 		}
 		return err
 	}
-	c.sq.Release(int64(c.eng.cfg.sqDepth))
+	c.sq.Release(int64(c.cfg.sqDepth))
 	return c.control(ctx, ctrlFree, binary.BigEndian.AppendUint32(nil, r.RKey))
 }
 
@@ -178,7 +178,7 @@ func (c *Conn) grant(size uint64, access Access, life time.Duration) (typ byte, 
 	if access == 0 || access&^(RemoteRead|RemoteWrite|RemoteAtomic) != 0 || size == 0 {
 		return deny(fmt.Sprintf("bad request: %d bytes, access %v", size, access))
 	}
-	limit := c.eng.cfg.maxExpose
+	limit := c.cfg.maxExpose
 	c.emu.Lock()
 	granted, grants := c.granted, c.grants
 	ok := size <= uint64(limit-granted) && grants < maxGrants
@@ -193,7 +193,7 @@ func (c *Conn) grant(size uint64, access Access, life time.Duration) (typ byte, 
 	case !ok:
 		return deny(fmt.Sprintf("%d bytes would pass the peer's region limit of %d bytes (%d granted)", size, limit, granted))
 	}
-	if max := c.eng.cfg.regionLife; life == 0 || life > max {
+	if max := c.cfg.regionLife; life == 0 || life > max {
 		life = max
 	}
 	pb, err := c.eng.pool.Get(int(size))

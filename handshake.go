@@ -127,10 +127,10 @@ func readAnswer(r *bufio.Reader) (*hello, error) {
 
 // dialHandshake is Dial's side of the handshake over tc: its queue pair
 // exists before its hello, which names it. It closes tc on failure.
-func dialHandshake(ctx context.Context, eng *engine, tc net.Conn) (*Conn, error) {
-	release := bound(ctx, tc, eng.cfg.setup)
+func dialHandshake(ctx context.Context, eng *engine, cfg config, tc net.Conn) (*Conn, error) {
+	release := bound(ctx, tc, cfg.setup)
 	defer release()
-	c, err := newConn(eng, tc.LocalAddr(), tc.RemoteAddr())
+	c, err := newConn(eng, cfg, tc.LocalAddr(), tc.RemoteAddr())
 	if err != nil {
 		tc.Close()
 		return nil, err
@@ -191,8 +191,8 @@ func readPeerHello(eng *engine, tc net.Conn, br *bufio.Reader) (*hello, error) {
 // connection and answers. A failure here is sent to the dialer as a
 // refusal, so it learns why instead of seeing the socket close. It
 // closes tc on failure.
-func acceptConn(eng *engine, tc net.Conn, br *bufio.Reader, peer *hello, release func() bool) (*Conn, error) {
-	c, err := newConn(eng, tc.LocalAddr(), tc.RemoteAddr())
+func acceptConn(eng *engine, cfg config, tc net.Conn, br *bufio.Reader, peer *hello, release func() bool) (*Conn, error) {
+	c, err := newConn(eng, cfg, tc.LocalAddr(), tc.RemoteAddr())
 	if err != nil {
 		writeRefusal(tc, err.Error())
 		tc.Close()
@@ -244,7 +244,7 @@ func bound(ctx context.Context, tc net.Conn, d time.Duration) (release func() bo
 // prepare moves the new QP to INIT, posts its receives and returns the
 // hello that describes it.
 func (c *Conn) prepare() (hello, error) {
-	eng, cfg := c.eng, c.eng.cfg
+	eng, cfg := c.eng, c.cfg
 	if err := c.qp.ToInit(verbs.InitAttr{Port: eng.port.Port, Access: RemoteRead | RemoteWrite | RemoteAtomic}); err != nil {
 		return hello{}, err
 	}

@@ -55,8 +55,15 @@ func Listen(network, address string, opts ...Option) (*Listener, error) {
 	if err := cfg.apply(opts); err != nil {
 		return nil, err
 	}
+	return listen(nil, cfg, address)
+}
+
+// listen listens on address with eng, or, when eng is nil, with the
+// shared engine of the device that serves the listening address.
+func listen(eng *engine, cfg config, address string) (*Listener, error) {
+	const network = "rdma"
 	if cfg.cm {
-		l, err := listenCM(cfg, address)
+		l, err := listenCM(eng, cfg, address)
 		if err != nil {
 			return nil, &net.OpError{Op: "listen", Net: network, Err: err}
 		}
@@ -66,7 +73,16 @@ func Listen(network, address string, opts ...Option) (*Listener, error) {
 	if err != nil {
 		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
 	}
-	eng, err := newEngine(cfg, addrIP(ln.Addr()))
+	if eng == nil {
+		eng, err = sharedEngine(cfg, addrIP(ln.Addr()))
+	} else {
+		err = eng.acquire()
+	}
+	if err == nil {
+		if err = eng.check(cfg); err != nil {
+			eng.release()
+		}
+	}
 	if err != nil {
 		ln.Close()
 		return nil, &net.OpError{Op: "listen", Net: network, Addr: ln.Addr(), Err: err}
@@ -142,7 +158,7 @@ func (l *Listener) serve(tc net.Conn, e *list.Element, slots chan struct{}) {
 		tc.Close()
 		return
 	}
-	c, err := acceptConn(l.eng, tc, br, peer, release)
+	c, err := acceptConn(l.eng, l.cfg, tc, br, peer, release)
 	<-slots
 	if err != nil {
 		return // the peer got the reason; the listener goes on
@@ -187,19 +203,12 @@ func (l *Listener) Close() error {
 // connections.
 func (l *Listener) PoolStats() pool.Stats { return l.eng.pool.Stats() }
 
-// Alloc returns n bytes of registered memory, zero to its capacity, from the pool the
-// listener's connections share, so one buffer can be used, or exposed,
-// on any of them.
+// Alloc returns n bytes of registered memory, zero to its capacity, from
+// the pool of the listener's engine, so one buffer can be used, or
+// exposed, on any of its connections.
 func (l *Listener) Alloc(n int) (*Buffer, error) {
 	if l.ctx.Err() != nil {
 		return nil, ErrClosed
 	}
-	if n <= 0 {
-		return nil, fmt.Errorf("rdma: alloc %d bytes: %w", n, ErrInvalid)
-	}
-	pb, err := l.eng.pool.Get(n)
-	if err != nil {
-		return nil, fmt.Errorf("rdma: alloc %d bytes: %w", n, err)
-	}
-	return newBuffer(pb), nil
+	return l.eng.alloc(n)
 }

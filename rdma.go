@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/go-rdma/rdma/internal/ibv"
@@ -136,6 +138,17 @@ func WithProvider(name string) Option {
 // address of the connection, else the first usable device.
 func WithDevice(name string) Option {
 	return func(c *config) error { c.device = name; return nil }
+}
+
+// WithPort chooses the device port (default 1).
+func WithPort(port int) Option {
+	return func(c *config) error {
+		if port < 1 || port > 255 {
+			return fmt.Errorf("rdma: %w: port %d (want 1..255)", ErrInvalid, port)
+		}
+		c.port = uint8(port)
+		return nil
+	}
 }
 
 // WithPollMode sets how this connection's or listener's pollers wait:
@@ -322,18 +335,9 @@ func chooseProvider(name, device string) (verbs.Provider, []verbs.DeviceInfo, er
 		// Listing from sysfs is cheap; opening every device is not (it
 		// takes most of a second on an emulated machine). Opening the
 		// chosen device is the real test.
-		devs, err := sysfs.Devices()
+		devs, err := verbsDevices()
 		if err != nil && name == ProviderVerbs {
 			return nil, nil, err
-		}
-		for i, d := range devs {
-			devs[i].Usable = ibv.Supported && sysfs.Openable(d)
-			if !devs[i].Usable {
-				devs[i].Why = "no ACTIVE port or no uverbs device"
-				if !ibv.Supported {
-					devs[i].Why = "this build has no libibverbs support (cgo)"
-				}
-			}
 		}
 		for _, d := range devs {
 			if d.Usable && (device == "" || d.Name == device) {
@@ -355,6 +359,38 @@ func chooseProvider(name, device string) (verbs.Provider, []verbs.DeviceInfo, er
 		return nil, nil, fmt.Errorf("rdma: provider %q: %w: %s", name, ErrNoDevice, why)
 	}
 	return nil, nil, fmt.Errorf("rdma: %w: provider %q (want auto, verbs or soft)", ErrInvalid, name)
+}
+
+// verbsDevices lists the verbs devices from sysfs, with whether each is
+// usable. The list is kept for devicesTTL: reading it costs most of a
+// second on an emulated machine, and every Dial and Listen that picks a
+// device needs it.
+func verbsDevices() ([]verbs.DeviceInfo, error) {
+	devList.mu.Lock()
+	defer devList.mu.Unlock()
+	if devList.at.IsZero() || time.Since(devList.at) > devicesTTL {
+		devs, err := sysfs.Devices()
+		for i, d := range devs {
+			devs[i].Usable = ibv.Supported && sysfs.Openable(d)
+			if !devs[i].Usable {
+				devs[i].Why = "no ACTIVE port or no uverbs device"
+				if !ibv.Supported {
+					devs[i].Why = "this build has no libibverbs support (cgo)"
+				}
+			}
+		}
+		devList.devs, devList.err, devList.at = devs, err, time.Now()
+	}
+	return slices.Clone(devList.devs), devList.err
+}
+
+const devicesTTL = 10 * time.Second
+
+var devList struct {
+	mu   sync.Mutex
+	at   time.Time
+	devs []verbs.DeviceInfo
+	err  error
 }
 
 // ErrPeerClosed means the peer closed the connection (or its process

@@ -75,7 +75,7 @@ type sendRec struct {
 // newStream starts the stream protocol on c. It owns c from here on and
 // closes it on failure.
 func newStream(c *Conn) (*StreamConn, error) {
-	cfg := c.eng.cfg
+	cfg := c.cfg
 	peerDepth := int(c.peer.RecvDepth)
 	if streamWindow(peerDepth) < 1 || streamWindow(cfg.rqDepth) < 1 || cfg.sqDepth <= streamReserve {
 		c.Close()
