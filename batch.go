@@ -106,10 +106,6 @@ func (b *Batch) Post() *Future {
 	if n == 0 {
 		return newResolved(nil)
 	}
-	if err := c.acquire(c.ctx, int64(n)); err != nil {
-		b.unhold()
-		return newResolved(c.closedErr())
-	}
 	f := &Future{drv: c.drv}
 	total := 0
 	for i := range b.wrs {
@@ -125,8 +121,8 @@ func (b *Batch) Post() *Future {
 	b.ops[n-1].n = total
 	b.wrs[n-1].Flags |= verbs.SendSignaled
 	c.postMu.Lock()
-	err := c.postLocked(b.wrs, b.ops)
-	c.postMu.Unlock()
+	err := c.submitLocked(b.wrs, b.ops)
+	c.postUnlock()
 	if err != nil {
 		f.resolve(err, 0, 0, false, nil, 0)
 	}

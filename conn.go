@@ -15,8 +15,6 @@ import (
 	"time"
 	"unsafe"
 
-	"golang.org/x/sync/semaphore"
-
 	"github.com/go-rdma/rdma/internal/ibv"
 	"github.com/go-rdma/rdma/internal/verbs"
 	"github.com/go-rdma/rdma/poller"
@@ -45,13 +43,21 @@ type Conn struct {
 
 	ctx    context.Context // ends when the connection fails or closes
 	cancel context.CancelFunc
-	sq     *semaphore.Weighted // send-queue credits
 	failed atomic.Pointer[error]
 
-	postMu sync.Mutex // orders posts, so sent matches the send queue
-	wr     [1]verbs.SendWR
-	sge    [1]verbs.SGE
-	op     [1]op
+	postMu     sync.Mutex    // orders posts, so sent matches the send queue
+	sqFree     int           // room in the send queue (sendq.go)
+	pending    []queuedPost  // chains waiting for room, oldest first
+	queuedSeq  uint64        // seq of the last chain queued
+	drainedSeq uint64        // seq of the last chain that left pending
+	posted     uint64        // send WRs the QP accepted
+	completed  atomic.Uint64 // send WRs completed
+	quiescing  bool          // Close waits for what was issued: nothing new
+	progress   chan struct{} // closed at the next completion or drain, for waitSent
+	failAfter  error         // a post under postMu failed the QP: fail at unlock
+	wr         [1]verbs.SendWR
+	sge        [1]verbs.SGE
+	op         [1]op
 
 	// sent holds the wr_ids of the posted send WRs in posting order. A
 	// send queue completes in order, so a completion covers every
@@ -94,16 +100,15 @@ type Conn struct {
 	working atomic.Bool
 	workers sync.WaitGroup
 
-	peerClosed    atomic.Bool // the peer closed or went away: post nothing more
-	closeHeard    atomic.Bool // the peer's ctrlClose came
-	ignoreRevokes atomic.Bool // tests: play a peer that never answers a revoke
-	quiesceOnce   sync.Once
-	quiesced      bool          // quiesce holds every send credit
-	closeAck      chan struct{} // closed when the peer answers our ctrlClose
-	closeAckOnce  sync.Once
-	ctrlDone      chan struct{}
-	closeOnce     sync.Once
-	closeErr      error
+	peerClosed   atomic.Bool // the peer closed or went away: post nothing more
+	closeHeard   atomic.Bool // the peer's ctrlClose came
+	deaf         atomic.Bool // tests: play a peer that reads its control frames and drops them
+	quiesceOnce  sync.Once
+	closeAck     chan struct{} // closed when the peer answers our ctrlClose
+	closeAckOnce sync.Once
+	ctrlDone     chan struct{}
+	closeOnce    sync.Once
+	closeErr     error
 }
 
 // message is a received message waiting for Recv.
@@ -198,7 +203,7 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 		revokeSlots: make(chan struct{}, maxRevokes), regions: make(chan RemoteRegion, maxQueuedRegions),
 		jobs: make(chan func(), 2*maxRegionRequests+2)}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.sq = semaphore.NewWeighted(int64(cfg.sqDepth))
+	c.sqFree = cfg.sqDepth
 	c.sent = newRing(cfg.sqDepth)
 	var err error
 	if c.unit, err = eng.reserve(c, cfg.sqDepth+cfg.rqDepth); err == nil {
@@ -279,6 +284,7 @@ func (c *Conn) fail(err error) {
 		f.resolve(err, 0, 0, false, nil, 0)
 	}
 	c.failRequests(err)
+	c.failPending()
 }
 
 // closedErr is the error of an operation on a closed or failed
@@ -414,10 +420,6 @@ func (c *Conn) post(o op, wr verbs.SendWR) *Future {
 	if err := c.hold(&o); err != nil {
 		return newResolved(err)
 	}
-	if err := c.acquire(c.ctx, 1); err != nil {
-		c.dropBuf(&o)
-		return newResolved(c.closedErr())
-	}
 	f := &Future{drv: c.drv}
 	o.conn, o.fut, o.signaled = c, f, true
 	c.postMu.Lock()
@@ -427,30 +429,13 @@ func (c *Conn) post(o op, wr verbs.SendWR) *Future {
 		wr.SGL = nil
 	}
 	c.wr[0], c.op[0] = wr, o
-	err := c.postLocked(c.wr[:], c.op[:])
+	err := c.submitLocked(c.wr[:], c.op[:])
 	c.wr[0], c.op[0] = verbs.SendWR{}, op{}
-	c.postMu.Unlock()
+	c.postUnlock()
 	if err != nil {
 		f.resolve(err, 0, 0, false, nil, 0)
 	}
 	return f
-}
-
-// acquire takes n send credits, waiting (until ctx ends) for completions
-// to return them. A Busy poller may be standing by (poller/drive.go); a
-// blocked acquire counts as a waiter so that it polls.
-func (c *Conn) acquire(ctx context.Context, n int64) error {
-	if err := ctx.Err(); err != nil { // failed or closing: as Acquire would
-		return err
-	}
-	if c.sq.TryAcquire(n) {
-		return nil
-	}
-	if c.drv != nil {
-		c.drv.WaitingAdd(1)
-		defer c.drv.WaitingAdd(-1)
-	}
-	return c.sq.Acquire(ctx, n)
 }
 
 // hold checks that o's buffer belongs to this connection and references
@@ -464,81 +449,6 @@ func (c *Conn) hold(o *op) error {
 	}
 	if err := o.buf.Ref(); err != nil {
 		return fmt.Errorf("rdma: %w", err)
-	}
-	return nil
-}
-
-// postLocked records ops[i] for wrs[i] and posts wrs as one chain. The caller holds postMu and one send credit per WR. On
-// failure nothing stays recorded except WRs the provider accepted; those
-// complete (or flush, since a failed post fails the connection) like any
-// other.
-func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
-	if err := c.postable(wrs, ops); err != nil {
-		for i := range ops {
-			c.dropBuf(&ops[i])
-		}
-		c.sq.Release(int64(len(ops)))
-		return err
-	}
-	for i := range wrs {
-		c.inflight.Add(1)
-		wrs[i].ID = c.eng.ops.add(ops[i])
-	}
-	c.sentMu.Lock()
-	for i := range wrs {
-		c.sent.push(wrs[i].ID)
-	}
-	c.sentMu.Unlock()
-	n, err := c.qp.PostSend(wrs)
-	if err == nil {
-		// A parked Adaptive poller would wait for the completion
-		// event; a kick makes it spin for the completion now. It costs
-		// nanoseconds otherwise. An Event poller gets the event anyway:
-		// waking it to poll once would only cost a wake and a park.
-		if c.eng.cfg.pollMode == poller.Adaptive {
-			c.unit.p.Kick()
-		}
-		return nil
-	}
-	// Undo what was not posted, newest first, so sent stays in order.
-	c.sentMu.Lock()
-	for i := len(wrs) - 1; i >= n; i-- {
-		c.sent.popBack()
-		if o, ok := c.eng.ops.take(wrs[i].ID); ok {
-			c.dropBuf(&o)
-			c.sq.Release(1)
-			c.opDone()
-		}
-	}
-	c.sentMu.Unlock()
-	if errors.Is(err, verbs.ErrClosed) || c.err() != nil {
-		err = c.closedErr()
-	}
-	err = fmt.Errorf("rdma: post %v: %w", wrs[n].Opcode, err)
-	if n > 0 {
-		// Accepted WRs without a signaled one after them would never
-		// be reported; failing the QP flushes them.
-		c.fail(err)
-	}
-	return err
-}
-
-// postable refuses a chain on a connection that is closing or whose peer
-// closed, and accesses to regions the peer revoked. Caller holds postMu.
-func (c *Conn) postable(wrs []verbs.SendWR, ops []op) error {
-	if c.closing.Load() {
-		return c.closedErr()
-	}
-	if c.peerClosed.Load() {
-		if c.err() != nil {
-			return c.closedErr()
-		}
-		return c.peerGone()
-	}
-	for i := range wrs {
-		if ops[i].kind != opSend && c.isRevoked(wrs[i].RKey) {
-			return fmt.Errorf("rdma: %v to %v, rkey %#x: %w", wrs[i].Opcode, c.remote, wrs[i].RKey, ErrRegionRevoked)
-		}
 	}
 	return nil
 }
@@ -562,6 +472,7 @@ func (c *Conn) opDone() {
 // covers. It runs on a poller.
 func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
 	c.sentMu.Lock()
+	k := 1
 	for c.sent.len() > 0 {
 		id := c.sent.popFront()
 		if id == wc.WRID {
@@ -571,6 +482,7 @@ func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
 		// would have produced a completion of its own.
 		if p, ok := c.eng.ops.take(id); ok {
 			c.finish(&p, nil)
+			k++
 		}
 	}
 	c.sentMu.Unlock()
@@ -584,6 +496,7 @@ func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
 		c.fail(err)
 	}
 	c.finish(o, err)
+	c.settle(k)
 }
 
 // completionErr is the error of a failed completion; it keeps the
@@ -627,7 +540,6 @@ func (c *Conn) finish(o *op, err error) {
 		o.fut.resolve(err, o.n, 0, false, nil, old)
 	}
 	c.dropBuf(o)
-	c.sq.Release(1)
 	c.opDone()
 }
 
@@ -779,7 +691,8 @@ func (c *Conn) unpost(i int) {
 // Close closes the connection gracefully and returns every buffer it
 // holds. What it promises to both sides:
 //   - Every operation this side posted before Close completes as it
-//     would have: Close first waits (up to 5 s) for them.
+//     would have: Close first waits (up to 5 s) for them. Operations
+//     still queued for room in the send queue fail with ErrClosed.
 //   - The peer hears of the close, posts nothing more (its new
 //     operations fail with ErrPeerClosed), and its operations in flight
 //     complete too: Close keeps the queue pair up until the peer says
@@ -800,7 +713,7 @@ func (c *Conn) Close() error {
 		// start. A message we sent is then known to have arrived
 		// before the peer hears that we close.
 		if c.err() == nil {
-			c.quiesce()
+			c.quiesce(fmt.Errorf("rdma: conn %v: %w", c.remote, ErrClosed))
 		}
 		if c.ctrl != nil {
 			c.ctrlMu.Lock()
@@ -830,9 +743,6 @@ func (c *Conn) Close() error {
 			}
 		}
 		c.closeErr = c.teardown()
-		if c.quiesced {
-			c.sq.Release(int64(c.cfg.sqDepth))
-		}
 	})
 	return c.closeErr
 }
@@ -873,7 +783,6 @@ func (c *Conn) teardown() error {
 			} else {
 				o.fut.resolve(c.closedErr(), 0, 0, false, nil, 0)
 				c.dropBuf(&o)
-				c.sq.Release(1)
 			}
 			c.opDone()
 		}

@@ -157,6 +157,9 @@ func (c *Conn) readControl(r *bufio.Reader) {
 			c.fail(fmt.Errorf("rdma: peer %v: %w", c.remote, err))
 			return
 		}
+		if c.deaf.Load() {
+			continue // tests: a peer that hears nothing
+		}
 		switch typ {
 		case ctrlRegion:
 			c.onRegion(p)
@@ -211,23 +214,25 @@ func (c *Conn) onPeerClose() {
 		return // said twice: once is served
 	}
 	c.later(func() {
-		c.quiesce()
+		c.quiesce(c.peerGone())
 		c.writeControl(ctrlCloseAck, nil)
 		c.fail(fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerClosed))
 	})
 }
 
-// quiesce stops new posts and waits (bounded by revokeBound) until every
-// posted send-side WR has completed, by taking every send credit. It
-// runs once; the credits go back at teardown. Close and the peer's close
-// share it.
-func (c *Conn) quiesce() {
+// quiesce stops new posts, fails the operations still queued for room in
+// the send queue (they never reached the device) and waits (bounded by
+// revokeBound) until every posted WR has completed. It runs once; Close
+// and the peer's close share it.
+func (c *Conn) quiesce(why error) {
 	c.quiesceOnce.Do(func() {
+		c.postMu.Lock()
+		c.quiescing = true
+		c.failPendingLocked(why)
+		c.postUnlock()
 		ctx, cancel := context.WithTimeout(c.ctx, revokeBound)
 		defer cancel()
-		if c.acquire(ctx, int64(c.cfg.sqDepth)) == nil {
-			c.quiesced = true
-		}
+		c.waitSent(ctx)
 	})
 }
 

@@ -43,9 +43,9 @@ func Exposed(c *Conn) int {
 	return len(c.exposed)
 }
 
-// IgnoreRevokes makes c take the peer's revokes without answering, as a
-// hung or hostile peer would.
-func IgnoreRevokes(c *Conn) { c.ignoreRevokes.Store(true) }
+// Deafen makes c read the peer's control frames and drop them, as a hung
+// or hostile peer would: it answers nothing.
+func Deafen(c *Conn) { c.deaf.Store(true) }
 
 // PoolDrained is closed once the pool c shares with its engine (its
 // Listener's, or its own for a dialed Conn) is closed and every slab is

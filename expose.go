@@ -265,9 +265,6 @@ func (c *Conn) RevokeNow(r RemoteRegion) error {
 // from now on; the answer goes out once the accesses in flight are done
 // (fence). A peer may have at most maxRevokes revokes unanswered.
 func (c *Conn) onRevoke(rkey uint32) {
-	if c.ignoreRevokes.Load() {
-		return
-	}
 	c.postMu.Lock()
 	c.addRevoked(rkey)
 	c.postMu.Unlock()
@@ -286,16 +283,12 @@ func (c *Conn) onRevoke(rkey uint32) {
 	}
 }
 
-// fence waits until every WR posted before it has completed (it takes
-// and gives back every send credit, bounded by revokeBound), then
-// answers the revokes that were waiting for it.
+// fence waits (bounded by revokeBound) until every WR issued before it
+// has completed, then answers the revokes that were waiting for it.
 func (c *Conn) fence() {
 	ctx, cancel := context.WithTimeout(c.ctx, revokeBound)
-	err := c.acquire(ctx, int64(c.cfg.sqDepth))
+	err := c.waitSent(ctx)
 	cancel()
-	if err == nil {
-		c.sq.Release(int64(c.cfg.sqDepth))
-	}
 	c.emu.Lock()
 	acks := c.revokeAcks
 	c.revokeAcks = nil

@@ -132,13 +132,12 @@ func (c *Conn) ReleaseRegion(ctx context.Context, r RemoteRegion) error {
 	c.postMu.Lock()
 	c.addRevoked(r.RKey)
 	c.postMu.Unlock()
-	if err := c.acquire(ctx, int64(c.cfg.sqDepth)); err != nil {
+	if err := c.waitSent(ctx); err != nil {
 		if c.err() != nil {
 			return c.closedErr()
 		}
 		return err
 	}
-	c.sq.Release(int64(c.cfg.sqDepth))
 	return c.control(ctx, ctrlFree, binary.BigEndian.AppendUint32(nil, r.RKey))
 }
 

@@ -1,0 +1,260 @@
+package rdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/go-rdma/rdma/internal/verbs"
+	"github.com/go-rdma/rdma/poller"
+)
+
+// The send queue of a connection has room for WithQueueDepth's send
+// depth of WRs posted at once. An operation issued while it is full, or
+// while others wait ahead of it, waits in a queue of its own, in order,
+// without blocking its caller: its Future comes back unresolved and the
+// operation is posted when completions make room. So no public call
+// blocks a goroutine without a context. The state below is under postMu.
+//
+// posted and completed count send WRs over the connection's life; a send
+// queue completes in order, so completed >= n means the first n posted
+// WRs are done. waitSent uses that for fences (Revoke, ReleaseRegion)
+// and for Close.
+
+// queuedPost is a chain waiting for room, with copies of its WRs, SGEs
+// and ops (the caller reuses its own).
+type queuedPost struct {
+	seq  uint64
+	wrs  []verbs.SendWR
+	sges []verbs.SGE
+	ops  []op
+}
+
+// submitLocked posts the chain now, or queues it behind the chains that
+// wait for room. On error nothing is posted or queued and the ops'
+// buffers are dropped. Caller holds postMu.
+func (c *Conn) submitLocked(wrs []verbs.SendWR, ops []op) error {
+	if err := c.postable(wrs, ops); err != nil {
+		c.dropAll(ops)
+		return err
+	}
+	if len(c.pending) == 0 && c.sqFree >= len(wrs) {
+		return c.postLocked(wrs, ops)
+	}
+	q := queuedPost{wrs: slices.Clone(wrs), sges: make([]verbs.SGE, len(wrs)), ops: slices.Clone(ops)}
+	for i := range q.wrs {
+		if len(q.wrs[i].SGL) > 0 {
+			q.sges[i] = q.wrs[i].SGL[0] // one SGE per WR in this package
+			q.wrs[i].SGL = q.sges[i : i+1]
+		}
+	}
+	c.queuedSeq++
+	q.seq = c.queuedSeq
+	c.pending = append(c.pending, q)
+	return nil
+}
+
+// drainLocked posts the queued chains that fit, oldest first. Caller
+// holds postMu.
+func (c *Conn) drainLocked() {
+	for len(c.pending) > 0 && c.sqFree >= len(c.pending[0].wrs) {
+		q := c.pending[0]
+		c.pending[0] = queuedPost{}
+		c.pending = c.pending[1:]
+		if len(c.pending) == 0 {
+			c.pending = nil // let the backing array go
+		}
+		c.drainedSeq = q.seq
+		err := c.postable(q.wrs, q.ops)
+		if err != nil {
+			c.dropAll(q.ops)
+		} else {
+			err = c.postLocked(q.wrs, q.ops)
+		}
+		if err != nil {
+			resolveAll(q.ops, err)
+		}
+	}
+	c.notifyLocked()
+}
+
+// failPending fails every queued chain: the connection failed, and
+// nothing more will be posted.
+func (c *Conn) failPending() {
+	c.postMu.Lock()
+	defer c.postUnlock()
+	c.failPendingLocked(c.closedErr())
+}
+
+// failPendingLocked fails every queued chain with err. Caller holds
+// postMu.
+func (c *Conn) failPendingLocked(err error) {
+	for _, q := range c.pending {
+		c.dropAll(q.ops)
+		resolveAll(q.ops, err)
+		c.drainedSeq = q.seq
+	}
+	c.pending = nil
+	c.notifyLocked()
+}
+
+// settle returns the room of k completed WRs and posts what waits for
+// it. It runs on the completion path, with no other lock of c held.
+func (c *Conn) settle(k int) {
+	c.completed.Add(uint64(k))
+	c.postMu.Lock()
+	c.sqFree += k
+	c.drainLocked()
+	c.postUnlock()
+}
+
+// postUnlock unlocks postMu and fails the connection if a post under it
+// asked to: fail takes locks of its own.
+func (c *Conn) postUnlock() {
+	err := c.failAfter
+	c.failAfter = nil
+	c.postMu.Unlock()
+	if err != nil {
+		c.fail(err)
+	}
+}
+
+// notifyLocked wakes waitSent. Caller holds postMu.
+func (c *Conn) notifyLocked() {
+	if c.progress != nil {
+		close(c.progress)
+		c.progress = nil
+	}
+}
+
+// waitSent waits, until ctx ends, for every send-side WR issued before
+// the call to complete: the queued ones are posted (or fail) first, then
+// every WR posted up to then completes. New posts may go on meanwhile.
+func (c *Conn) waitSent(ctx context.Context) error {
+	if c.drv != nil { // a Busy poller standing by must poll for us
+		c.drv.WaitingAdd(1)
+		defer c.drv.WaitingAdd(-1)
+	}
+	c.postMu.Lock()
+	seq := c.queuedSeq
+	for {
+		if c.drainedSeq >= seq && c.completed.Load() >= c.posted {
+			// posted can only grow by drains of chains queued after
+			// seq, or by later posts: ours are all in.
+			break
+		}
+		if c.drainedSeq >= seq {
+			target := c.posted
+			for c.completed.Load() < target {
+				if err := c.waitProgressLocked(ctx); err != nil {
+					return err
+				}
+			}
+			break
+		}
+		if err := c.waitProgressLocked(ctx); err != nil {
+			return err
+		}
+	}
+	c.postMu.Unlock()
+	return nil
+}
+
+// waitProgressLocked waits for the next completion or drain. It holds
+// postMu on return, unless it returns an error.
+func (c *Conn) waitProgressLocked(ctx context.Context) error {
+	if c.progress == nil {
+		c.progress = make(chan struct{})
+	}
+	ch := c.progress
+	c.postMu.Unlock()
+	select {
+	case <-ch:
+		c.postMu.Lock()
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// postLocked records ops[i] for wrs[i] and posts wrs as one chain, taking
+// room for them. Caller holds postMu; the send queue has room. On failure
+// nothing stays recorded except WRs the provider accepted; those complete
+// (or flush, since a failed post fails the connection) like any other.
+func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
+	c.sqFree -= len(wrs)
+	for i := range wrs {
+		c.inflight.Add(1)
+		wrs[i].ID = c.eng.ops.add(ops[i])
+	}
+	c.sentMu.Lock()
+	for i := range wrs {
+		c.sent.push(wrs[i].ID)
+	}
+	c.sentMu.Unlock()
+	n, err := c.qp.PostSend(wrs)
+	c.posted += uint64(n)
+	if err == nil {
+		// A parked Adaptive poller would wait for the completion
+		// event; a kick makes it spin for the completion now. It costs
+		// nanoseconds otherwise. An Event poller gets the event anyway:
+		// waking it to poll once would only cost a wake and a park.
+		if c.eng.cfg.pollMode == poller.Adaptive {
+			c.unit.p.Kick()
+		}
+		return nil
+	}
+	// Undo what was not posted, newest first, so sent stays in order.
+	c.sentMu.Lock()
+	for i := len(wrs) - 1; i >= n; i-- {
+		c.sent.popBack()
+		if o, ok := c.eng.ops.take(wrs[i].ID); ok {
+			c.dropBuf(&o)
+			c.sqFree++
+			c.opDone()
+		}
+	}
+	c.sentMu.Unlock()
+	if errors.Is(err, verbs.ErrClosed) || c.err() != nil {
+		err = c.closedErr()
+	}
+	err = fmt.Errorf("rdma: post %v: %w", wrs[n].Opcode, err)
+	if n > 0 {
+		// Accepted WRs without a signaled one after them would never
+		// be reported; failing the QP flushes them.
+		c.failAfter = err
+	}
+	return err
+}
+
+// postable refuses a chain on a connection that failed, is closing or
+// whose peer closed, and accesses to regions the peer revoked. Caller
+// holds postMu.
+func (c *Conn) postable(wrs []verbs.SendWR, ops []op) error {
+	if c.closing.Load() || c.err() != nil || c.quiescing {
+		return c.closedErr()
+	}
+	if c.peerClosed.Load() {
+		return c.peerGone()
+	}
+	for i := range wrs {
+		if ops[i].kind != opSend && c.isRevoked(wrs[i].RKey) {
+			return fmt.Errorf("rdma: %v to %v, rkey %#x: %w", wrs[i].Opcode, c.remote, wrs[i].RKey, ErrRegionRevoked)
+		}
+	}
+	return nil
+}
+
+func (c *Conn) dropAll(ops []op) {
+	for i := range ops {
+		c.dropBuf(&ops[i])
+	}
+}
+
+// resolveAll resolves the futures of ops (a batch shares one) with err.
+func resolveAll(ops []op, err error) {
+	for i := range ops {
+		ops[i].fut.resolve(err, 0, 0, false, nil, 0)
+	}
+}
