@@ -80,6 +80,7 @@ func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(verbs.QP) error)
 	}
 	c.cm = id
 	c.peer.MaxMsg = uint32(cfg.maxMsg)
+	c.credits = maxCredits // no control channel to return them: the peer's receives are unknown
 	defer func() {
 		if err != nil {
 			close(c.ctrlDone)

@@ -47,6 +47,7 @@ type Conn struct {
 
 	postMu     sync.Mutex    // orders posts, so sent matches the send queue
 	sqFree     int           // room in the send queue (sendq.go)
+	credits    int           // messages the peer has receives for (credit.go)
 	pending    []queuedPost  // chains waiting for room, oldest first
 	queuedSeq  uint64        // seq of the last chain queued
 	drainedSeq uint64        // seq of the last chain that left pending
@@ -100,9 +101,11 @@ type Conn struct {
 	working atomic.Bool
 	workers sync.WaitGroup
 
-	peerClosed   atomic.Bool // the peer closed or went away: post nothing more
-	closeHeard   atomic.Bool // the peer's ctrlClose came
-	deaf         atomic.Bool // tests: play a peer that reads its control frames and drops them
+	creditOwed   atomic.Int64 // credits to return to the peer (credit.go)
+	creditQueued atomic.Bool  // a job to return them is queued
+	peerClosed   atomic.Bool  // the peer closed or went away: post nothing more
+	closeHeard   atomic.Bool  // the peer's ctrlClose came
+	deaf         atomic.Bool  // tests: play a peer that reads its control frames and drops them
 	quiesceOnce  sync.Once
 	closeAck     chan struct{} // closed when the peer answers our ctrlClose
 	closeAckOnce sync.Once
@@ -201,7 +204,7 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 		exposed: map[uint32]*exposure{}, requests: map[uint32]*request{},
 		reqSlots: make(chan struct{}, maxRegionRequests), regionSlots: make(chan struct{}, maxQueuedRegions),
 		revokeSlots: make(chan struct{}, maxRevokes), regions: make(chan RemoteRegion, maxQueuedRegions),
-		jobs: make(chan func(), 2*maxRegionRequests+2)}
+		jobs: make(chan func(), maxRegionRequests+3)}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.sqFree = cfg.sqDepth
 	c.sent = newRing(cfg.sqDepth)
@@ -638,9 +641,12 @@ func (c *Conn) moreToComeLocked() bool {
 // refillLocked re-posts consumed receives once enough of them add up to
 // a batch: one chain and one doorbell for many, as the peer libraries
 // that kept receives deep learned. Caller holds rmu.
+// Each receive reposted is a credit back to the peer (credit.go).
 func (c *Conn) refillLocked() {
 	if gap := len(c.rwrs) - c.rposted - len(c.ready); gap >= max(1, len(c.rwrs)/8) {
+		before := c.rposted
 		c.repostLocked(gap)
+		c.owe(c.rposted - before)
 	}
 }
 
@@ -690,9 +696,11 @@ func (c *Conn) unpost(i int) {
 
 // Close closes the connection gracefully and returns every buffer it
 // holds. What it promises to both sides:
-//   - Every operation this side posted before Close completes as it
+//   - Every operation this side issued before Close completes as it
 //     would have: Close first waits (up to 5 s) for them. Operations
-//     still queued for room in the send queue fail with ErrClosed.
+//     still queued for room or credits go out as the peer makes room;
+//     if it makes none for half a second (it does not read), they fail
+//     with ErrClosed.
 //   - The peer hears of the close, posts nothing more (its new
 //     operations fail with ErrPeerClosed), and its operations in flight
 //     complete too: Close keeps the queue pair up until the peer says
@@ -713,7 +721,7 @@ func (c *Conn) Close() error {
 		// start. A message we sent is then known to have arrived
 		// before the peer hears that we close.
 		if c.err() == nil {
-			c.quiesce(fmt.Errorf("rdma: conn %v: %w", c.remote, ErrClosed))
+			c.quiesce(fmt.Errorf("rdma: conn %v: %w", c.remote, ErrClosed), true)
 		}
 		if c.ctrl != nil {
 			c.ctrlMu.Lock()

@@ -23,6 +23,7 @@ const (
 	ctrlRevoke   = 8  // the owner revokes a region: rkey u32
 	ctrlRevoked  = 9  // answer to ctrlRevoke: no access to rkey u32 is in flight or will be posted
 	ctrlCloseAck = 10 // answer to ctrlClose: this side's operations are done too
+	ctrlCredit   = 11 // credits: n u32 more receives posted for the peer's messages
 	maxCtrl      = 1024
 )
 
@@ -193,6 +194,12 @@ func (c *Conn) readControl(r *bufio.Reader) {
 			c.onRevoked(binary.BigEndian.Uint32(p))
 		case ctrlClose:
 			c.onPeerClose()
+		case ctrlCredit:
+			if len(p) != 4 {
+				c.protocolErr("malformed credit")
+				continue
+			}
+			c.onCredit(int(binary.BigEndian.Uint32(p)))
 		case ctrlCloseAck:
 			c.closeAckOnce.Do(func() { close(c.closeAck) })
 		default:
@@ -214,27 +221,50 @@ func (c *Conn) onPeerClose() {
 		return // said twice: once is served
 	}
 	c.later(func() {
-		c.quiesce(c.peerGone())
+		c.quiesce(c.peerGone(), false)
 		c.writeControl(ctrlCloseAck, nil)
 		c.fail(fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerClosed))
 	})
 }
 
-// quiesce stops new posts, fails the operations still queued for room in
-// the send queue (they never reached the device) and waits (bounded by
-// revokeBound) until every posted WR has completed. It runs once; Close
-// and the peer's close share it.
-func (c *Conn) quiesce(why error) {
+// quiesce stops new posts and waits (bounded by revokeBound) until what
+// was issued before has completed. Operations still queued for room or
+// credits go out while the peer makes room; when it makes none for
+// closeStall (it does not read), or when the peer is the one closing
+// (drain false), they fail with why: they never reached the device. It
+// runs once; Close and the peer's close share it.
+func (c *Conn) quiesce(why error, drain bool) {
 	c.quiesceOnce.Do(func() {
-		c.postMu.Lock()
-		c.quiescing = true
-		c.failPendingLocked(why)
-		c.postUnlock()
 		ctx, cancel := context.WithTimeout(c.ctx, revokeBound)
 		defer cancel()
+		c.postMu.Lock()
+		c.quiescing = true
+		for drain && len(c.pending) > 0 {
+			if c.progress == nil {
+				c.progress = make(chan struct{})
+			}
+			ch := c.progress
+			c.postMu.Unlock()
+			stall := time.NewTimer(closeStall)
+			select {
+			case <-ch:
+			case <-stall.C:
+				drain = false
+			case <-ctx.Done():
+				drain = false
+			}
+			stall.Stop()
+			c.postMu.Lock()
+		}
+		c.failPendingLocked(why)
+		c.postUnlock()
 		c.waitSent(ctx)
 	})
 }
+
+// closeStall is how long Close lets operations wait for a peer that
+// makes no room before it fails them.
+const closeStall = 500 * time.Millisecond
 
 // later runs f on the connection's control worker: one goroutine, made
 // when there is work and gone when there is none. The queue is bounded

@@ -271,6 +271,7 @@ func (c *Conn) prepare() (hello, error) {
 func (c *Conn) connect(br *bufio.Reader, me, peer *hello, release func() bool) error {
 	eng := c.eng
 	c.peer = *peer
+	c.credits = int(min(peer.RecvDepth, maxCredits))
 	mtu := verbs.MTU(min(me.MTU, peer.MTU))
 	if err := c.qp.ToRTR(verbs.RTRAttr{PathMTU: mtu, DestQPN: peer.QPN, RQPSN: peer.PSN,
 		Dest: verbs.Address{Port: eng.port.Port, LID: peer.LID, GID: peer.GID, SGIDIndex: c.gidIndex}, MinRNRTimer: 12}); err != nil {

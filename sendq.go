@@ -11,8 +11,10 @@ import (
 )
 
 // The send queue of a connection has room for WithQueueDepth's send
-// depth of WRs posted at once. An operation issued while it is full, or
-// while others wait ahead of it, waits in a queue of its own, in order,
+// depth of WRs posted at once, and a message (SEND, SEND_WITH_IMM,
+// WRITE_WITH_IMM) needs a credit too: a receive the peer has posted for
+// it (credit.go). An operation issued while either is short, or while
+// others wait ahead of it, waits in a queue of its own, in order,
 // without blocking its caller: its Future comes back unresolved and the
 // operation is posted when completions make room. So no public call
 // blocks a goroutine without a context. The state below is under postMu.
@@ -35,11 +37,11 @@ type queuedPost struct {
 // wait for room. On error nothing is posted or queued and the ops'
 // buffers are dropped. Caller holds postMu.
 func (c *Conn) submitLocked(wrs []verbs.SendWR, ops []op) error {
-	if err := c.postable(wrs, ops); err != nil {
+	if err := c.postable(wrs, ops, false); err != nil {
 		c.dropAll(ops)
 		return err
 	}
-	if len(c.pending) == 0 && c.sqFree >= len(wrs) {
+	if len(c.pending) == 0 && c.roomLocked(wrs) {
 		return c.postLocked(wrs, ops)
 	}
 	q := queuedPost{wrs: slices.Clone(wrs), sges: make([]verbs.SGE, len(wrs)), ops: slices.Clone(ops)}
@@ -58,7 +60,7 @@ func (c *Conn) submitLocked(wrs []verbs.SendWR, ops []op) error {
 // drainLocked posts the queued chains that fit, oldest first. Caller
 // holds postMu.
 func (c *Conn) drainLocked() {
-	for len(c.pending) > 0 && c.sqFree >= len(c.pending[0].wrs) {
+	for len(c.pending) > 0 && c.roomLocked(c.pending[0].wrs) {
 		q := c.pending[0]
 		c.pending[0] = queuedPost{}
 		c.pending = c.pending[1:]
@@ -66,7 +68,7 @@ func (c *Conn) drainLocked() {
 			c.pending = nil // let the backing array go
 		}
 		c.drainedSeq = q.seq
-		err := c.postable(q.wrs, q.ops)
+		err := c.postable(q.wrs, q.ops, true)
 		if err != nil {
 			c.dropAll(q.ops)
 		} else {
@@ -184,6 +186,7 @@ func (c *Conn) waitProgressLocked(ctx context.Context) error {
 // (or flush, since a failed post fails the connection) like any other.
 func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 	c.sqFree -= len(wrs)
+	c.credits -= needCredits(wrs)
 	for i := range wrs {
 		c.inflight.Add(1)
 		wrs[i].ID = c.eng.ops.add(ops[i])
@@ -212,6 +215,7 @@ func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 		if o, ok := c.eng.ops.take(wrs[i].ID); ok {
 			c.dropBuf(&o)
 			c.sqFree++
+			c.credits += needCredits(wrs[i : i+1])
 			c.opDone()
 		}
 	}
@@ -229,10 +233,11 @@ func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 }
 
 // postable refuses a chain on a connection that failed, is closing or
-// whose peer closed, and accesses to regions the peer revoked. Caller
+// whose peer closed, and accesses to regions the peer revoked. A queued
+// chain was issued before Close began, so Close lets it go out. Caller
 // holds postMu.
-func (c *Conn) postable(wrs []verbs.SendWR, ops []op) error {
-	if c.closing.Load() || c.err() != nil || c.quiescing {
+func (c *Conn) postable(wrs []verbs.SendWR, ops []op, queued bool) error {
+	if c.closing.Load() || c.err() != nil || (c.quiescing && !queued) {
 		return c.closedErr()
 	}
 	if c.peerClosed.Load() {

@@ -151,7 +151,10 @@ func run(n, size int) error {
 		return err
 	}
 	err = client.Write(src, at).Wait(ctx)
-	fmt.Printf("revoked:        a later write fails: %v\n", errors.Is(err, rdma.ErrRemoteAccess))
+	fmt.Printf("revoked:        a later write fails: %v\n", errors.Is(err, rdma.ErrRegionRevoked))
+	if !errors.Is(err, rdma.ErrRegionRevoked) {
+		return fmt.Errorf("a write after Revoke: %v, want ErrRegionRevoked", err)
+	}
 	if err == nil {
 		return errors.New("write to a revoked region succeeded")
 	}

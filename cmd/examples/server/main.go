@@ -134,6 +134,7 @@ type server struct {
 	clients  atomic.Int64 // accepted so far
 	active   atomic.Int64
 	requests atomic.Int64
+	shutdown chan struct{} // closed once ctx ended and the shutdown is logged
 }
 
 func (s *server) serve(ctx context.Context) error {
@@ -145,7 +146,14 @@ func (s *server) serve(ctx context.Context) error {
 	s.conns = map[*rdma.Conn]struct{}{}
 	s.log.Printf("listening on %s (provider %s, poll %v)", ln.Addr(), ln.Provider(), s.cfg.poll)
 
-	// ctx ends at SIGINT or SIGTERM; the handlers watch it too.
+	// ctx ends at SIGINT or SIGTERM. The handlers hear of it through
+	// shutdown, after the log says how many connections it closes.
+	s.shutdown = make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		s.log.Printf("shutting down: closing %d connections", s.active.Load())
+		close(s.shutdown)
+	})
+	defer stop()
 	var wg sync.WaitGroup
 	var acceptErr error
 	for s.cfg.n == 0 || int(s.clients.Load()) < s.cfg.n {
@@ -171,8 +179,7 @@ func (s *server) serve(ctx context.Context) error {
 		s.log.Printf("accept: %v; closing %d connections", acceptErr, s.active.Load())
 		s.closeAll()
 	case ctx.Err() != nil:
-		s.log.Printf("shutting down: closing %d connections", s.active.Load())
-		// The handlers see ctx end, say SHUTDOWN and close their
+		// The handlers see shutdown, say SHUTDOWN and close their
 		// connections; close what is left after a grace period.
 		grace := time.AfterFunc(3*time.Second, s.closeAll)
 		defer grace.Stop()
@@ -272,7 +279,7 @@ func (s *server) handle(ctx context.Context, id int64, conn *rdma.Conn) {
 		f := conn.Recv()
 		select {
 		case <-f.Done():
-		case <-ctx.Done():
+		case <-s.shutdown:
 			// Shutting down: say so (bounded) and close. The pending
 			// receive resolves with an error when the connection closes.
 			s.reply(conn, "SHUTDOWN server is shutting down")
