@@ -256,9 +256,15 @@ func (t AsyncEventType) String() string {
 }
 
 // AsyncEvent is one asynchronous event. QPN is set for QP events, Port
-// for port events.
+// for port events and SRQ for SRQ events (EventSRQErr,
+// EventSRQLimitReached).
 type AsyncEvent struct {
 	Type AsyncEventType
 	QPN  uint32
 	Port uint8
+	// SRQ is the SRQ as CreateSRQ returned it, so it compares equal
+	// with ==. An SRQ has no number outside XRC, hence the object
+	// rather than a number like QPN. It may be nil when the SRQ was
+	// closed before the event was read.
+	SRQ SRQ
 }
