@@ -22,6 +22,7 @@ type srq struct {
 	pd    *pd
 	srq   *C.struct_ibv_srq
 	maxWR int
+	key   uint64 // in srq_context and devContext.srqs
 
 	mu     sync.Mutex
 	maxSGE int
@@ -40,12 +41,13 @@ func (p *pd) CreateSRQ(a verbs.SRQInit) (verbs.SRQ, error) {
 	var ia C.struct_ibv_srq_init_attr
 	ia.attr.max_wr = C.uint32_t(a.MaxWR)
 	ia.attr.max_sge = C.uint32_t(a.MaxSGE)
-	h, err := C.ibv_create_srq(p.pd, &ia)
+	key := p.ctx.srqKey.Add(1)
+	h, err := C.gordma_create_srq(p.pd, &ia, C.uint64_t(key))
 	if h == nil {
 		p.lt.DropChild()
 		return nil, errnoErr(fmt.Sprintf("ibv_create_srq %+v", a), err)
 	}
-	s := &srq{pd: p, srq: h, maxWR: int(ia.attr.max_wr), maxSGE: int(ia.attr.max_sge)}
+	s := &srq{pd: p, srq: h, key: key, maxWR: int(ia.attr.max_wr), maxSGE: int(ia.attr.max_sge)}
 	s.flat = make([]C.gordma_recv_wr, s.maxWR)
 	s.sges = make([]C.struct_ibv_sge, s.maxWR*s.maxSGE)
 	s.recvC = (*C.struct_ibv_recv_wr)(C.calloc(C.size_t(s.maxWR), C.size_t(unsafe.Sizeof(C.struct_ibv_recv_wr{}))))
@@ -54,10 +56,30 @@ func (p *pd) CreateSRQ(a verbs.SRQInit) (verbs.SRQ, error) {
 		p.lt.DropChild()
 		return nil, fmt.Errorf("ibv: create SRQ: out of C memory for the WR scratch")
 	}
+	p.ctx.srqs.Store(key, s)
 	return s, nil
 }
 
 func (s *srq) MaxWR() int { return s.maxWR }
+
+// SetLimit arms the limit with ibv_modify_srq. The range is checked here
+// because devices differ at the edge: rxe checks the limit only against
+// its ring, which can hold more than max_wr, others against max_wr.
+func (s *srq) SetLimit(limit int) error {
+	if !s.lt.Enter() {
+		return verbs.ErrClosed
+	}
+	defer s.lt.Exit()
+	if limit < 0 || limit >= s.maxWR {
+		return fmt.Errorf("ibv: SRQ set limit %d: %w: the limit must be in [0, MaxWR %d)", limit, verbs.ErrInvalid, s.maxWR)
+	}
+	var attr C.struct_ibv_srq_attr
+	attr.srq_limit = C.uint32_t(limit)
+	if rc := C.ibv_modify_srq(s.srq, &attr, C.IBV_SRQ_LIMIT); rc != 0 {
+		return errnoErr(fmt.Sprintf("ibv_modify_srq limit %d", limit), syscall.Errno(rc))
+	}
+	return nil
+}
 
 func (s *srq) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	if len(wrs) == 0 {
@@ -79,6 +101,7 @@ func (s *srq) Close() error {
 		}
 		C.free(unsafe.Pointer(s.recvC))
 		s.recvC = nil
+		s.pd.ctx.srqs.Delete(s.key)
 		s.pd.lt.DropChild()
 		return nil
 	})
