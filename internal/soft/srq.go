@@ -17,6 +17,7 @@ type srq struct {
 	mu         sync.Mutex
 	ring       []recvSlot
 	head, tail uint64
+	limit      uint64 // armed low watermark; 0 when disarmed
 }
 
 type recvSlot struct {
@@ -70,17 +71,48 @@ func (s *srq) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	return len(wrs), nil
 }
 
+// SetLimit arms the low watermark. The check is made only when a
+// receive is taken (pop), as rxe does, so arming below the watermark
+// reports at the next receive, not at once.
+func (s *srq) SetLimit(limit int) error {
+	if !s.lt.Enter() {
+		return errClosed("srq set limit")
+	}
+	defer s.lt.Exit()
+	if limit < 0 || limit >= s.maxWR {
+		return fmt.Errorf("soft: srq set limit %d: %w: the limit must be in [0, MaxWR %d)", limit, verbs.ErrInvalid, s.maxWR)
+	}
+	s.mu.Lock()
+	s.limit = uint64(limit)
+	s.mu.Unlock()
+	return nil
+}
+
 // pop takes the oldest receive into r (whose sge has room for maxSGE).
+// When that leaves fewer posted than the armed limit it disarms it and
+// queues EventSRQLimitReached, before the caller completes the receive:
+// whoever sees the completion can count on the event being queued.
 func (s *srq) pop(r *recvSlot) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.head == s.tail {
+		s.mu.Unlock()
 		return false
 	}
 	sl := &s.ring[s.head%uint64(len(s.ring))]
 	r.id = sl.id
 	r.sge = append(r.sge[:0], sl.sge...)
 	s.head++
+	reached := s.limit > 0 && s.tail-s.head < s.limit
+	if reached {
+		s.limit = 0
+	}
+	s.mu.Unlock()
+	// Queued outside mu: the event queue has its own lock and never
+	// blocks (a full queue drops its oldest event), so the responder,
+	// which holds its QP's lock here, does not wait on a reader.
+	if reached {
+		s.pd.ctx.queueEvent(verbs.AsyncEvent{Type: verbs.EventSRQLimitReached, SRQ: s})
+	}
 	return true
 }
 
