@@ -149,6 +149,7 @@ func caseClosed(e *Env) {
 	e.wantClosed(qp.ToReset(), "QP.ToReset")
 	_, err = srq.PostRecv([]verbs.RecvWR{Recv(1, sge...)})
 	e.wantClosed(err, "SRQ.PostRecv")
+	e.wantClosed(srq.SetLimit(1), "SRQ.SetLimit")
 	_, err = cq.Poll(make([]verbs.WorkCompletion, 4))
 	e.wantClosed(err, "CQ.Poll")
 	e.wantClosed(cq.ReqNotify(false), "CQ.ReqNotify")

@@ -32,6 +32,9 @@ type mutation struct {
 	wc func(wc *verbs.WorkCompletion, n int) (drop, dup bool)
 	// event reports whether to swallow the n-th channel event (from 1).
 	event func(n int) bool
+	// async changes one async event; drop reports it removed, dup that
+	// it is delivered twice.
+	async func(ev *verbs.AsyncEvent) (drop, dup bool)
 	// Cases that must fail; nil means the whole suite must pass.
 	mustFail []string
 }
@@ -79,6 +82,16 @@ var mutations = []mutation{
 	}, mustFail: []string{"RNRRetryExceeded", "RemoteAccessErrors", "RecvAfterError"}},
 	{name: "lose-every-5th-event", event: func(n int) bool { return n%5 == 0 },
 		mustFail: []string{"CompChannel"}},
+	{name: "lose-srq-limit-events", async: func(ev *verbs.AsyncEvent) (bool, bool) {
+		return ev.Type == verbs.EventSRQLimitReached, false
+	}, mustFail: []string{"SRQLimit"}},
+	{name: "repeat-srq-limit-events", async: func(ev *verbs.AsyncEvent) (bool, bool) {
+		return false, ev.Type == verbs.EventSRQLimitReached
+	}, mustFail: []string{"SRQLimit"}},
+	{name: "srq-events-name-no-srq", async: func(ev *verbs.AsyncEvent) (bool, bool) {
+		ev.SRQ = nil
+		return false, false
+	}, mustFail: []string{"SRQLimit"}},
 }
 
 func mutationNamed(name string) *mutation {
@@ -175,9 +188,37 @@ func (p mProvider) Open(name string) (verbs.Context, error) {
 
 type mCtx struct {
 	verbs.Context
-	m   *mutation
-	mu  sync.Mutex
-	cqs map[verbs.CQ]*mCQ
+	m       *mutation
+	mu      sync.Mutex
+	cqs     map[verbs.CQ]*mCQ
+	pending []verbs.AsyncEvent // duplicates still to deliver
+}
+
+func (c *mCtx) AsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {
+	c.mu.Lock()
+	if len(c.pending) > 0 {
+		ev := c.pending[0]
+		c.pending = c.pending[1:]
+		c.mu.Unlock()
+		return ev, nil
+	}
+	c.mu.Unlock()
+	for {
+		ev, err := c.Context.AsyncEvent(ctx)
+		if err != nil || c.m.async == nil {
+			return ev, err
+		}
+		drop, dup := c.m.async(&ev)
+		if drop {
+			continue
+		}
+		if dup {
+			c.mu.Lock()
+			c.pending = append(c.pending, ev)
+			c.mu.Unlock()
+		}
+		return ev, nil
+	}
 }
 
 func (c *mCtx) AllocPD() (verbs.PD, error) {

@@ -71,6 +71,7 @@ func Cases() []Case {
 		{"OpenBadDevice", ruleBadDevice, caseBadDevice},
 		{"CompChannel", ruleCompChannel, caseCompChannel},
 		{"SRQ", ruleSRQ, caseSRQ},
+		{"SRQLimit", ruleSRQLimit, caseSRQLimit},
 		{"UD", ruleUD, caseUD},
 		{"GrantedCaps", ruleCaps, caseCaps},
 	}

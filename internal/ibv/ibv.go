@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -198,6 +199,13 @@ type devContext struct {
 	async *fdWaiter // created on the first AsyncEvent call
 
 	qps sync.Map // QP number -> *qp, so a failed completion can mark its QP
+
+	// srqs maps the key CreateSRQ puts in srq_context to the *srq, so an
+	// SRQ event finds its SRQ while C holds only an integer. Keys are
+	// never reused: an event read after its SRQ closed finds nothing
+	// rather than a newer SRQ that libibverbs put at the same address.
+	srqs   sync.Map // uint64 -> *srq
+	srqKey atomic.Uint64
 }
 
 func (c *devContext) Info() verbs.DeviceInfo { return c.info }
@@ -274,7 +282,13 @@ func (c *devContext) AsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {
 	if err != nil {
 		return verbs.AsyncEvent{}, err
 	}
-	return verbs.AsyncEvent{Type: verbs.AsyncEventType(ev._type), QPN: uint32(ev.qp_num), Port: uint8(ev.port)}, nil
+	out := verbs.AsyncEvent{Type: verbs.AsyncEventType(ev._type), QPN: uint32(ev.qp_num), Port: uint8(ev.port)}
+	if ev.srq_key != 0 {
+		if s, ok := c.srqs.Load(uint64(ev.srq_key)); ok {
+			out.SRQ = s.(*srq) // only when found: a nil *srq would make a non-nil interface
+		}
+	}
+	return out, nil
 }
 
 func (c *devContext) Close() error {

@@ -187,9 +187,11 @@ static int gordma_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq) 
 }
 
 typedef struct {
+	uint64_t srq_key; // srq_context of an SRQ event's SRQ: the Go side's key
 	uint32_t type;
 	uint32_t qp_num;
 	uint32_t port;
+	uint32_t pad;
 } gordma_async_event;
 
 // gordma_get_async_event reads and acknowledges one async event.
@@ -199,6 +201,7 @@ static int gordma_get_async_event(struct ibv_context *ctx, gordma_async_event *o
 	out->type = ev.event_type;
 	out->qp_num = 0;
 	out->port = 0;
+	out->srq_key = 0;
 	switch (ev.event_type) {
 	case IBV_EVENT_QP_FATAL: case IBV_EVENT_QP_REQ_ERR: case IBV_EVENT_QP_ACCESS_ERR:
 	case IBV_EVENT_COMM_EST: case IBV_EVENT_SQ_DRAINED: case IBV_EVENT_PATH_MIG:
@@ -210,11 +213,24 @@ static int gordma_get_async_event(struct ibv_context *ctx, gordma_async_event *o
 	case IBV_EVENT_GID_CHANGE:
 		out->port = ev.element.port_num;
 		break;
+	case IBV_EVENT_SRQ_ERR: case IBV_EVENT_SRQ_LIMIT_REACHED:
+		// Read before the ack: ibv_destroy_srq waits for the acks of
+		// the SRQ's events, so the SRQ is still there.
+		if (ev.element.srq) out->srq_key = (uint64_t)(uintptr_t)ev.element.srq->srq_context;
+		break;
 	default:
 		break;
 	}
 	ibv_ack_async_event(&ev);
 	return 0;
+}
+
+// gordma_create_srq creates an SRQ whose srq_context is key, an integer
+// the Go side maps back to its SRQ when an event names it, so C keeps no
+// Go pointer.
+static struct ibv_srq *gordma_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr, uint64_t key) {
+	attr->srq_context = (void *)(uintptr_t)key;
+	return ibv_create_srq(pd, attr);
 }
 
 // ibv_query_port is a macro around a compat symbol; cgo cannot call it.

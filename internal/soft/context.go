@@ -179,13 +179,19 @@ func (c *devContext) signalEvent() {
 	}
 }
 
-// event queues an asynchronous event, dropping the oldest when full.
+// event queues an asynchronous event about QP qpn (0 for none).
 func (c *devContext) event(t verbs.AsyncEventType, qpn uint32) {
+	c.queueEvent(verbs.AsyncEvent{Type: t, QPN: qpn})
+}
+
+// queueEvent queues ev, dropping the oldest when full. It never blocks,
+// so callers may hold their own locks.
+func (c *devContext) queueEvent(ev verbs.AsyncEvent) {
 	c.evMu.Lock()
 	if len(c.events) == maxEvents {
 		c.events = append(c.events[:0], c.events[1:]...)
 	}
-	c.events = append(c.events, verbs.AsyncEvent{Type: t, QPN: qpn})
+	c.events = append(c.events, ev)
 	c.evMu.Unlock()
 	c.signalEvent()
 }

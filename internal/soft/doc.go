@@ -31,8 +31,9 @@
 // as on hardware, including their errors: RNR retries and
 // RNR_RETRY_EXC_ERR, REM_ACCESS_ERR moving both RC QPs to ERR, flushes
 // with WR_FLUSH_ERR, CQ overrun (the QPs on the CQ go to ERR, the Context
-// reports EVENT_CQ_ERR, and the CQ never grows), posts refused in the
-// wrong state, and partial chains. A UD receive starts with a 40-byte
+// reports EVENT_CQ_ERR, and the CQ never grows), the one-shot SRQ limit
+// event (checked as each receive is taken, as rxe does), posts refused in
+// the wrong state, and partial chains. A UD receive starts with a 40-byte
 // IPv6-style GRH that carries the source GID. Atomics use sync/atomic on
 // the target word, so they are atomic against every other atomic on it,
 // from any QP or process, and against the owner's own sync/atomic use of

@@ -212,6 +212,19 @@ type SRQ interface {
 	PostRecv(wrs []RecvWR) (int, error)
 	// MaxWR is the granted depth.
 	MaxWR() int
+	// SetLimit arms the low watermark (ibv_modify_srq with
+	// IBV_SRQ_LIMIT) so the consumer can refill before the SRQ runs dry
+	// and senders hit RNR: when taking a receive leaves fewer than limit
+	// posted, the context's AsyncEvent reports one EventSRQLimitReached
+	// naming this SRQ and the limit is disarmed. The event is one-shot;
+	// the consumer refills and arms again. Arming replaces a limit
+	// already armed, 0 disarms, and limit must be in [0, MaxWR()), else
+	// the error wraps ErrInvalid.
+	//
+	// Arm while at least limit receives are posted: when fewer are, some
+	// devices report at once and others (rxe, soft) only when the next
+	// receive is taken.
+	SetLimit(limit int) error
 	Close() error
 }
 
@@ -256,9 +269,15 @@ func (t AsyncEventType) String() string {
 }
 
 // AsyncEvent is one asynchronous event. QPN is set for QP events, Port
-// for port events.
+// for port events and SRQ for SRQ events (EventSRQErr,
+// EventSRQLimitReached).
 type AsyncEvent struct {
 	Type AsyncEventType
 	QPN  uint32
 	Port uint8
+	// SRQ is the SRQ as CreateSRQ returned it, so it compares equal
+	// with ==. An SRQ has no number outside XRC, hence the object
+	// rather than a number like QPN. It may be nil when the SRQ was
+	// closed before the event was read.
+	SRQ SRQ
 }
