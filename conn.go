@@ -78,6 +78,7 @@ type Conn struct {
 	rwrs     []verbs.RecvWR
 	rsges    []verbs.SGE
 	recvSize int
+	handling bool // a worker runs the RecvHandler (dispatch.go)
 
 	// The control channel's state (control.go, expose.go, grant.go).
 	emu         sync.Mutex
@@ -583,6 +584,9 @@ func (c *Conn) onRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 		return
 	}
 	c.ready = append(c.ready, m)
+	if c.cfg.handler != nil {
+		c.dispatchLocked()
+	}
 	c.rmu.Unlock()
 }
 
@@ -591,6 +595,9 @@ func (c *Conn) onRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 // value. A WRITE_WITH_IMM from the peer also resolves a Recv, with no
 // buffer.
 func (c *Conn) Recv() *Future {
+	if c.cfg.handler != nil {
+		return newResolved(fmt.Errorf("rdma: recv on %v: %w: the connection's messages go to its RecvHandler", c.remote, ErrInvalid))
+	}
 	c.rmu.Lock()
 	if len(c.ready) > 0 {
 		m := c.ready[0]

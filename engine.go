@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/panjf2000/ants/v2"
+
 	"github.com/go-rdma/rdma/internal/verbs"
 	"github.com/go-rdma/rdma/poller"
 	"github.com/go-rdma/rdma/pool"
@@ -30,6 +32,14 @@ type engine struct {
 	pool   *pool.Pool
 	port   verbs.PortInfo
 	ops    opTable
+
+	// RecvHandler dispatch (dispatch.go)
+	dmu         sync.Mutex
+	runq        []*Conn
+	dispatching bool
+	dwg         sync.WaitGroup
+	workers     *ants.Pool
+	handlers    atomic.Int64 // RecvHandler calls running
 
 	mu     sync.Mutex
 	units  []*cqUnit
@@ -349,6 +359,7 @@ func (e *engine) release() error {
 	for _, u := range units {
 		errs = append(errs, u.close())
 	}
+	errs = append(errs, e.stopWorkers())
 	if err := e.pool.Close(); err != nil && !errors.Is(err, verbs.ErrBusy) {
 		errs = append(errs, err)
 	}

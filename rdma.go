@@ -88,6 +88,7 @@ type config struct {
 	cm         bool          // set connections up through rdma_cm
 	threadLock poller.ThreadLock
 	spin       time.Duration // Adaptive pollers' spin; 0: the provider's default
+	handler    RecvHandler   // messages go to it instead of Recv
 }
 
 func defaultConfig() config {

@@ -17,7 +17,8 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// IgnoreCurrent: the goroutines made at init (ants' default pool).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
 
 // startServer builds cmd/examples/server and runs it in its own process.
 // stop sends SIGTERM and returns its exit code and output.

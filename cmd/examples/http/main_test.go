@@ -12,7 +12,8 @@ import (
 	"github.com/go-rdma/rdma/internal/leak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(leak.Checked(m)) }
+// IgnoreCurrent: the goroutines made at init (ants' default pool).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(leak.Checked(m), goleak.IgnoreCurrent()) }
 
 func TestDemo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -17,7 +17,8 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// IgnoreCurrent: the goroutines made at init (ants' default pool).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
 
 // syncBuffer is a bytes.Buffer that run may write from several goroutines
 // while the test reads it.
