@@ -1,0 +1,182 @@
+package rdma_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-rdma/rdma"
+)
+
+// manyConns opens n connections from one engine to a listener on another
+// and keeps them all open: dialers at a time, each connection accepted
+// and returned with its peer. It reports the rate of setup.
+func manyConns(t testing.TB, n, dialers int, opts ...rdma.Option) (clients, servers []*rdma.Conn, perSecond float64) {
+	t.Helper()
+	se, err := rdma.OpenEngine(opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { se.Close() })
+	ce, err := rdma.OpenEngine(opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { ce.Close() })
+	ln, err := se.Listen("rdma", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	clients, servers = make([]*rdma.Conn, n), make([]*rdma.Conn, n)
+	t.Cleanup(func() {
+		for i := range n {
+			if clients[i] != nil {
+				assert.NoError(t, clients[i].Close())
+			}
+			if servers[i] != nil {
+				assert.NoError(t, servers[i].Close())
+			}
+		}
+	})
+	start := time.Now()
+	accepted := make(chan error, 1)
+	go func() {
+		for i := range n {
+			s, err := ln.Accept(ctx)
+			if err != nil {
+				accepted <- err
+				return
+			}
+			servers[i] = s
+		}
+		accepted <- nil
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, dialers)
+	for d := range dialers {
+		wg.Go(func() {
+			for i := d; i < n; i += dialers {
+				c, err := ce.Dial(ctx, "rdma", ln.Addr().String())
+				if err != nil {
+					errs <- fmt.Errorf("dial %d: %w", i, err)
+					return
+				}
+				clients[i] = c
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.NoError(t, <-accepted)
+	return clients, servers, float64(n) / time.Since(start).Seconds()
+}
+
+// exercise checks a SEND/RECV and a one-sided WRITE on every pair, all in
+// flight at once.
+func exercise(t testing.TB, clients, servers []*rdma.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	// Match the servers to their clients: accept order is not dial order.
+	byAddr := map[string]*rdma.Conn{}
+	for _, s := range servers {
+		byAddr[s.RemoteAddr().String()] = s
+	}
+	type pairOps struct {
+		c, s          *rdma.Conn
+		msg, dst, src *rdma.Buffer
+		recv, send, w *rdma.Future
+	}
+	ops := make([]pairOps, len(clients))
+	for i, c := range clients {
+		s := byAddr[c.LocalAddr().String()]
+		require.NotNil(t, s, "no server for client %v", c.LocalAddr())
+		p := &ops[i]
+		p.c, p.s = c, s
+		var err error
+		p.msg, err = c.Alloc(8)
+		require.NoError(t, err)
+		copy(p.msg.Bytes(), fmt.Sprintf("%08d", i))
+		p.dst, err = s.Alloc(8)
+		require.NoError(t, err)
+		region, err := s.Expose(p.dst, rdma.RemoteWrite)
+		require.NoError(t, err)
+		p.recv = s.Recv()
+		p.send = c.Send(p.msg)
+		p.w = c.Write(p.msg, region)
+	}
+	for i := range ops {
+		p := &ops[i]
+		require.NoError(t, p.send.Wait(ctx))
+		require.NoError(t, p.w.Wait(ctx))
+		require.NoError(t, p.recv.Wait(ctx))
+		want := fmt.Sprintf("%08d", i)
+		require.Equal(t, want, string(p.recv.Buffer().Bytes()), "message of connection %d", i)
+		require.Equal(t, want, string(p.dst.Bytes()), "write of connection %d", i)
+		require.NoError(t, p.recv.Buffer().Release())
+		require.NoError(t, p.msg.Release())
+		require.NoError(t, p.dst.Release())
+	}
+}
+
+// Rule: one process holds thousands of connections open at once, each
+// carrying a checked SEND/RECV and a one-sided WRITE, and sets them up
+// fast (no device open or sysfs walk per connection).
+func TestManyConns(t *testing.T) {
+	n := 5000
+	if testing.Short() {
+		n = 1000
+	}
+	clients, servers, rate := manyConns(t, n, 8, rdma.WithProvider(rdma.ProviderSoft), rdma.WithQueueDepth(8, 4), rdma.WithMaxMessage(4096))
+	t.Logf("%d connections open at once, set up at %.0f/s", n, rate)
+	exercise(t, clients, servers)
+}
+
+// Rule: on the verbs provider too (rxe in the VM).
+func TestManyConnsVerbs(t *testing.T) {
+	requireDevice(t)
+	clients, servers, rate := manyConns(t, 500, 4, rdma.WithProvider(rdma.ProviderVerbs), rdma.WithQueueDepth(8, 4), rdma.WithMaxMessage(4096))
+	t.Logf("500 connections open at once on %s, set up at %.0f/s", clients[0].Device(), rate)
+	exercise(t, clients, servers)
+}
+
+// BenchmarkIdleConn opens b.N idle connections (the default options)
+// and reports what one costs, per side: registered memory, Go heap,
+// goroutines and file descriptors.
+func BenchmarkIdleConn(b *testing.B) {
+	provider := os.Getenv("RDMA_BENCH_PROVIDER")
+	if provider == "" {
+		provider = rdma.ProviderSoft
+	}
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	g0, fd0 := runtime.NumGoroutine(), openFDs(b)
+	clients, servers, rate := manyConns(b, b.N, 4, rdma.WithProvider(provider))
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	sides := float64(2 * b.N)
+	reg := clients[0].PoolStats().BytesRegistered + servers[0].PoolStats().BytesRegistered
+	b.ReportMetric(float64(reg)/sides, "reg-B/conn")
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/sides, "heap-B/conn")
+	b.ReportMetric(float64(runtime.NumGoroutine()-g0)/sides, "goroutines/conn")
+	b.ReportMetric(float64(openFDs(b)-fd0)/sides, "fds/conn")
+	b.ReportMetric(rate, "conns/s")
+}
+
+// openFDs counts this process's open file descriptors.
+func openFDs(t testing.TB) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	return len(ents)
+}
