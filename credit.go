@@ -16,7 +16,7 @@ import (
 // WRITE_WITH_IMM takes one; a message without a credit waits in the send
 // queue's queue (sendq.go) behind an unresolved Future. The receiver
 // returns credits as the application takes messages and their receives
-// are posted again, in batches of an eighth of the receive depth, on the
+// are posted again, a quarter of the receive depth at a time, on the
 // control channel. Connections set up through rdma_cm have no control
 // channel, so they send without credits, as before.
 
@@ -58,8 +58,12 @@ func (c *Conn) owe(n int) {
 	if n <= 0 || c.ctrl == nil {
 		return
 	}
-	c.creditOwed.Add(int64(n))
-	if !c.creditQueued.Swap(true) {
+	// Return them a quarter of the depth at a time: the sender still has
+	// the other three quarters to send with meanwhile, and the frames
+	// cost the receiver a wake and a write each. Nothing stays owed for
+	// ever: a sender out of credits has all its messages at the receiver,
+	// and once they are taken a quarter is owed.
+	if c.creditOwed.Add(int64(n)) >= int64(max(1, c.cfg.rqDepth/4)) && !c.creditQueued.Swap(true) {
 		c.later(c.returnCredits)
 	}
 }

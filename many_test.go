@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -134,6 +135,11 @@ func TestManyConns(t *testing.T) {
 	if testing.Short() {
 		n = 1000
 	}
+	// Both ends are in this process: two descriptors a connection.
+	if lim := raiseFDLimit(t); 2*n+500 > lim {
+		n = (lim - 500) / 2
+		t.Logf("RLIMIT_NOFILE is %d: %d connections", lim, n)
+	}
 	clients, servers, rate := manyConns(t, n, 8, rdma.WithProvider(rdma.ProviderSoft), rdma.WithQueueDepth(8, 4), rdma.WithMaxMessage(4096))
 	t.Logf("%d connections open at once, set up at %.0f/s", n, rate)
 	exercise(t, clients, servers)
@@ -179,4 +185,19 @@ func openFDs(t testing.TB) int {
 		t.Skip("no /proc/self/fd")
 	}
 	return len(ents)
+}
+
+// raiseFDLimit raises the soft limit of open files to the hard one and
+// returns it.
+func raiseFDLimit(t testing.TB) int {
+	var lim syscall.Rlimit
+	require.NoError(t, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim))
+	if lim.Cur < lim.Max {
+		old := lim.Cur
+		lim.Cur = lim.Max
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim) != nil {
+			lim.Cur = old
+		}
+	}
+	return int(lim.Cur)
 }

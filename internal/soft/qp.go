@@ -172,10 +172,8 @@ func (p *pd) CreateQP(attr verbs.QPInit) (verbs.QP, error) {
 	q.refs.init()
 	q.sq = make([]sendSlot, g.MaxSendWR)
 	sges := make([]verbs.SGE, g.MaxSendWR*g.MaxSendSGE)
-	inl := make([]byte, g.MaxSendWR*g.MaxInlineData)
 	for i := range q.sq {
 		q.sq[i].sge = sges[i*g.MaxSendSGE : i*g.MaxSendSGE : (i+1)*g.MaxSendSGE]
-		q.sq[i].inline = inl[i*g.MaxInlineData : i*g.MaxInlineData : (i+1)*g.MaxInlineData]
 	}
 	if s == nil {
 		q.rq = newRecvRing(g.MaxRecvWR, g.MaxRecvSGE)
@@ -554,6 +552,12 @@ func (q *qp) checkSend(wr *verbs.SendWR) (*ah, uint64, error) {
 
 // copyInline copies the data of an inline WR now, checked against lkeys.
 func (q *qp) copyInline(s *sendSlot, sges []verbs.SGE, n uint64) error {
+	if uint64(cap(s.inline)) < n {
+		// Made when a slot first carries that much inline, in 64-byte
+		// steps: an idle QP holds none, and one that sends small
+		// messages inline holds 64 bytes a slot, not MaxInlineData.
+		s.inline = make([]byte, 0, (n+63)&^63)
+	}
 	s.inline = s.inline[:n]
 	off := 0
 	for _, e := range sges {

@@ -11,6 +11,7 @@
 set -u
 repo=$1; shift
 ulimit -l unlimited
+ulimit -n 20000 2>/dev/null || true # the many-connection tests
 rc=0 verbs_passed=0 all_passed=0
 for spec in "$@"; do
   pkg=${spec%%=*} bin=$PWD/${spec#*=}
