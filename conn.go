@@ -28,7 +28,10 @@ import (
 // the connection; no OS thread blocks per connection.
 type Conn struct {
 	eng      *engine
-	cfg      config // the connection's own settings (queue depths, sizes, limits)
+	slot     uint32 // in eng.slots (slots.go)
+	slotGen  uint8
+	ops      opTable // its WRs in flight, by wr_id
+	cfg      config  // the connection's own settings (queue depths, sizes, limits)
 	unit     *cqUnit
 	drv      *poller.Poller // unit's poller when Busy: Wait drives it (poller/drive.go)
 	qp       verbs.QP
@@ -206,6 +209,10 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 		reqSlots: make(chan struct{}, maxRegionRequests), regionSlots: make(chan struct{}, maxQueuedRegions),
 		revokeSlots: make(chan struct{}, maxRevokes), regions: make(chan RemoteRegion, maxQueuedRegions),
 		jobs: make(chan func(), maxRegionRequests+3)}
+	if err := eng.slots.add(c); err != nil {
+		eng.release()
+		return nil, err
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.sqFree = cfg.sqDepth
 	c.sent = newRing(cfg.sqDepth)
@@ -484,7 +491,7 @@ func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
 		}
 		// An earlier unsignaled WR: it completed successfully, or it
 		// would have produced a completion of its own.
-		if p, ok := c.eng.ops.take(id); ok {
+		if p, ok := c.ops.take(id); ok {
 			c.finish(&p, nil)
 			k++
 		}
@@ -675,13 +682,13 @@ func (c *Conn) repostLocked(k int) error {
 		}
 		c.rsges[i] = verbs.SGE{Addr: pb.Addr(), Length: uint32(c.recvSize), LKey: pb.LKey()}
 		c.inflight.Add(1)
-		c.rwrs[i].ID = c.eng.ops.add(op{kind: opRecv, conn: c, buf: pb})
+		c.rwrs[i].ID = c.ops.add(op{kind: opRecv, conn: c, buf: pb})
 	}
 	n, err := c.qp.PostRecv(c.rwrs[:k])
 	c.rposted += n
 	if err != nil {
 		for i := n; i < k; i++ {
-			if o, ok := c.eng.ops.take(c.rwrs[i].ID); ok {
+			if o, ok := c.ops.take(c.rwrs[i].ID); ok {
 				o.buf.Release()
 				c.opDone()
 			}
@@ -694,7 +701,7 @@ func (c *Conn) repostLocked(k int) error {
 // unpost undoes the first i prepared receives.
 func (c *Conn) unpost(i int) {
 	for j := 0; j < i; j++ {
-		if o, ok := c.eng.ops.take(c.rwrs[j].ID); ok {
+		if o, ok := c.ops.take(c.rwrs[j].ID); ok {
 			o.buf.Release()
 			c.opDone()
 		}
@@ -791,8 +798,8 @@ func (c *Conn) teardown() error {
 	c.postMu.Unlock()
 	// The QP is gone, so no completion can arrive for what is left:
 	// resolve it here. take makes sure each op is resolved once.
-	for _, id := range c.eng.ops.ids(c) {
-		if o, ok := c.eng.ops.take(id); ok {
+	for _, id := range c.ops.ids() {
+		if o, ok := c.ops.take(id); ok {
 			if o.kind == opRecv {
 				o.buf.Release()
 			} else {
@@ -834,6 +841,7 @@ func (c *Conn) teardown() error {
 			errs = append(errs, err)
 		}
 	}
+	c.eng.slots.remove(c) // its ops are all resolved: later completions are dropped
 	if c.unit != nil {
 		c.eng.unreserve(c, c.unit, c.cfg.sqDepth+c.cfg.rqDepth)
 	}

@@ -16,7 +16,7 @@ import (
 // WRITE_WITH_IMM takes one; a message without a credit waits in the send
 // queue's queue (sendq.go) behind an unresolved Future. The receiver
 // returns credits as the application takes messages and their receives
-// are posted again, a quarter of the receive depth at a time, on the
+// are posted again (a refill is an eighth of the depth), on the
 // control channel. Connections set up through rdma_cm have no control
 // channel, so they send without credits, as before.
 
@@ -52,18 +52,23 @@ func (c *Conn) onCredit(n int) {
 }
 
 // owe records n receives posted again for the peer's messages; the
-// control worker tells the peer, one frame for all owed by then. It runs
-// under rmu, on a poller or in Recv, so it never writes itself.
+// control worker tells the peer, one frame for all owed by the time it
+// runs. It runs under rmu, on a poller or in Recv, so it never writes
+// itself.
+//
+// Credits go back as soon as receives are posted again (a refill is an
+// eighth of the depth). Holding them back to send fewer frames
+// deadlocked a stream carrying HTTP: the receiver, which had taken its
+// messages but not the stream's data, waited to write its answer, while
+// the sender waited for the credits. Each frame costs a wake, a write and
+// a read: about a quarter of the CPU of 64-byte messages
+// (docs/connections.md); credits carried in band are the plan.
 func (c *Conn) owe(n int) {
 	if n <= 0 || c.ctrl == nil {
 		return
 	}
-	// Return them a quarter of the depth at a time: the sender still has
-	// the other three quarters to send with meanwhile, and the frames
-	// cost the receiver a wake and a write each. Nothing stays owed for
-	// ever: a sender out of credits has all its messages at the receiver,
-	// and once they are taken a quarter is owed.
-	if c.creditOwed.Add(int64(n)) >= int64(max(1, c.cfg.rqDepth/4)) && !c.creditQueued.Swap(true) {
+	c.creditOwed.Add(int64(n))
+	if !c.creditQueued.Swap(true) {
 		c.later(c.returnCredits)
 	}
 }

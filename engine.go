@@ -31,7 +31,7 @@ type engine struct {
 	pd     verbs.PD
 	pool   *pool.Pool
 	port   verbs.PortInfo
-	ops    opTable
+	slots  slots // wr_id -> connection
 
 	// RecvHandler dispatch (dispatch.go)
 	dmu         sync.Mutex
@@ -58,8 +58,16 @@ type cqUnit struct {
 	conns map[*Conn]struct{} // under engine.mu
 }
 
-// cqEntries is the size of each CQ, bounded by the device.
-const cqEntries = 8192
+// cqEntries bounds one connection's CQ reservation (its send and
+// receive depths); firstCQ and maxCQ bound the CQs an engine makes. Each
+// new CQ is twice the size of the last, up to maxCQ and the device's
+// max_cqe, so a process with few connections keeps small CQs and one
+// with thousands needs few CQs and pollers.
+const (
+	cqEntries = 8192
+	firstCQ   = 4096
+	maxCQ     = 1 << 16
+)
 
 // engineKey is what makes two engines different: the device port and the
 // settings of its pool and pollers.
@@ -250,7 +258,11 @@ func (e *engine) reserve(c *Conn, n int) (*cqUnit, error) {
 			return u, nil
 		}
 	}
-	size := cqEntries
+	size := firstCQ
+	if k := len(e.units); k > 0 {
+		size = 2 * e.units[k-1].cq.Len()
+	}
+	size = min(max(size, n), maxCQ)
 	if e.attr.MaxCQE > 0 {
 		size = min(size, e.attr.MaxCQE)
 	}
@@ -382,7 +394,11 @@ func (e *engine) release() error {
 func (e *engine) completions(wcs []verbs.WorkCompletion) {
 	for i := range wcs {
 		wc := &wcs[i]
-		o, ok := e.ops.take(wc.WRID)
+		c := e.slots.conn(wc.WRID)
+		if c == nil {
+			continue // a closed connection's
+		}
+		o, ok := c.ops.take(wc.WRID)
 		if !ok {
 			continue
 		}

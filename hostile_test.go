@@ -122,6 +122,9 @@ func TestRequestRegionAbandoned(t *testing.T) {
 		short, stop := context.WithTimeout(ctx, time.Duration(rand.IntN(400))*time.Microsecond)
 		r, err := c.RequestRegion(short, 1<<20, rdma.RemoteWrite)
 		stop()
+		if errors.Is(err, rdma.ErrRegionRefused) {
+			continue // grants given up on are on their way back: the limit is full for now
+		}
 		if err != nil {
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 			gaveUp++

@@ -61,7 +61,11 @@ func requireDevice(t *testing.T) {
 // $RDMA_TEST_ADDR, sends three messages, says "ready" and waits to be
 // killed.
 func child(role string) int {
-	if role != "dialer" {
+	switch role {
+	case "many":
+		return manyChild()
+	case "dialer":
+	default:
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

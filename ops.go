@@ -40,13 +40,27 @@ type slot struct {
 	next uint32 // next free index + 1, while on the free list
 }
 
-// opChunk is the size of one block of the table; blocks never move.
-const opChunk = 1024
+// A wr_id names its connection and its op, never a pointer: the
+// connection's slot in its engine and the slot's generation (slots.go),
+// then the op's index in the connection's table and its generation.
+//
+//	63        40 39     32 31      20 19        0
+//	[   slot   ][slot gen][ op gen  ][  op index ]
+const (
+	opIndexBits = 20
+	opGenMask   = 1<<12 - 1
+	maxOps      = 1 << opIndexBits
+)
 
-// opTable maps wr_ids to ops for one engine. Whoever takes an op first,
-// the completion handler or a connection's teardown, owns it; the other
-// finds nothing.
+// opChunk is the size of one block of a table; blocks never move.
+const opChunk = 64
+
+// opTable maps wr_ids to the ops of one connection: no lock is shared
+// with other connections on the post or completion path. Whoever takes
+// an op first, the completion handler or the connection's teardown, owns
+// it; the other finds nothing.
 type opTable struct {
+	base   uint64 // the connection's slot and slot generation, in place
 	mu     sync.Mutex
 	chunks [][]slot
 	head   uint32 // first free index + 1; 0 when the free list is empty
@@ -55,7 +69,9 @@ type opTable struct {
 
 func (t *opTable) at(idx uint32) *slot { return &t.chunks[idx/opChunk][idx%opChunk] }
 
-// add records o and returns its wr_id.
+// add records o and returns its wr_id. A connection has at most its
+// send and receive depths of ops (each at most 16,384) recorded at once,
+// far below maxOps.
 func (t *opTable) add(o op) uint64 {
 	t.mu.Lock()
 	var idx uint32
@@ -71,9 +87,9 @@ func (t *opTable) add(o op) uint64 {
 	}
 	s := t.at(idx)
 	s.op = o
-	s.gen++
+	s.gen = (s.gen + 1) & opGenMask
 	s.next = 0
-	id := uint64(s.gen)<<32 | uint64(idx)
+	id := t.base | uint64(s.gen)<<opIndexBits | uint64(idx)
 	t.mu.Unlock()
 	return id
 }
@@ -81,7 +97,7 @@ func (t *opTable) add(o op) uint64 {
 // take removes the op of wrID and returns it; ok is false when the id is
 // stale, unknown or already taken.
 func (t *opTable) take(wrID uint64) (o op, ok bool) {
-	idx, gen := uint32(wrID), uint32(wrID>>32)
+	idx, gen := uint32(wrID)&(maxOps-1), uint32(wrID)>>opIndexBits
 	t.mu.Lock()
 	if idx < t.n {
 		s := t.at(idx)
@@ -96,14 +112,14 @@ func (t *opTable) take(wrID uint64) (o op, ok bool) {
 	return o, ok
 }
 
-// ids lists the wr_ids of c's live ops.
-func (t *opTable) ids(c *Conn) []uint64 {
+// ids lists the wr_ids of the live ops.
+func (t *opTable) ids() []uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var ids []uint64
 	for i := uint32(0); i < t.n; i++ {
-		if s := t.at(i); s.kind != 0 && s.conn == c {
-			ids = append(ids, uint64(s.gen)<<32|uint64(i))
+		if s := t.at(i); s.kind != 0 {
+			ids = append(ids, t.base|uint64(s.gen)<<opIndexBits|uint64(i))
 		}
 	}
 	return ids

@@ -189,7 +189,7 @@ func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 	c.credits -= needCredits(wrs)
 	for i := range wrs {
 		c.inflight.Add(1)
-		wrs[i].ID = c.eng.ops.add(ops[i])
+		wrs[i].ID = c.ops.add(ops[i])
 	}
 	c.sentMu.Lock()
 	for i := range wrs {
@@ -212,7 +212,7 @@ func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 	c.sentMu.Lock()
 	for i := len(wrs) - 1; i >= n; i-- {
 		c.sent.popBack()
-		if o, ok := c.eng.ops.take(wrs[i].ID); ok {
+		if o, ok := c.ops.take(wrs[i].ID); ok {
 			c.dropBuf(&o)
 			c.sqFree++
 			c.credits += needCredits(wrs[i : i+1])
