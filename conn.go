@@ -156,17 +156,7 @@ func dial(ctx context.Context, eng *engine, cfg config, address string) (*Conn, 
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
-	if eng == nil {
-		eng, err = sharedEngine(cfg, addrIP(tc.LocalAddr()))
-	} else {
-		err = eng.acquire()
-	}
-	if err == nil {
-		if err = eng.check(cfg); err != nil {
-			eng.release()
-		}
-	}
-	if err != nil {
+	if eng, err = engineFor(eng, cfg, addrIP(tc.LocalAddr())); err != nil {
 		tc.Close()
 		return nil, &net.OpError{Op: "dial", Net: network, Addr: tc.RemoteAddr(), Err: err}
 	}
@@ -607,14 +597,7 @@ func (c *Conn) Recv() *Future {
 	}
 	c.rmu.Lock()
 	if len(c.ready) > 0 {
-		m := c.ready[0]
-		c.ready[0] = message{}
-		c.ready = c.ready[1:]
-		c.refillLocked()
-		c.rmu.Unlock()
-		f := &Future{}
-		f.resolve(nil, m.n, m.imm, m.has, m.pb, 0)
-		return f
+		return c.takeReadyLocked()
 	}
 	if c.err() != nil && !c.moreToComeLocked() {
 		c.rmu.Unlock()
@@ -623,6 +606,19 @@ func (c *Conn) Recv() *Future {
 	f := &Future{drv: c.drv, recv: c}
 	c.waiters = append(c.waiters, f)
 	c.rmu.Unlock()
+	return f
+}
+
+// takeReadyLocked takes the oldest message that arrived before a Recv
+// asked for it, as a resolved future, and unlocks rmu.
+func (c *Conn) takeReadyLocked() *Future {
+	m := c.ready[0]
+	c.ready[0] = message{}
+	c.ready = c.ready[1:]
+	c.refillLocked()
+	c.rmu.Unlock()
+	f := &Future{}
+	f.resolve(nil, m.n, m.imm, m.has, m.pb, 0)
 	return f
 }
 

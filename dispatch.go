@@ -61,13 +61,7 @@ func (c *Conn) handle() {
 			c.rmu.Unlock()
 			return
 		}
-		m := c.ready[0]
-		c.ready[0] = message{}
-		c.ready = c.ready[1:]
-		c.refillLocked()
-		c.rmu.Unlock()
-		f := &Future{}
-		f.resolve(nil, m.n, m.imm, m.has, m.pb, 0)
+		f := c.takeReadyLocked()
 		c.eng.handlers.Add(1)
 		c.cfg.handler(c, f)
 		c.eng.handlers.Add(-1)

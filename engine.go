@@ -121,6 +121,26 @@ func sharedEngine(cfg config, local netip.Addr) (*engine, error) {
 	return e, nil
 }
 
+// engineFor returns, with a reference for the caller, eng (an explicit
+// Engine's) or the shared engine for local, once cfg's connections are
+// known to fit its device.
+func engineFor(eng *engine, cfg config, local netip.Addr) (*engine, error) {
+	var err error
+	if eng == nil {
+		eng, err = sharedEngine(cfg, local)
+	} else {
+		err = eng.acquire()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := eng.check(cfg); err != nil {
+		eng.release()
+		return nil, err
+	}
+	return eng, nil
+}
+
 // resolveDevice picks the provider and the device for cfg: the configured
 // device, else the one with a GID for local, else "" (the provider's
 // first usable device).

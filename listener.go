@@ -73,17 +73,7 @@ func listen(eng *engine, cfg config, address string) (*Listener, error) {
 	if err != nil {
 		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
 	}
-	if eng == nil {
-		eng, err = sharedEngine(cfg, addrIP(ln.Addr()))
-	} else {
-		err = eng.acquire()
-	}
-	if err == nil {
-		if err = eng.check(cfg); err != nil {
-			eng.release()
-		}
-	}
-	if err != nil {
+	if eng, err = engineFor(eng, cfg, addrIP(ln.Addr())); err != nil {
 		ln.Close()
 		return nil, &net.OpError{Op: "listen", Net: network, Addr: ln.Addr(), Err: err}
 	}
