@@ -105,17 +105,18 @@ type Conn struct {
 	working atomic.Bool
 	workers sync.WaitGroup
 
-	creditOwed   atomic.Int64 // credits to return to the peer (credit.go)
-	creditQueued atomic.Bool  // a job to return them is queued
-	peerClosed   atomic.Bool  // the peer closed or went away: post nothing more
-	closeHeard   atomic.Bool  // the peer's ctrlClose came
-	deaf         atomic.Bool  // tests: play a peer that reads its control frames and drops them
-	quiesceOnce  sync.Once
-	closeAck     chan struct{} // closed when the peer answers our ctrlClose
-	closeAckOnce sync.Once
-	ctrlDone     chan struct{}
-	closeOnce    sync.Once
-	closeErr     error
+	creditOwed       atomic.Int64 // credits to return to the peer (credit.go)
+	creditQueued     atomic.Bool  // a job to return them is queued
+	returnCreditsJob func()       // c.returnCredits, bound once: a method value allocates
+	peerClosed       atomic.Bool  // the peer closed or went away: post nothing more
+	closeHeard       atomic.Bool  // the peer's ctrlClose came
+	deaf             atomic.Bool  // tests: play a peer that reads its control frames and drops them
+	quiesceOnce      sync.Once
+	closeAck         chan struct{} // closed when the peer answers our ctrlClose
+	closeAckOnce     sync.Once
+	ctrlDone         chan struct{}
+	closeOnce        sync.Once
+	closeErr         error
 }
 
 // message is a received message waiting for Recv.
@@ -204,6 +205,7 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 		return nil, err
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.returnCreditsJob = c.returnCredits
 	c.sqFree = cfg.sqDepth
 	c.sent = newRing(cfg.sqDepth)
 	var err error

@@ -69,7 +69,7 @@ func (c *Conn) owe(n int) {
 	}
 	c.creditOwed.Add(int64(n))
 	if !c.creditQueued.Swap(true) {
-		c.later(c.returnCredits)
+		c.later(c.returnCreditsJob)
 	}
 }
 
