@@ -175,31 +175,23 @@ func (c *Conn) readControl(r *bufio.Reader) {
 		case ctrlGrant, ctrlDeny:
 			c.onAnswer(typ, p)
 		case ctrlFree:
-			if len(p) != 4 {
-				c.protocolErr("malformed release")
-				continue
+			if v, ok := c.word(p, "release"); ok {
+				c.onFree(v)
 			}
-			c.onFree(binary.BigEndian.Uint32(p))
 		case ctrlRevoke:
-			if len(p) != 4 {
-				c.protocolErr("malformed revoke")
-				continue
+			if v, ok := c.word(p, "revoke"); ok {
+				c.onRevoke(v)
 			}
-			c.onRevoke(binary.BigEndian.Uint32(p))
 		case ctrlRevoked:
-			if len(p) != 4 {
-				c.protocolErr("malformed revoke answer")
-				continue
+			if v, ok := c.word(p, "revoke answer"); ok {
+				c.onRevoked(v)
 			}
-			c.onRevoked(binary.BigEndian.Uint32(p))
 		case ctrlClose:
 			c.onPeerClose()
 		case ctrlCredit:
-			if len(p) != 4 {
-				c.protocolErr("malformed credit")
-				continue
+			if v, ok := c.word(p, "credit"); ok {
+				c.onCredit(int(v))
 			}
-			c.onCredit(int(binary.BigEndian.Uint32(p)))
 		case ctrlCloseAck:
 			c.closeAckOnce.Do(func() { close(c.closeAck) })
 		default:
@@ -209,6 +201,16 @@ func (c *Conn) readControl(r *bufio.Reader) {
 			return // the peer is cut off: nothing more of it is served
 		}
 	}
+}
+
+// word decodes the one 32-bit field of a frame, cutting the peer off
+// when the frame is not exactly that.
+func (c *Conn) word(p []byte, what string) (uint32, bool) {
+	if len(p) != 4 {
+		c.protocolErr("malformed %s", what)
+		return 0, false
+	}
+	return binary.BigEndian.Uint32(p), true
 }
 
 // onPeerClose handles the peer's orderly close: nothing new is posted,
