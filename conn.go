@@ -33,6 +33,7 @@ type Conn struct {
 	ops      opTable // its WRs in flight, by wr_id
 	cfg      config  // the connection's own settings (queue depths, sizes, limits)
 	unit     *cqUnit
+	srq      *sharedRecv    // where its receives come from; nil on rdma_cm connections
 	drv      *poller.Poller // unit's poller when Busy: Wait drives it (poller/drive.go)
 	qp       verbs.QP
 	ctrl     net.Conn   // the TCP control channel; nil on rdma_cm connections
@@ -50,7 +51,14 @@ type Conn struct {
 
 	postMu     sync.Mutex    // orders posts, so sent matches the send queue
 	sqFree     int           // room in the send queue (sendq.go)
-	credits    int           // messages the peer has receives for (credit.go)
+	credits    int           // messages the peer may send us (credit.go)
+	asked      bool          // an ask for credits is out
+	askNow     bool          // postUnlock queues an ask
+	backNow    bool          // postUnlock queues a return of unused credits
+	idleArmed  bool          // idleTimer runs
+	idleSeen   uint64        // posted at the idle timer's last look
+	idleTimer  *time.Timer   // gives unused credits back (credit.go)
+	beacon     bool          // the beacon is posted (failBeacon)
 	pending    []queuedPost  // chains waiting for room, oldest first
 	queuedSeq  uint64        // seq of the last chain queued
 	drainedSeq uint64        // seq of the last chain that left pending
@@ -83,6 +91,15 @@ type Conn struct {
 	recvSize int
 	handling bool // a worker runs the RecvHandler (dispatch.go)
 
+	// Credits given to the peer (credit.go, srq.go).
+	creditOut     atomic.Int64 // credits the peer holds or used on messages not yet here
+	creditHeld    atomic.Int64 // messages here the application has not taken
+	creditTaken   int          // messages taken whose credits are not given back yet; under rmu
+	creditWant    int          // credits it waits for; under srq.mu
+	creditWaiting bool         // among srq.waiters; under srq.mu
+	peerWants     atomic.Bool  // the peer asked for credits and gave none back since
+	beaconDone    atomic.Bool  // the beacon flushed: every message that came is delivered
+
 	// The control channel's state (control.go, expose.go, grant.go).
 	emu         sync.Mutex
 	exposed     map[uint32]*exposure
@@ -108,6 +125,11 @@ type Conn struct {
 	creditOwed       atomic.Int64 // credits to return to the peer (credit.go)
 	creditQueued     atomic.Bool  // a job to return them is queued
 	returnCreditsJob func()       // c.returnCredits, bound once: a method value allocates
+	askJob           func()       // c.askCredits
+	backJob          func()       // c.returnUnused
+	creditBack       atomic.Int64 // unused credits to give back
+	askQueued        atomic.Bool  // askJob is queued
+	backQueued       atomic.Bool  // backJob is queued
 	peerClosed       atomic.Bool  // the peer closed or went away: post nothing more
 	closeHeard       atomic.Bool  // the peer's ctrlClose came
 	deaf             atomic.Bool  // tests: play a peer that reads its control frames and drops them
@@ -199,24 +221,37 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 		exposed: map[uint32]*exposure{}, requests: map[uint32]*request{},
 		reqSlots: make(chan struct{}, maxRegionRequests), regionSlots: make(chan struct{}, maxQueuedRegions),
 		revokeSlots: make(chan struct{}, maxRevokes), regions: make(chan RemoteRegion, maxQueuedRegions),
-		jobs: make(chan func(), maxRegionRequests+3)}
+		jobs: make(chan func(), maxRegionRequests+5)}
 	if err := eng.slots.add(c); err != nil {
 		eng.release()
 		return nil, err
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.returnCreditsJob = c.returnCredits
+	c.returnCreditsJob, c.askJob, c.backJob = c.returnCredits, c.askCredits, c.returnUnused
 	c.sqFree = cfg.sqDepth
 	c.sent = newRing(cfg.sqDepth)
 	var err error
-	if c.unit, err = eng.reserve(c, cfg.sqDepth+cfg.rqDepth); err == nil {
+	if !cfg.cm {
+		c.srq, err = eng.srqFor(cfg.maxMsg)
+	}
+	if err == nil {
+		c.unit, err = eng.reserve(c, c.cqNeed())
+	}
+	if err == nil {
 		if eng.cfg.pollMode == poller.Busy {
 			c.drv = c.unit.p
 		}
-		c.qp, err = eng.pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: c.unit.cq, RecvCQ: c.unit.cq,
-			Cap: verbs.QPCap{MaxSendWR: cfg.sqDepth, MaxRecvWR: cfg.rqDepth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}})
-		if err != nil {
+		qc := verbs.QPCap{MaxSendWR: cfg.sqDepth, MaxRecvWR: cfg.rqDepth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
+		init := verbs.QPInit{Type: verbs.RC, SendCQ: c.unit.cq, RecvCQ: c.unit.cq, Cap: qc}
+		if c.srq != nil {
+			init.SRQ = c.srq.q
+			init.Cap.MaxSendWR++ // room for the beacon
+			init.Cap.MaxRecvWR, init.Cap.MaxRecvSGE = 0, 0
+		}
+		if c.qp, err = eng.pd.CreateQP(init); err != nil {
 			err = fmt.Errorf("rdma: create QP: %w", err)
+		} else if c.srq != nil {
+			eng.qpns.Store(c.qp.QPN(), c)
 		}
 	}
 	if err != nil {
@@ -225,16 +260,32 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 		return nil, err
 	}
 	c.inline = min(c.qp.Cap().MaxInlineData, 64)
-	c.rwrs = make([]verbs.RecvWR, cfg.rqDepth)
-	c.rsges = make([]verbs.SGE, cfg.rqDepth)
-	for i := range c.rwrs {
-		c.rwrs[i].SGL = c.rsges[i : i+1]
+	if c.srq == nil {
+		c.rwrs = make([]verbs.RecvWR, cfg.rqDepth)
+		c.rsges = make([]verbs.SGE, cfg.rqDepth)
+		for i := range c.rwrs {
+			c.rwrs[i].SGL = c.rsges[i : i+1]
+		}
 	}
 	return c, nil
 }
 
-// postReceives fills the receive queue; the QP must be in INIT.
+// cqNeed is the room the connection reserves in its CQ: a completion for
+// every WR it can have outstanding. With an SRQ its receives are bounded
+// by its credits (the receive depth), and the beacon takes one more.
+func (c *Conn) cqNeed() int {
+	if c.srq != nil {
+		return c.cfg.sqDepth + c.cfg.rqDepth + 1
+	}
+	return c.cfg.sqDepth + c.cfg.rqDepth
+}
+
+// postReceives fills the receive queue of a connection without an SRQ;
+// the QP must be in INIT.
 func (c *Conn) postReceives() error {
+	if c.srq != nil {
+		return nil
+	}
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	return c.repostLocked(c.cfg.rqDepth)
@@ -273,6 +324,7 @@ func (c *Conn) fail(err error) {
 	c.cancel()
 	if c.qp != nil {
 		c.qp.ToError()
+		c.postBeacon()
 	}
 	// Receives still posted complete (messages that arrived) or flush,
 	// in order; the first flush fails the waiters left then (onRecv).
@@ -546,11 +598,30 @@ func (c *Conn) finish(o *op, err error) {
 	c.opDone()
 }
 
-// onRecv delivers a receive completion. It runs on a poller.
+// onRecv delivers a completion of a receive the connection posted on its
+// own receive queue. It runs on a poller.
 func (c *Conn) onRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 	defer c.opDone()
 	c.rmu.Lock()
 	c.rposted--
+	c.deliverLocked(pb, wc)
+}
+
+// onSharedRecv delivers a completion of a receive of the SRQ that a
+// message to this connection took. It runs on a poller.
+func (c *Conn) onSharedRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
+	if wc.Status == verbs.WCSuccess && !c.arrived() {
+		pb.Release()
+		return
+	}
+	c.rmu.Lock()
+	c.deliverLocked(pb, wc)
+}
+
+// deliverLocked hands a received message to the oldest waiting Recv,
+// the handler or the ready queue, or fails the connection when the
+// receive failed. Caller holds rmu; it unlocks it.
+func (c *Conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 	if wc.Status != verbs.WCSuccess {
 		// Every receive before this one was delivered; the waiters
 		// left will get nothing more.
@@ -639,22 +710,84 @@ func (c *Conn) withdraw(f *Future) bool {
 	return true
 }
 
-// moreToComeLocked reports whether receives of a failed connection may
-// still complete: its QP completes the posted receives in order, first
-// those that got a message before the failure, then flushes, which fail
-// the waiters left (onRecv). A failure can be seen (the peer's close on
-// the control channel) before the poller has taken the completions of
-// messages that arrived ahead of it. After a local Close, or once the
-// poller has stopped, nothing more comes. Caller holds rmu.
+// moreToComeLocked reports whether messages of a failed connection may
+// still be delivered. A failure can be seen (the peer's close on the
+// control channel) before the poller has taken the completions of
+// messages that arrived ahead of it. With its own receive queue, the QP
+// completes the posted receives in order, first those that got a
+// message before the failure, then flushes, which fail the waiters left
+// (onRecv). With an SRQ, the beacon's flush comes after every message
+// that arrived (postBeacon). After a local Close, or once the poller
+// has stopped, nothing more comes. Caller holds rmu.
 func (c *Conn) moreToComeLocked() bool {
-	return c.rposted > 0 && !c.closing.Load() && c.unit != nil && !isClosedChan(c.unit.p.Done())
+	if c.closing.Load() || c.unit == nil || isClosedChan(c.unit.p.Done()) {
+		return false
+	}
+	if c.srq != nil {
+		return !c.beaconDone.Load()
+	}
+	return c.rposted > 0
 }
 
-// refillLocked re-posts consumed receives once enough of them add up to
-// a batch: one chain and one doorbell for many, as the peer libraries
-// that kept receives deep learned. Caller holds rmu.
-// Each receive reposted is a credit back to the peer (credit.go).
+// postBeacon posts a WR to the QP, just moved to the error state, whose
+// flush comes after the completion of every message that arrived before
+// the error: a CQ reports a QP's completions in order, and in the error
+// state the QP takes no more messages. When the flush is handled, every
+// message that came is delivered, so the Recvs still waiting fail
+// (onBeacon), and no completion of the QP is left in its CQ, so its QPN
+// may go to another connection (teardown). The QP has a send WR of room
+// kept for it.
+func (c *Conn) postBeacon() {
+	if c.srq == nil {
+		return
+	}
+	c.postMu.Lock()
+	if c.beacon {
+		c.postMu.Unlock()
+		return
+	}
+	c.beacon = true
+	c.inflight.Add(1)
+	id := c.ops.add(op{kind: opBeacon, conn: c})
+	_, err := c.qp.PostSend([]verbs.SendWR{{ID: id, Opcode: verbs.OpSend, Flags: verbs.SendSignaled}})
+	c.postMu.Unlock()
+	if err != nil {
+		// Nothing to wait for (the QP is closed, or the provider
+		// refuses): what came is all there is.
+		if _, ok := c.ops.take(id); ok {
+			c.opDone()
+		}
+		c.onBeacon(nil)
+	}
+}
+
+// onBeacon fails the Recvs left: every message that came is delivered.
+// Their error is the beacon's flush, as a receive's own flush would be.
+func (c *Conn) onBeacon(wc *verbs.WorkCompletion) {
+	c.beaconDone.Store(true)
+	c.rmu.Lock()
+	ws := c.waiters
+	c.waiters = nil
+	c.rmu.Unlock()
+	err := c.err()
+	if wc != nil && wc.Status != verbs.WCSuccess {
+		err = c.completionErr(wc)
+	}
+	for _, f := range ws {
+		f.resolve(err, 0, 0, false, nil, 0)
+	}
+}
+
+// refillLocked accounts for a message the application took. With an SRQ
+// its credit goes back to the peer (credit.go). Otherwise it re-posts
+// consumed receives once enough of them add up to a batch: one chain and
+// one doorbell for many, as the peer libraries that kept receives deep
+// learned. Caller holds rmu.
 func (c *Conn) refillLocked() {
+	if c.srq != nil {
+		c.tookLocked()
+		return
+	}
 	if gap := len(c.rwrs) - c.rposted - len(c.ready); gap >= max(1, len(c.rwrs)/8) {
 		before := c.rposted
 		c.repostLocked(gap)
@@ -787,20 +920,35 @@ func (c *Conn) teardown() error {
 		case <-time.After(5 * time.Second):
 		}
 		errs = append(errs, c.qp.Close())
+		if c.srq != nil {
+			// The beacon flushed (or the bounds above ran out): no
+			// completion of the QP is left to reach the next user of
+			// its QPN.
+			c.eng.qpns.CompareAndDelete(c.qp.QPN(), c)
+		}
+	}
+	if c.srq != nil {
+		c.srq.leave(c)
+		errs = append(errs, c.eng.dropSRQ(c.srq))
 	}
 	// Posts check closing under postMu, so none is half done here.
 	c.postMu.Lock()
 	c.sentMu.Lock()
 	c.sent.head, c.sent.size = 0, 0
 	c.sentMu.Unlock()
+	if c.idleTimer != nil {
+		c.idleTimer.Stop()
+	}
 	c.postMu.Unlock()
 	// The QP is gone, so no completion can arrive for what is left:
 	// resolve it here. take makes sure each op is resolved once.
 	for _, id := range c.ops.ids() {
 		if o, ok := c.ops.take(id); ok {
-			if o.kind == opRecv {
+			switch o.kind {
+			case opBeacon:
+			case opRecv:
 				o.buf.Release()
-			} else {
+			default:
 				o.fut.resolve(c.closedErr(), 0, 0, false, nil, 0)
 				c.dropBuf(&o)
 			}

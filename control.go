@@ -23,7 +23,9 @@ const (
 	ctrlRevoke   = 8  // the owner revokes a region: rkey u32
 	ctrlRevoked  = 9  // answer to ctrlRevoke: no access to rkey u32 is in flight or will be posted
 	ctrlCloseAck = 10 // answer to ctrlClose: this side's operations are done too
-	ctrlCredit   = 11 // credits: n u32 more receives posted for the peer's messages
+	ctrlCredit   = 11 // credits: the peer may send n u32 more messages (credit.go)
+	ctrlAsk      = 12 // the sender asks for n u32 credits for messages it has waiting
+	ctrlBack     = 13 // the sender gives back n u32 credits it did not use
 	maxCtrl      = 1024
 )
 
@@ -191,6 +193,14 @@ func (c *Conn) readControl(r *bufio.Reader) {
 		case ctrlCredit:
 			if v, ok := c.word(p, "credit"); ok {
 				c.onCredit(int(v))
+			}
+		case ctrlAsk:
+			if v, ok := c.word(p, "credit request"); ok && c.srq != nil {
+				c.onCreditAsk(v)
+			}
+		case ctrlBack:
+			if v, ok := c.word(p, "credit return"); ok && c.srq != nil {
+				c.onCreditBack(v)
 			}
 		case ctrlCloseAck:
 			c.closeAckOnce.Do(func() { close(c.closeAck) })

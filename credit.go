@@ -2,27 +2,49 @@ package rdma
 
 import (
 	"encoding/binary"
+	"time"
 
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
-// Credits keep a connection's messages within the receives its peer has
-// posted, so a peer that does not read slows its sender instead of
-// making it retry receiver-not-ready (RNR) without end, which on rxe and
-// hardware (rnr_retry 7) never gives up.
+// Credits keep a connection's messages within receives its peer has
+// posted for them, so a peer that does not read slows its sender instead
+// of making it retry receiver-not-ready (RNR) without end, which on rxe
+// and hardware (rnr_retry 7) never gives up.
 //
-// The handshake's hello tells the sender how many receives the receiver
-// keeps posted: its first credits. Each SEND, SEND_WITH_IMM and
-// WRITE_WITH_IMM takes one; a message without a credit waits in the send
-// queue's queue (sendq.go) behind an unresolved Future. The receiver
-// returns credits as the application takes messages and their receives
-// are posted again (a refill is an eighth of the depth), on the
-// control channel. Connections set up through rdma_cm have no control
-// channel, so they send without credits, as before.
+// Each SEND, SEND_WITH_IMM and WRITE_WITH_IMM takes a credit; a message
+// without one waits in the send queue's queue (sendq.go) behind an
+// unresolved Future. Receives come from the engine's shared receive
+// queue (srq.go), so credits are given on demand, on the control
+// channel:
+//   - A connection starts with none. A sender that has a message and no
+//     credit asks for what it has waiting (ctrlAsk). When no other
+//     connection waits, the receiver gives the connection's whole cap
+//     (WithQueueDepth's receive depth) as far as the SRQ's headroom goes;
+//     else what was asked, in turn with the others waiting.
+//   - As the application takes messages, the receiver gives their
+//     credits back (a batch is an eighth of the cap), while the peer
+//     wants them and no other connection waits for credits.
+//   - A sender that has sent nothing for creditIdle gives back what it
+//     holds (ctrlBack), so idle connections hold none and the SRQ
+//     serves the active ones.
+//
+// A connection holds at most its cap of the SRQ, credits and messages
+// not yet taken together, so a peer that floods, or an application
+// that does not read, cannot lock the other connections out. A message
+// without a credit cuts the peer off (ErrProtocol). Connections set up
+// through rdma_cm have no control channel: they keep receives of their
+// own and send without credits.
 
 // maxCredits bounds the credits a peer can give, so adding never
 // overflows.
 const maxCredits = 1 << 30
+
+// creditIdle is how long a sender keeps credits it does not use.
+const creditIdle = time.Second
+
+// maxAsk bounds a request for credits; the receiver caps it anyway.
+const maxAsk = 1 << 16
 
 // needCredits counts the WRs of wrs that take a receive at the peer.
 func needCredits(wrs []verbs.SendWR) int {
@@ -36,33 +58,147 @@ func needCredits(wrs []verbs.SendWR) int {
 	return n
 }
 
-// roomLocked reports whether wrs fit the send queue and the credits.
-// Caller holds postMu.
+// roomLocked reports whether wrs fit the send queue and the credits,
+// and asks the peer for credits when they are what is short. Caller
+// holds postMu.
 func (c *Conn) roomLocked(wrs []verbs.SendWR) bool {
-	return c.sqFree >= len(wrs) && c.credits >= needCredits(wrs)
+	if c.sqFree < len(wrs) {
+		return false
+	}
+	if c.credits >= needCredits(wrs) {
+		return true
+	}
+	if !c.asked && c.ctrl != nil {
+		c.asked, c.askNow = true, true // postUnlock queues the ask
+	}
+	return false
 }
 
-// onCredit takes credits the peer returned and posts what waited for
-// them.
+// askCredits tells the peer how many credits the messages waiting need.
+// It runs on the control worker.
+func (c *Conn) askCredits() {
+	c.askQueued.Store(false)
+	c.postMu.Lock()
+	want := -c.credits
+	for i := range c.pending {
+		if want += needCredits(c.pending[i].wrs); want >= maxAsk {
+			break
+		}
+	}
+	if want <= 0 {
+		c.asked = false
+	}
+	c.postMu.Unlock()
+	if want > 0 {
+		c.writeControl(ctrlAsk, binary.BigEndian.AppendUint32(nil, uint32(min(want, maxAsk))))
+	}
+}
+
+// onCredit takes credits the peer gave and posts what waited for them.
 func (c *Conn) onCredit(n int) {
 	c.postMu.Lock()
 	c.credits = min(c.credits+n, maxCredits)
+	c.asked = false
 	c.drainLocked()
+	if c.credits > 0 && !c.idleArmed && c.err() == nil {
+		c.idleArmed, c.idleSeen = true, c.posted
+		if c.idleTimer == nil {
+			c.idleTimer = time.AfterFunc(creditIdle, c.idleCredits)
+		} else {
+			c.idleTimer.Reset(creditIdle)
+		}
+	}
 	c.postUnlock()
 }
 
-// owe records n receives posted again for the peer's messages; the
-// control worker tells the peer, one frame for all owed by the time it
-// runs. It runs under rmu, on a poller or in Recv, so it never writes
-// itself.
+// idleCredits gives the peer back the credits of a connection that sent
+// nothing since the last look. It runs on the idle timer.
+func (c *Conn) idleCredits() {
+	c.postMu.Lock()
+	defer c.postUnlock()
+	switch {
+	case c.credits <= 0 || c.err() != nil || c.closing.Load():
+		c.idleArmed = false
+	case c.posted == c.idleSeen && len(c.pending) == 0:
+		c.creditBack.Add(int64(c.credits))
+		c.credits, c.idleArmed = 0, false
+		c.backNow = true
+	default:
+		c.idleSeen = c.posted
+		c.idleTimer.Reset(creditIdle)
+	}
+}
+
+// returnUnused sends the credits idleCredits gave back.
+func (c *Conn) returnUnused() {
+	c.backQueued.Store(false)
+	if n := c.creditBack.Swap(0); n > 0 {
+		c.writeControl(ctrlBack, binary.BigEndian.AppendUint32(nil, uint32(n)))
+	}
+}
+
+// The receiving side.
+
+// creditRoom is how many more credits c may have outstanding: its cap
+// less the credits out and the messages not yet taken.
+func (c *Conn) creditRoom() int {
+	return c.cfg.rqDepth - int(c.creditOut.Load()) - int(c.creditHeld.Load())
+}
+
+// arrived accounts for a message from the peer: it used a credit. A
+// message without one breaks the protocol.
+func (c *Conn) arrived() bool {
+	if c.creditOut.Add(-1) < 0 {
+		c.creditOut.Add(1)
+		c.protocolErr("a message without a credit")
+		return false
+	}
+	c.srq.granted.Add(-1)
+	c.srq.held.Add(1)
+	c.creditHeld.Add(1)
+	return true
+}
+
+// tookLocked accounts for a message the application took: its credit
+// goes back to the peer in a batch, or at once when the peer has none
+// left. Caller holds rmu.
+func (c *Conn) tookLocked() {
+	c.creditHeld.Add(-1)
+	c.creditTaken++
+	if c.creditTaken >= max(1, c.cfg.rqDepth/8) || c.creditOut.Load() == 0 {
+		k := c.creditTaken
+		c.creditTaken = 0
+		c.srq.held.Add(-int64(k))
+		if c.peerWants.Load() && c.err() == nil {
+			c.srq.regrant(c, k)
+		}
+	}
+}
+
+// onCreditAsk serves the peer's request for credits.
+func (c *Conn) onCreditAsk(want uint32) {
+	c.peerWants.Store(true)
+	c.srq.ask(c, int(min(want, maxAsk)))
+}
+
+// onCreditBack takes back credits the peer did not use.
+func (c *Conn) onCreditBack(n uint32) {
+	if int64(n) > c.creditOut.Load() {
+		c.protocolErr("gave back %d credits, holding %d", n, c.creditOut.Load())
+		return
+	}
+	c.peerWants.Store(false)
+	c.srq.giveBack(c, int(n))
+}
+
+// owe records n credits given to the peer; the control worker tells the
+// peer, one frame for all owed by the time it runs. It runs on pollers,
+// consumers and the control reader, under locks of theirs, so it never
+// writes itself.
 //
-// Credits go back as soon as receives are posted again (a refill is an
-// eighth of the depth). Holding them back to send fewer frames
-// deadlocked a stream carrying HTTP: the receiver, which had taken its
-// messages but not the stream's data, waited to write its answer, while
-// the sender waited for the credits. Each frame costs a wake, a write and
-// a read: about a quarter of the CPU of 64-byte messages
-// (docs/connections.md); credits carried in band are the plan.
+// Each frame costs a wake, a write and a read: about a quarter of the CPU
+// of 64-byte messages (docs/connections.md); credits carried in band are
+// the plan.
 func (c *Conn) owe(n int) {
 	if n <= 0 || c.ctrl == nil {
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net"
 	"net/netip"
 	"sync"
@@ -31,7 +32,11 @@ type engine struct {
 	pd     verbs.PD
 	pool   *pool.Pool
 	port   verbs.PortInfo
-	slots  slots // wr_id -> connection
+	slots  slots                               // wr_id -> connection
+	srqs   [maxSRQs]atomic.Pointer[sharedRecv] // by id; made under mu (srq.go)
+	qpns   sync.Map                            // QPN -> *Conn, for receives from an SRQ
+	events context.CancelFunc                  // stops readEvents
+	evDone chan struct{}
 
 	// RecvHandler dispatch (dispatch.go)
 	dmu         sync.Mutex
@@ -80,11 +85,12 @@ type engineKey struct {
 	threadLock poller.ThreadLock
 	slabSize   int
 	maxPool    int64
+	srqDepth   int
 }
 
 func (c *config) engineKey(prov, dev string) engineKey {
 	return engineKey{provider: prov, device: dev, port: c.port, pollMode: c.pollMode, spin: c.spin,
-		threadLock: c.threadLock, slabSize: c.slabSize, maxPool: c.maxPool}
+		threadLock: c.threadLock, slabSize: c.slabSize, maxPool: c.maxPool, srqDepth: c.sharedRecvs}
 }
 
 // engines are the engines of the package-level Dial and Listen, one per
@@ -187,7 +193,29 @@ func openEngine(cfg config, prov verbs.Provider, dev string) (*engine, error) {
 		ctx.Close()
 		return nil, fmt.Errorf("rdma: %w", err)
 	}
+	evctx, cancel := context.WithCancel(context.Background())
+	e.events, e.evDone = cancel, make(chan struct{})
+	go e.readEvents(evctx)
 	return e, nil
+}
+
+// readEvents reads the device's asynchronous events until the engine
+// closes. An SRQ's limit event refills it.
+func (e *engine) readEvents(ctx context.Context) {
+	defer close(e.evDone)
+	for {
+		ev, err := e.ctx.AsyncEvent(ctx)
+		if err != nil {
+			return
+		}
+		if ev.Type == verbs.EventSRQLimitReached && srqEventRefill.Load() {
+			for i := range e.srqs {
+				if s := e.srqs[i].Load(); s != nil && s.q == ev.SRQ {
+					s.refill(refillEvent)
+				}
+			}
+		}
+	}
 }
 
 // check refuses a configuration the device cannot serve, at Dial or
@@ -300,7 +328,8 @@ func (e *engine) reserve(c *Conn, n int) (*cqUnit, error) {
 		u.close()
 		return nil, fmt.Errorf("rdma: %w", err)
 	}
-	if u.p, err = poller.New(u.cq, u.ch, poller.HandlerFunc(e.completions), poller.Config{Mode: e.cfg.pollMode, Lock: e.cfg.threadLock, Spin: e.cfg.pollSpin(e.prov.Name())}); err == nil {
+	handle := func(wcs []verbs.WorkCompletion) { e.completions(u, wcs) }
+	if u.p, err = poller.New(u.cq, u.ch, poller.HandlerFunc(handle), poller.Config{Mode: e.cfg.pollMode, Lock: e.cfg.threadLock, Spin: e.cfg.pollSpin(e.prov.Name())}); err == nil {
 		err = u.p.Start()
 	}
 	if err != nil {
@@ -391,6 +420,8 @@ func (e *engine) release() error {
 	for _, u := range units {
 		errs = append(errs, u.close())
 	}
+	e.events()
+	<-e.evDone
 	errs = append(errs, e.stopWorkers())
 	if err := e.pool.Close(); err != nil && !errors.Is(err, verbs.ErrBusy) {
 		errs = append(errs, err)
@@ -409,11 +440,17 @@ func (e *engine) release() error {
 	return errors.Join(errs...)
 }
 
-// completions dispatches a batch of completions to their operations. It
-// runs on a poller goroutine and allocates nothing on success.
-func (e *engine) completions(wcs []verbs.WorkCompletion) {
+// completions dispatches a batch of completions of u's CQ to their
+// operations. It runs on u's poller and allocates nothing on success.
+func (e *engine) completions(u *cqUnit, wcs []verbs.WorkCompletion) {
+	var shared uint32 // bit i: SRQ i gave receives
 	for i := range wcs {
 		wc := &wcs[i]
+		if isSRQ(wc.WRID) {
+			shared |= 1 << uint8(wc.WRID>>40)
+			e.sharedRecv(u, wc)
+			continue
+		}
 		c := e.slots.conn(wc.WRID)
 		if c == nil {
 			continue // a closed connection's
@@ -422,12 +459,45 @@ func (e *engine) completions(wcs []verbs.WorkCompletion) {
 		if !ok {
 			continue
 		}
-		if o.kind == opRecv {
-			o.conn.onRecv(o.buf, wc)
-			continue
+		switch o.kind {
+		case opRecv:
+			c.onRecv(o.buf, wc)
+		case opBeacon:
+			c.onBeacon(wc)
+			c.opDone()
+		default:
+			c.onSendDone(&o, wc)
 		}
-		o.conn.onSendDone(&o, wc)
 	}
+	// The check after a poll: refill an SRQ that fell below its low
+	// watermark, without waiting for the limit event.
+	for shared != 0 && srqPollRefill.Load() {
+		i := bits.TrailingZeros32(shared)
+		shared &^= 1 << i
+		if s := e.srqs[i%maxSRQs].Load(); s != nil && s.posted.Load() < s.low.Load() {
+			s.refill(refillPoll)
+		}
+	}
+}
+
+// sharedRecv delivers a receive of an SRQ to the connection whose QP
+// took it. A connection's QPN leaves the map only once no completion of
+// its QP is left (postBeacon); the CQ check is a second guard.
+func (e *engine) sharedRecv(u *cqUnit, wc *verbs.WorkCompletion) {
+	s := e.srqs[uint8(wc.WRID>>40)%maxSRQs].Load()
+	if s == nil {
+		return
+	}
+	pb := s.take(wc.WRID)
+	if pb == nil {
+		return
+	}
+	v, ok := e.qpns.Load(wc.QPN)
+	if c, _ := v.(*Conn); ok && c.unit == u {
+		c.onSharedRecv(pb, wc)
+		return
+	}
+	pb.Release()
 }
 
 // Engine is one RDMA device port and what the connections on it share:

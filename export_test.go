@@ -55,3 +55,39 @@ func PoolDrained(c *Conn) <-chan struct{} { return c.eng.pool.Drained() }
 // BufferAddr is the address of b's memory (0 after Release), to tell
 // whether two handles got the same pool buffer.
 func BufferAddr(b *Buffer) uint64 { return b.pb().Addr() }
+
+// SetSRQRefill turns the SRQ's refill by its limit event and by the
+// check after a poll on or off; restore turns both back on.
+func SetSRQRefill(event, poll bool) (restore func()) {
+	srqEventRefill.Store(event)
+	srqPollRefill.Store(poll)
+	return func() {
+		srqEventRefill.Store(true)
+		srqPollRefill.Store(true)
+	}
+}
+
+// SRQStats is the state of a connection's shared receive queue.
+type SRQStats struct {
+	Posted  int64     // receives posted
+	Granted int64     // credits outstanding, all connections
+	Refills [4]uint64 // by cause: limit event, after a poll, grant, retry
+}
+
+// SharedRecvStats reports c's shared receive queue.
+func SharedRecvStats(c *Conn) SRQStats {
+	s := c.srq
+	st := SRQStats{Posted: s.posted.Load(), Granted: s.granted.Load()}
+	for i := range st.Refills {
+		st.Refills[i] = s.refills[i].Load()
+	}
+	return st
+}
+
+// ForgeCredits gives c n credits its peer never gave, as a hostile
+// peer would take them.
+func ForgeCredits(c *Conn, n int) {
+	c.postMu.Lock()
+	c.credits += n
+	c.postMu.Unlock()
+}

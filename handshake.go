@@ -22,7 +22,7 @@ import (
 
 const (
 	handshakeMagic   = "GO-RDMA\x00"
-	handshakeVersion = 2
+	handshakeVersion = 3
 	maxReason        = 512
 )
 
@@ -47,7 +47,7 @@ type hello struct {
 	MTU       uint8
 	Flags     uint8
 	GID       verbs.GID
-	RecvDepth uint32 // receives the sender keeps posted
+	RecvDepth uint32 // the sender's credit cap: the most messages it takes in flight (credit.go)
 	MaxMsg    uint32 // largest SEND the sender accepts
 }
 
@@ -271,7 +271,7 @@ func (c *Conn) prepare() (hello, error) {
 func (c *Conn) connect(br *bufio.Reader, me, peer *hello, release func() bool) error {
 	eng := c.eng
 	c.peer = *peer
-	c.credits = int(min(peer.RecvDepth, maxCredits))
+	// No credits yet: the first message asks for them (credit.go).
 	mtu := verbs.MTU(min(me.MTU, peer.MTU))
 	if err := c.qp.ToRTR(verbs.RTRAttr{PathMTU: mtu, DestQPN: peer.QPN, RQPSN: peer.PSN,
 		Dest: verbs.Address{Port: eng.port.Port, LID: peer.LID, GID: peer.GID, SGIDIndex: c.gidIndex}, MinRNRTimer: 12}); err != nil {

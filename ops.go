@@ -16,6 +16,7 @@ const (
 	opRead
 	opAtomic
 	opRecv
+	opBeacon // marks the end of a failed QP's completions (postBeacon)
 )
 
 // op is the Go-side record of one posted work request. The wr_id of the

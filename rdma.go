@@ -73,34 +73,36 @@ const (
 type Option func(*config) error
 
 type config struct {
-	provider   string
-	device     string
-	port       uint8
-	pollMode   PollMode
-	sqDepth    int // send WRs in flight per connection
-	rqDepth    int // receives kept posted per connection
-	maxMsg     int // largest SEND a connection accepts
-	slabSize   int
-	maxPool    int64
-	setup      time.Duration // bound on the handshake
-	maxExpose  int           // bytes a peer may RequestRegion in total
-	regionLife time.Duration // longest life of a region granted to RequestRegion
-	cm         bool          // set connections up through rdma_cm
-	threadLock poller.ThreadLock
-	spin       time.Duration // Adaptive pollers' spin; 0: the provider's default
-	handler    RecvHandler   // messages go to it instead of Recv
+	provider    string
+	device      string
+	port        uint8
+	pollMode    PollMode
+	sqDepth     int // send WRs in flight per connection
+	rqDepth     int // credits per connection: its messages in flight to this side
+	maxMsg      int // largest SEND a connection accepts
+	slabSize    int
+	maxPool     int64
+	sharedRecvs int           // receives an engine's SRQ keeps posted at most
+	setup       time.Duration // bound on the handshake
+	maxExpose   int           // bytes a peer may RequestRegion in total
+	regionLife  time.Duration // longest life of a region granted to RequestRegion
+	cm          bool          // set connections up through rdma_cm
+	threadLock  poller.ThreadLock
+	spin        time.Duration // Adaptive pollers' spin; 0: the provider's default
+	handler     RecvHandler   // messages go to it instead of Recv
 }
 
 func defaultConfig() config {
 	c := config{
-		provider:   os.Getenv("RDMA_PROVIDER"),
-		port:       1,
-		sqDepth:    128,
-		rqDepth:    64,
-		maxMsg:     64 << 10,
-		setup:      defaultHandshakeTimeout,
-		maxExpose:  64 << 20,
-		regionLife: 10 * time.Minute,
+		provider:    os.Getenv("RDMA_PROVIDER"),
+		port:        1,
+		sqDepth:     128,
+		rqDepth:     64,
+		maxMsg:      64 << 10,
+		sharedRecvs: defaultSharedReceives,
+		setup:       defaultHandshakeTimeout,
+		maxExpose:   64 << 20,
+		regionLife:  10 * time.Minute,
 	}
 	if c.provider == "" {
 		c.provider = ProviderAuto
@@ -223,7 +225,11 @@ func WithPollerThreadLock(locked bool) Option {
 }
 
 // WithQueueDepth sets how many operations a connection keeps in flight
-// (send queue) and how many receives it keeps posted.
+// (its send queue, default 128) and how many messages its peer may have
+// in flight to it (its credits, default 64): receives of the engine's
+// shared receive queue that the connection may hold at once, taken
+// messages included (see WithSharedReceives). Connections set up through
+// rdma_cm post that many receives of their own.
 func WithQueueDepth(send, recv int) Option {
 	return func(c *config) error {
 		if send < 1 || send > 16384 || recv < 1 || recv > 16384 {
@@ -242,6 +248,26 @@ func WithMaxMessage(n int) Option {
 			return fmt.Errorf("rdma: %w: max message %d (want 64 B..1 GiB)", ErrInvalid, n)
 		}
 		c.maxMsg = n
+		return nil
+	}
+}
+
+// defaultSharedReceives is WithSharedReceives' default.
+const defaultSharedReceives = 1024
+
+// WithSharedReceives bounds the receives an engine's shared receive
+// queue keeps posted for the messages of all its connections (default
+// 1,024; the device's max_srq_wr bounds it too). It is an engine
+// setting. Receives are posted as credits are given, so the memory of
+// posted receives follows the aggregate message rate: at most n times
+// WithMaxMessage per message size an engine serves, whatever the number
+// of connections. Past it, senders wait for credits.
+func WithSharedReceives(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > MaxSharedReceives {
+			return fmt.Errorf("rdma: %w: shared receives %d (want 1..%d)", ErrInvalid, n, MaxSharedReceives)
+		}
+		c.sharedRecvs = n
 		return nil
 	}
 }

@@ -111,12 +111,21 @@ func (c *Conn) settle(k int) {
 	c.postUnlock()
 }
 
-// postUnlock unlocks postMu and fails the connection if a post under it
-// asked to: fail takes locks of its own.
+// postUnlock unlocks postMu, queues the credit frames decided under it,
+// and fails the connection if a post under it asked to: later and fail
+// take locks of their own.
 func (c *Conn) postUnlock() {
 	err := c.failAfter
 	c.failAfter = nil
+	ask, back := c.askNow, c.backNow
+	c.askNow, c.backNow = false, false
 	c.postMu.Unlock()
+	if ask && !c.askQueued.Swap(true) {
+		c.later(c.askJob)
+	}
+	if back && !c.backQueued.Swap(true) {
+		c.later(c.backJob)
+	}
 	if err != nil {
 		c.fail(err)
 	}

@@ -213,10 +213,10 @@ func TestStreamStateRules(t *testing.T) {
 	}
 }
 
-// TestStreamRecvSlack: a Conn never has fewer receives posted or waiting
-// than its depth less recvSlack, whichever way messages are taken (from
-// the ready queue, or by a waiting Recv). The stream's window relies on
-// it to never cause an RNR retry.
+// TestStreamRecvSlack: while its peer sends, a Conn never has fewer
+// credits out or messages held than its depth less recvSlack, whichever
+// way messages are taken (from the ready queue, or by a waiting Recv).
+// The stream's window relies on it to never wait for credits.
 func TestStreamRecvSlack(t *testing.T) {
 	for _, depth := range []int{5, 8, 15, 16, 17, 32, 64, 100} {
 		t.Run(strconv.Itoa(depth), func(t *testing.T) {
@@ -258,11 +258,9 @@ func TestStreamRecvSlack(t *testing.T) {
 					t.Fatal(err)
 				}
 				f.Buffer().Release()
-				s.rmu.Lock()
-				have := s.rposted + len(s.ready)
-				s.rmu.Unlock()
+				have := int(s.creditOut.Load() + s.creditHeld.Load())
 				if have < depth-recvSlack(depth) {
-					t.Fatalf("after %d messages: %d receives posted or ready, want at least %d - %d", i+1, have, depth, recvSlack(depth))
+					t.Fatalf("after %d messages: %d credits out or messages held, want at least %d - %d", i+1, have, depth, recvSlack(depth))
 				}
 			}
 		})

@@ -1,0 +1,458 @@
+package rdma
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-rdma/rdma/internal/verbs"
+	"github.com/go-rdma/rdma/pool"
+)
+
+// A shared receive queue (SRQ) holds the receives of every connection of
+// an engine that takes messages of one size, so that the receive memory
+// of a process follows its aggregate message rate, not its number of
+// connections: an idle connection holds no receive at all.
+//
+// Credits (credit.go) keep that safe. A sender may send a message only
+// with a credit, and every credit outstanding is backed by a posted
+// receive: granted ≤ posted ≤ depth. So no message ever finds the SRQ
+// empty (no receiver-not-ready retries, which never end with rnr_retry
+// 7), and a connection whose application does not read holds at most
+// its credit cap (WithQueueDepth's receive depth) of the SRQ: it cannot
+// lock the others out.
+//
+// Receives are posted ahead of the credits, so that credits can be given
+// at once: the SRQ keeps some headroom posted beyond the credits
+// outstanding and is refilled when it falls to a low watermark. Three
+// things refill it: the SRQ limit event (the device reports the
+// watermark), a check after each poll that took receives from it (the
+// poller saw them go), and a grant that finds too few posted.
+
+// sharedRecv is one SRQ of an engine, with receive buffers of one size.
+type sharedRecv struct {
+	e     *engine
+	users int   // connections on it; under e.mu. The last one closes it.
+	id    uint8 // in e.srqs and in the wr_ids of its receives
+	size  int   // bytes per receive
+	depth int   // the most receives posted at once (WithSharedReceives)
+	q     verbs.SRQ
+
+	// posted and granted are changed by the completion path without a
+	// lock; they move together there (a message uses a credit and a
+	// receive), so posted-granted, the headroom, changes only under mu.
+	posted  atomic.Int64 // receives posted, not yet taken by a message
+	granted atomic.Int64 // credits outstanding over all connections
+	held    atomic.Int64 // messages here whose credits are not given back yet
+	low     atomic.Int64 // refill when posted falls below this
+
+	entries []srqEntry // by index; a receive's buffer until it completes
+	free    indexStack // indices of entries free to post
+	mu      sync.Mutex // posting, grants, waiters
+	waiters []*Conn    // connections waiting for credits, oldest first
+	wrs     []verbs.RecvWR
+	sges    []verbs.SGE
+	retry   *time.Timer // a refill cut short by the pool limit tries again
+	closed  bool
+
+	refills [refillCauses]atomic.Uint64 // refills by cause, for tests and Stats
+}
+
+type srqEntry struct {
+	buf atomic.Pointer[pool.Buffer]
+	gen uint32 // under mu while free; read by the completion path after buf
+}
+
+// Refill causes.
+const (
+	refillEvent = iota // the SRQ limit event
+	refillPoll         // the check after a poll
+	refillGrant        // a grant or a waiter found too few posted
+	refillRetry        // the pool limit cut a refill short; later
+	refillCauses
+)
+
+// A receive of an SRQ has a wr_id of its own kind: bit 63 set, then the
+// SRQ, the entry's generation and its index. Connection wr_ids (ops.go)
+// never set bit 63: slots stay below 2^20.
+//
+//	63  62   48 47    40 39      20 19        0
+//	[1][  0   ][ srq id ][   gen   ][   index  ]
+const (
+	srqMark      = 1 << 63
+	srqIndexBits = 20
+	srqGenMask   = 1<<20 - 1
+	maxSRQs      = 16 // message sizes an engine serves at once
+	// MaxSharedReceives bounds WithSharedReceives.
+	MaxSharedReceives = 1 << srqIndexBits
+)
+
+func isSRQ(wrID uint64) bool { return wrID&srqMark != 0 }
+
+// srqHeadroom is the least headroom kept posted beyond the credits
+// outstanding; it grows to a quarter of them. A refill comes when half
+// of it is used.
+const srqHeadroom = 16
+
+// srqRetry is how soon a refill cut short by the pool limit tries again.
+const srqRetry = 5 * time.Millisecond
+
+// srqFor returns the engine's SRQ for receives of size bytes, making it
+// on first use.
+func (e *engine) srqFor(size int) (*sharedRecv, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, ErrClosed
+	}
+	for i := range e.srqs {
+		if s := e.srqs[i].Load(); s != nil && s.size == size {
+			s.users++
+			return s, nil
+		}
+	}
+	id := -1
+	for i := range e.srqs {
+		if e.srqs[i].Load() == nil {
+			id = i
+			break
+		}
+	}
+	if id < 0 {
+		return nil, fmt.Errorf("rdma: %w: an engine serves at most %d message sizes (WithMaxMessage)", ErrInvalid, maxSRQs)
+	}
+	depth := e.cfg.sharedRecvs
+	if m := e.attr.MaxSRQWR; m > 0 && depth > m {
+		depth = m
+	}
+	q, err := e.pd.CreateSRQ(verbs.SRQInit{MaxWR: depth, MaxSGE: 1})
+	if err != nil {
+		return nil, fmt.Errorf("rdma: create shared receive queue: %w", err)
+	}
+	depth = min(depth, q.MaxWR())
+	s := &sharedRecv{e: e, users: 1, id: uint8(id), size: size, depth: depth, q: q, entries: make([]srqEntry, depth)}
+	s.free.init(depth)
+	s.retry = time.AfterFunc(time.Hour, func() { s.refill(refillRetry) })
+	s.retry.Stop()
+	e.srqs[id].Store(s)
+	return s, nil
+}
+
+// take returns the buffer of the receive wrID, or nil when the id is
+// stale. It runs on the completion path, without a lock.
+func (s *sharedRecv) take(wrID uint64) *pool.Buffer {
+	idx := uint32(wrID) & (1<<srqIndexBits - 1)
+	if int(idx) >= len(s.entries) {
+		return nil
+	}
+	en := &s.entries[idx]
+	pb := en.buf.Load()
+	if pb == nil || atomic.LoadUint32(&en.gen) != uint32(wrID>>srqIndexBits)&srqGenMask {
+		return nil
+	}
+	if !en.buf.CompareAndSwap(pb, nil) {
+		return nil
+	}
+	s.free.push(idx)
+	s.posted.Add(-1)
+	return pb
+}
+
+// refill posts receives up to the credits outstanding plus the
+// headroom, then gives waiting connections what it can, and arms the
+// limit event. It runs on a poller, the engine's event reader, a
+// granting goroutine or the retry timer.
+func (s *sharedRecv) refill(cause int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refillLocked(cause)
+}
+
+func (s *sharedRecv) refillLocked(cause int) {
+	if s.closed {
+		return
+	}
+	// Receives for the credits out, for those of the messages here (they
+	// go back as the application takes them), for what waiters want,
+	// and the headroom.
+	g := s.granted.Load() + s.held.Load()
+	want := int64(0)
+	for _, c := range s.waiters {
+		want += int64(c.creditWant)
+	}
+	target := min(int64(s.depth), g+want+max(srqHeadroom, g/4))
+	short := false
+	if k := int(target - s.posted.Load()); k > 0 {
+		s.refills[cause].Add(1)
+		short = s.postLocked(k) < k
+	}
+	s.serveLocked()
+	// The next refill comes when half the headroom is used, or soon
+	// (below) when a waiter is left.
+	p := s.posted.Load()
+	low := max(1, p-max(1, (p-s.granted.Load()-s.held.Load())/2))
+	if low >= int64(s.depth) {
+		low = int64(s.depth) - 1
+	}
+	s.low.Store(low)
+	if p >= low && low > 0 {
+		s.q.SetLimit(int(low))
+	}
+	if short && (len(s.waiters) > 0 || s.posted.Load() < s.low.Load()) {
+		s.retry.Reset(srqRetry)
+	}
+}
+
+// postLocked posts up to k receives in chains of up to 64 and returns
+// how many it posted; the pool limit may cut it short.
+func (s *sharedRecv) postLocked(k int) int {
+	const chain = 64
+	if s.wrs == nil {
+		s.wrs = make([]verbs.RecvWR, chain)
+		s.sges = make([]verbs.SGE, chain)
+		for i := range s.wrs {
+			s.wrs[i].SGL = s.sges[i : i+1]
+		}
+	}
+	done := 0
+	for done < k {
+		n := 0
+		for n < min(chain, k-done) {
+			idx, ok := s.free.pop()
+			if !ok {
+				break
+			}
+			pb, err := s.e.pool.Get(s.size)
+			if err != nil {
+				s.free.push(idx)
+				break
+			}
+			en := &s.entries[idx]
+			gen := (atomic.LoadUint32(&en.gen) + 1) & srqGenMask
+			atomic.StoreUint32(&en.gen, gen)
+			en.buf.Store(pb)
+			s.sges[n] = verbs.SGE{Addr: pb.Addr(), Length: uint32(s.size), LKey: pb.LKey()}
+			s.wrs[n].ID = srqMark | uint64(s.id)<<40 | uint64(gen)<<srqIndexBits | uint64(idx)
+			n++
+		}
+		if n == 0 {
+			break
+		}
+		s.posted.Add(int64(n)) // before the post: a message may land at once
+		m, err := s.q.PostRecv(s.wrs[:n])
+		for i := m; i < n; i++ {
+			idx := uint32(s.wrs[i].ID) & (1<<srqIndexBits - 1)
+			if pb := s.entries[idx].buf.Swap(nil); pb != nil {
+				pb.Release()
+				s.free.push(idx)
+				s.posted.Add(-1)
+			}
+		}
+		done += m
+		if err != nil {
+			break
+		}
+	}
+	return done
+}
+
+// grantLocked gives c up to k credits, as far as its cap and the
+// headroom allow, and tells its peer. Caller holds mu.
+func (s *sharedRecv) grantLocked(c *Conn, k int) int {
+	room := c.creditRoom()
+	k = min(k, room, int(s.posted.Load()-s.granted.Load()))
+	if k <= 0 {
+		return 0
+	}
+	s.granted.Add(int64(k))
+	c.creditOut.Add(int64(k))
+	c.owe(k)
+	return k
+}
+
+// serveLocked gives the waiting connections credits, oldest first, as
+// far as the headroom goes. Caller holds mu.
+func (s *sharedRecv) serveLocked() {
+	for len(s.waiters) > 0 {
+		c := s.waiters[0]
+		if c.err() == nil {
+			c.creditWant -= s.grantLocked(c, c.creditWant)
+			if c.creditWant > 0 && c.creditRoom() > 0 {
+				return // no headroom left: it stays first
+			}
+		}
+		c.creditWant, c.creditWaiting = 0, false
+		s.waiters[0] = nil
+		s.waiters = s.waiters[1:]
+	}
+	s.waiters = nil
+}
+
+// ask serves a peer's request for want credits: at once from the
+// headroom when no one waits, else in turn.
+func (s *sharedRecv) ask(c *Conn, want int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	want = min(want, c.creditRoom())
+	if want <= 0 || c.creditWaiting {
+		return
+	}
+	if len(s.waiters) == 0 {
+		// No one else waits: give all the connection may have, so that
+		// it pipelines as with receives of its own.
+		got := s.grantLocked(c, c.creditRoom())
+		if got >= want {
+			return
+		}
+		want = c.creditRoom()
+	}
+	s.waitLocked(c, want)
+}
+
+// regrant gives c back the credits of k messages its application took,
+// at once if no other connection waits, else in turn. A peer's demand
+// is never dropped: an ask that finds no room (its messages not taken
+// yet) is served here when they are.
+func (s *sharedRecv) regrant(c *Conn, k int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case c.creditWaiting:
+		c.creditWant += k
+	case len(s.waiters) > 0:
+		// Others wait: c takes its turn behind them, so that every
+		// connection gets through.
+		s.waitLocked(c, k)
+	default:
+		if k -= s.grantLocked(c, k); k > 0 {
+			s.waitLocked(c, k)
+		}
+	}
+}
+
+// waitLocked queues c for want more credits and refills: the headroom
+// is short. Caller holds mu.
+func (s *sharedRecv) waitLocked(c *Conn, want int) {
+	c.creditWaiting, c.creditWant = true, want
+	s.waiters = append(s.waiters, c)
+	if !srqGrantRefill.Load() {
+		return
+	}
+	s.refillLocked(refillGrant)
+}
+
+// giveBack takes back n credits c's peer did not use, or that c held
+// when it ended.
+func (s *sharedRecv) giveBack(c *Conn, n int) {
+	if n <= 0 {
+		return
+	}
+	c.creditOut.Add(-int64(n))
+	s.granted.Add(-int64(n))
+	s.mu.Lock()
+	s.serveLocked()
+	s.mu.Unlock()
+}
+
+// leave removes c from the waiters and takes back its credits: c is
+// torn down and no message of its can come any more.
+func (s *sharedRecv) leave(c *Conn) {
+	s.mu.Lock()
+	for i, w := range s.waiters {
+		if w == c {
+			s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
+			break
+		}
+	}
+	c.creditWaiting, c.creditWant = false, 0
+	s.mu.Unlock()
+	c.rmu.Lock()
+	s.held.Add(-c.creditHeld.Swap(0) - int64(c.creditTaken))
+	c.creditTaken = 0
+	c.rmu.Unlock()
+	s.giveBack(c, int(c.creditOut.Load()))
+}
+
+// dropSRQ drops a user of s; the last one closes it, so that an engine
+// without connections holds no receive. Its QP is closed.
+func (e *engine) dropSRQ(s *sharedRecv) error {
+	e.mu.Lock()
+	s.users--
+	last := s.users == 0
+	if last {
+		e.srqs[s.id].Store(nil)
+	}
+	e.mu.Unlock()
+	if !last {
+		return nil
+	}
+	return s.close()
+}
+
+// close releases the receives still posted. The QPs on it are closed.
+func (s *sharedRecv) close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.retry.Stop()
+	s.mu.Unlock()
+	err := s.q.Close()
+	for i := range s.entries {
+		if pb := s.entries[i].buf.Swap(nil); pb != nil {
+			pb.Release()
+		}
+	}
+	return err
+}
+
+// Test hooks: each refill path can be turned off, to show that the
+// others keep the SRQ filled.
+var (
+	srqEventRefill = atomicTrue()
+	srqPollRefill  = atomicTrue()
+	srqGrantRefill = atomicTrue()
+)
+
+func atomicTrue() *atomic.Bool {
+	var b atomic.Bool
+	b.Store(true)
+	return &b
+}
+
+// indexStack is a lock-free stack of indices (a Treiber stack): the
+// completion paths of many pollers push, refill pops under the SRQ's
+// lock. The head carries a tag against ABA.
+type indexStack struct {
+	head atomic.Uint64 // tag<<32 | index+1; 0 index+1 means empty
+	next []atomic.Uint32
+}
+
+func (st *indexStack) init(n int) {
+	st.next = make([]atomic.Uint32, n)
+	for i := n - 1; i >= 0; i-- {
+		st.push(uint32(i))
+	}
+}
+
+func (st *indexStack) push(i uint32) {
+	for {
+		h := st.head.Load()
+		st.next[i].Store(uint32(h))
+		if st.head.CompareAndSwap(h, (h>>32+1)<<32|uint64(i+1)) {
+			return
+		}
+	}
+}
+
+func (st *indexStack) pop() (uint32, bool) {
+	for {
+		h := st.head.Load()
+		top := uint32(h)
+		if top == 0 {
+			return 0, false
+		}
+		if st.head.CompareAndSwap(h, (h>>32+1)<<32|uint64(st.next[top-1].Load())) {
+			return top - 1, true
+		}
+	}
+}

@@ -1,0 +1,270 @@
+package rdma_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-rdma/rdma"
+)
+
+// stream sends n messages carrying (id, seq) from c to s and checks that
+// s gets exactly them, in order: no message of another connection.
+func streamMessages(ctx context.Context, c, s *rdma.Conn, id uint32, n int, onRecv func()) error {
+	sent := make(chan error, 1)
+	go func() {
+		b, err := c.Alloc(8)
+		if err != nil {
+			sent <- err
+			return
+		}
+		defer b.Release()
+		binary.BigEndian.PutUint32(b.Bytes(), id)
+		var last *rdma.Future
+		for i := range n {
+			last = c.SendWithImm(b, uint32(i))
+		}
+		sent <- last.Wait(ctx)
+	}()
+	for i := range n {
+		r := s.Recv()
+		if err := r.Wait(ctx); err != nil {
+			return fmt.Errorf("connection %d, message %d: %w", id, i, err)
+		}
+		imm, _ := r.Imm()
+		got := binary.BigEndian.Uint32(r.Buffer().Bytes())
+		r.Buffer().Release()
+		if got != id || imm != uint32(i) {
+			return fmt.Errorf("connection %d, message %d: got message %d of connection %d", id, i, imm, got)
+		}
+		if onRecv != nil {
+			onRecv()
+		}
+	}
+	return <-sent
+}
+
+// Rule: the shared receive queue is refilled at its low watermark by the
+// device's limit event alone, and by the check after a poll alone.
+func TestSRQRefill(t *testing.T) { eachProvider(t, testSRQRefill) }
+
+func testSRQRefill(t *testing.T, opts []rdma.Option) {
+	for _, path := range []string{"event", "poll"} {
+		t.Run(path, func(t *testing.T) {
+			defer rdma.SetSRQRefill(path == "event", path == "poll")()
+			c, s := pair(t, append(opts, rdma.WithQueueDepth(64, 32), rdma.WithSharedReceives(128), rdma.WithMaxMessage(1024))...)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			require.NoError(t, streamMessages(ctx, c, s, 1, 2000, nil))
+			st := rdma.SharedRecvStats(s)
+			t.Logf("%s: refills by event %d, by poll %d, by grant %d", path, st.Refills[0], st.Refills[1], st.Refills[2])
+			if path == "event" {
+				assert.Positive(t, st.Refills[0], "refills by the limit event")
+				assert.Zero(t, st.Refills[1], "refills after a poll (turned off)")
+			} else {
+				assert.Positive(t, st.Refills[1], "refills after a poll")
+				assert.Zero(t, st.Refills[0], "refills by the limit event (turned off)")
+			}
+			assert.LessOrEqual(t, st.Posted, int64(128))
+		})
+	}
+}
+
+// Rule: connections whose credits add up to more than the shared receive
+// queue holds all get their messages through, in turn: back-pressure,
+// never a receiver-not-ready retry, never more receives posted than
+// WithSharedReceives, never a message delivered to the wrong connection.
+func TestSRQContention(t *testing.T) { eachProvider(t, testSRQContention) }
+
+func testSRQContention(t *testing.T, opts []rdma.Option) {
+	const conns, n, depth = 8, 300, 16
+	opts = append(opts, rdma.WithQueueDepth(16, 8), rdma.WithMaxMessage(1024))
+	se, err := rdma.OpenEngine(append(opts, rdma.WithSharedReceives(depth))...)
+	require.NoError(t, err)
+	defer se.Close()
+	ce, err := rdma.OpenEngine(opts...)
+	require.NoError(t, err)
+	defer ce.Close()
+	clients, servers := enginePairs(t, ce, se, conns)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	maxPosted := int64(0)
+	sample := func() {
+		st := rdma.SharedRecvStats(servers[0])
+		mu.Lock()
+		maxPosted = max(maxPosted, st.Posted)
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, conns)
+	for i := range conns {
+		wg.Go(func() { errs <- streamMessages(ctx, clients[i], servers[i], uint32(i), n, sample) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	assert.LessOrEqual(t, maxPosted, int64(depth), "receives posted")
+	st := rdma.SharedRecvStats(servers[0])
+	t.Logf("%d connections, credits for %d, %d receives: most posted %d, refills %v", conns, conns*8, depth, maxPosted, st.Refills)
+}
+
+// Rule: when the pool limit stops the shared receive queue from growing
+// (the application holds the received buffers), senders wait; once the
+// application lets buffers go, every message arrives.
+func TestSRQPoolLimit(t *testing.T) {
+	opts := []rdma.Option{rdma.WithProvider(rdma.ProviderSoft), rdma.WithQueueDepth(64, 64), rdma.WithMaxMessage(64 << 10)}
+	// One 4 MiB slab: 64 buffers of 64 KiB, all of which the receiver
+	// ends up holding.
+	se, err := rdma.OpenEngine(append(opts, rdma.WithPoolLimit(4<<20))...)
+	require.NoError(t, err)
+	defer se.Close()
+	ce, err := rdma.OpenEngine(opts...)
+	require.NoError(t, err)
+	defer ce.Close()
+	clients, servers := enginePairs(t, ce, se, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const n = 200
+	var fs [2][]*rdma.Future
+	for i, c := range clients {
+		b, err := c.Alloc(1024)
+		require.NoError(t, err)
+		defer b.Release()
+		for range n {
+			fs[i] = append(fs[i], c.Send(b))
+		}
+	}
+	// Hold every buffer received until the pool is spent, then let them
+	// all go and take the rest.
+	var mu sync.Mutex
+	var held []*rdma.Buffer
+	holding := true
+	full, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	for i, s := range servers {
+		wg.Go(func() {
+			for k := range n {
+				r := s.Recv()
+				if !assert.NoError(t, r.Wait(ctx), "connection %d, message %d", i, k) {
+					return
+				}
+				mu.Lock()
+				keep := holding
+				if keep {
+					held = append(held, r.Buffer())
+				}
+				spent := keep && len(held) >= 60
+				mu.Unlock()
+				if !keep {
+					assert.NoError(t, r.Buffer().Release())
+				}
+				if spent {
+					once.Do(func() { close(full) })
+					<-resume
+				}
+			}
+		})
+	}
+	select {
+	case <-full:
+	case <-ctx.Done():
+		t.Fatal("the receiver never held 60 buffers")
+	}
+	short, stop := context.WithTimeout(ctx, 100*time.Millisecond)
+	assert.ErrorIs(t, fs[0][n-1].Wait(short), context.DeadlineExceeded, "the last send went out while the receiver held the pool")
+	assert.ErrorIs(t, fs[1][n-1].Wait(short), context.DeadlineExceeded, "the last send went out while the receiver held the pool")
+	stop()
+	mu.Lock()
+	for _, b := range held {
+		require.NoError(t, b.Release())
+	}
+	held, holding = nil, false
+	mu.Unlock()
+	close(resume)
+	wg.Wait()
+	for i := range fs {
+		for _, f := range fs[i] {
+			require.NoError(t, f.Wait(ctx))
+		}
+	}
+	assert.LessOrEqual(t, servers[0].PoolStats().BytesRegistered, int64(4<<20))
+}
+
+// Rule: a connection that has sent nothing for a while gives its credits
+// back, so idle connections hold none of the shared receive queue; its
+// next message asks for credits again.
+func TestIdleCreditsReturn(t *testing.T) { eachProvider(t, testIdleCreditsReturn) }
+
+func testIdleCreditsReturn(t *testing.T, opts []rdma.Option) {
+	c, s := pair(t, append(opts, rdma.WithMaxMessage(1024))...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for round := range 2 {
+		require.NoError(t, streamMessages(ctx, c, s, 7, 10, nil), "round %d", round)
+		require.Positive(t, rdma.SharedRecvStats(s).Granted, "round %d: credits out while the peer sends", round)
+		require.Eventually(t, func() bool { return rdma.SharedRecvStats(s).Granted == 0 }, 10*time.Second, 10*time.Millisecond,
+			"round %d: the idle peer kept its credits", round)
+	}
+}
+
+// Rule: a message sent without a credit cuts the peer off with
+// ErrProtocol: a peer cannot take more of the shared receive queue than
+// it was given.
+func TestMessageWithoutCredit(t *testing.T) {
+	c, s := pair(t, rdma.WithProvider(rdma.ProviderSoft))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// A first exchange gets receives posted for the peer.
+	require.NoError(t, streamMessages(ctx, c, s, 1, 10, nil))
+	rdma.ForgeCredits(c, 1000)
+	b, err := c.Alloc(8)
+	require.NoError(t, err)
+	defer b.Release()
+	for range 100 {
+		c.Send(b)
+	}
+	select {
+	case <-s.Done():
+	case <-ctx.Done():
+		t.Fatal("the receiver took a message without a credit")
+	}
+	require.ErrorIs(t, s.Err(), rdma.ErrProtocol)
+	select {
+	case <-c.Done():
+	case <-ctx.Done():
+		t.Fatal("the cut-off sender did not see its connection end")
+	}
+	require.True(t, errors.Is(c.Err(), rdma.ErrPeerClosed), "sender: %v", c.Err())
+}
+
+// enginePairs opens n connections from ce to a listener on se.
+func enginePairs(t *testing.T, ce, se *rdma.Engine, n int) (clients, servers []*rdma.Conn) {
+	t.Helper()
+	ln, err := se.Listen("rdma", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for range n {
+		acc := make(chan *rdma.Conn, 1)
+		go func() { s, _ := ln.Accept(ctx); acc <- s }()
+		c, err := ce.Dial(ctx, "rdma", ln.Addr().String())
+		require.NoError(t, err)
+		s := <-acc
+		require.NotNil(t, s)
+		t.Cleanup(func() { c.Close(); s.Close() })
+		clients, servers = append(clients, c), append(servers, s)
+	}
+	return clients, servers
+}
