@@ -153,8 +153,14 @@ func (c *Conn) readControl(r *bufio.Reader) {
 			if c.closing.Load() {
 				return
 			}
+			// The socket ended without the peer's close: it died (the
+			// kernel reset the socket), or the network between us did.
+			// Either way the peer is gone; the read's error stays in
+			// the chain.
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, ErrClosed) {
 				err = ErrPeerClosed
+			} else if !errors.Is(err, ErrProtocol) {
+				err = fmt.Errorf("%w (%w)", ErrPeerClosed, err)
 			}
 			c.peerClosed.Store(true)
 			c.fail(fmt.Errorf("rdma: peer %v: %w", c.remote, err))

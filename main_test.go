@@ -64,6 +64,8 @@ func child(role string) int {
 	switch role {
 	case "many":
 		return manyChild()
+	case "hold":
+		return holdChild()
 	case "dialer":
 	default:
 		return 2

@@ -88,9 +88,9 @@ out2=$work/vm2.log
 rc=0
 test/vm/run2.sh -t 600 -f "$work/ibv.test" -f "$work/root.test" -f test/vm/twohost.sh test/vm/twohost-server.sh test/vm/twohost-client.sh | tee "$out2" || rc=$?
 [ "$rc" = 0 ] || { echo "two-VM tests failed (exit $rc)"; exit 1; }
-n2=$(grep -cE -- '--- PASS: (TestVerbsTwoHostRC|TestTwoHostSoft)' "$out2" || true)
-[ "$n2" = 4 ] || { echo "two-VM tests: $n2 of 4 passed (RC on rxe and soft over TCP, each side)"; exit 1; }
+n2=$(grep -cE -- '--- PASS: (TestVerbsTwoHostRC|TestTwoHostSoft|TestTwoHostVerbs)' "$out2" || true)
+[ "$n2" = 6 ] || { echo "two-VM tests: $n2 of 6 passed (RC on rxe, the async API on rxe and on soft over TCP, each side)"; exit 1; }
 
 step "done in $(( $(date +%s) - T0 ))s"
-echo "rxe: $n tests passed on the rxe device in one VM; two VMs: RC on rxe and soft over TCP passed on both sides"
+echo "rxe: $n tests passed on the rxe device in one VM; two VMs: RC on rxe, the async API on rxe and on soft over TCP passed on both sides"
 echo "$((host_passed + ${vm_all:-0} + n2)) passed, 0 failed"

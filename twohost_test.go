@@ -3,6 +3,7 @@ package rdma_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -17,19 +18,40 @@ import (
 // It runs in the two-VM harness (RDMA_TWOHOST_ROLE=server|client with
 // RDMA_VM_SELF_IP and RDMA_VM_PEER_IP); elsewhere it has no second host.
 func TestTwoHostSoft(t *testing.T) {
+	self := twoHost(t)
+	// The soft provider's transport listens on this host's address, so
+	// the peer can reach it.
+	t.Setenv("RDMA_SOFT_ADDR", self+":0")
+	testTwoHost(t, rdma.ProviderSoft, 7473)
+}
+
+// Rule: the async API runs between two hosts on rxe: the same checks
+// over the verbs provider, through each VM's rxe device.
+func TestTwoHostVerbs(t *testing.T) {
+	twoHost(t)
+	requireDevice(t)
+	testTwoHost(t, rdma.ProviderVerbs, 7474)
+}
+
+// twoHost skips outside the two-VM harness and returns this host's
+// address.
+func twoHost(t *testing.T) string {
 	role, self, peer := os.Getenv("RDMA_TWOHOST_ROLE"), os.Getenv("RDMA_VM_SELF_IP"), os.Getenv("RDMA_VM_PEER_IP")
 	if role == "" || self == "" || peer == "" {
 		t.Skip("needs the two-VM harness (RDMA_TWOHOST_ROLE, RDMA_VM_SELF_IP, RDMA_VM_PEER_IP)")
 	}
-	// The soft provider's transport listens on this host's address, so
-	// the peer can reach it.
-	t.Setenv("RDMA_SOFT_ADDR", self+":0")
+	return self
+}
+
+func testTwoHost(t *testing.T, provider string, port int) {
+	role, self, peer := os.Getenv("RDMA_TWOHOST_ROLE"), os.Getenv("RDMA_VM_SELF_IP"), os.Getenv("RDMA_VM_PEER_IP")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	opts := []rdma.Option{rdma.WithProvider(rdma.ProviderSoft)}
+	opts := []rdma.Option{rdma.WithProvider(provider)}
 	const size = 1 << 20
+	addr := fmt.Sprintf(":%d", port)
 	if role == "server" {
-		ln, err := rdma.Listen("rdma", self+":7473", opts...)
+		ln, err := rdma.Listen("rdma", self+addr, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +81,7 @@ func TestTwoHostSoft(t *testing.T) {
 	var c *rdma.Conn
 	var err error
 	for c == nil { // the server VM may still be booting
-		if c, err = rdma.Dial(ctx, "rdma", peer+":7473", opts...); err != nil {
+		if c, err = rdma.Dial(ctx, "rdma", peer+addr, opts...); err != nil {
 			if ctx.Err() != nil {
 				t.Fatal(err)
 			}

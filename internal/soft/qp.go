@@ -170,11 +170,6 @@ func (p *pd) CreateQP(attr verbs.QPInit) (verbs.QP, error) {
 	}
 	q.idle.L = &q.mu
 	q.refs.init()
-	q.sq = make([]sendSlot, g.MaxSendWR)
-	sges := make([]verbs.SGE, g.MaxSendWR*g.MaxSendSGE)
-	for i := range q.sq {
-		q.sq[i].sge = sges[i*g.MaxSendSGE : i*g.MaxSendSGE : (i+1)*g.MaxSendSGE]
-	}
 	if s == nil {
 		q.rq = newRecvRing(g.MaxRecvWR, g.MaxRecvSGE)
 	}
@@ -337,6 +332,17 @@ func (q *qp) ToReset() error {
 }
 
 // reset discards every WR without completions.
+// makeSendSlots makes the send queue at the first post: a QP that never
+// sends (an idle connection) costs none of it. Caller holds mu.
+func (q *qp) makeSendSlots() {
+	g := q.caps
+	q.sq = make([]sendSlot, g.MaxSendWR)
+	sges := make([]verbs.SGE, g.MaxSendWR*g.MaxSendSGE)
+	for i := range q.sq {
+		q.sq[i].sge = sges[i*g.MaxSendSGE : i*g.MaxSendSGE : (i+1)*g.MaxSendSGE]
+	}
+}
+
 func (q *qp) reset() {
 	q.state = verbs.StateReset
 	q.epoch++
@@ -488,6 +494,9 @@ func (q *qp) postSend(wrs []verbs.SendWR) (int, error) {
 		if q.state == verbs.StateError {
 			q.sendCQ.push(verbs.WorkCompletion{WRID: wr.ID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCOpcodeOf(wr.Opcode), QPN: q.qpn}, false)
 			continue
+		}
+		if q.sq == nil {
+			q.makeSendSlots()
 		}
 		if q.tail-q.head == uint64(len(q.sq)) {
 			return i, postErr("post_send", i, fmt.Errorf("%w: send queue holds %d WRs", verbs.ErrQueueFull, len(q.sq)))
