@@ -94,7 +94,7 @@ type Conn struct {
 	// Credits given to the peer (credit.go, srq.go).
 	creditOut     atomic.Int64 // credits the peer holds or used on messages not yet here
 	creditHeld    atomic.Int64 // messages here the application has not taken
-	creditTaken   int          // messages taken whose credits are not given back yet; under rmu
+	creditTaken   atomic.Int64 // messages taken whose credits are not given back yet; changed under rmu
 	creditWant    int          // credits it waits for; under srq.mu
 	creditWaiting bool         // among srq.waiters; under srq.mu
 	peerWants     atomic.Bool  // the peer asked for credits and gave none back since

@@ -139,10 +139,11 @@ func (c *Conn) returnUnused() {
 
 // The receiving side.
 
-// creditRoom is how many more credits c may have outstanding: its cap
-// less the credits out and the messages not yet taken.
+// creditRoom is how many more credits c may give: its cap less the
+// credits out, the messages not yet taken and those taken whose credits
+// are not given back yet.
 func (c *Conn) creditRoom() int {
-	return c.cfg.rqDepth - int(c.creditOut.Load()) - int(c.creditHeld.Load())
+	return c.cfg.rqDepth - int(c.creditOut.Load()+c.creditHeld.Load()+c.creditTaken.Load())
 }
 
 // arrived accounts for a message from the peer: it used a credit. A
@@ -164,10 +165,13 @@ func (c *Conn) arrived() bool {
 // left. Caller holds rmu.
 func (c *Conn) tookLocked() {
 	c.creditHeld.Add(-1)
-	c.creditTaken++
-	if c.creditTaken >= max(1, c.cfg.rqDepth/8) || c.creditOut.Load() == 0 {
-		k := c.creditTaken
-		c.creditTaken = 0
+	taken := c.creditTaken.Add(1)
+	// A batch is an eighth of the cap; at once when the peer has none.
+	// Larger batches while the peer still holds credits deadlocked the
+	// stream: a chain of messages needs more credits than the peer holds.
+	if taken >= max(1, int64(c.cfg.rqDepth/8)) || c.creditOut.Load() == 0 {
+		k := int(taken)
+		c.creditTaken.Store(0)
 		c.srq.held.Add(-int64(k))
 		if c.peerWants.Load() && c.err() == nil {
 			c.srq.regrant(c, k)

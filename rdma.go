@@ -82,7 +82,7 @@ type config struct {
 	maxMsg      int // largest SEND a connection accepts
 	slabSize    int
 	maxPool     int64
-	sharedRecvs int           // receives an engine's SRQ keeps posted at most
+	sharedRecvs int           // receives an engine's SRQ keeps posted at most; 0: by size (srqDepth)
 	setup       time.Duration // bound on the handshake
 	maxExpose   int           // bytes a peer may RequestRegion in total
 	regionLife  time.Duration // longest life of a region granted to RequestRegion
@@ -99,7 +99,6 @@ func defaultConfig() config {
 		sqDepth:     128,
 		rqDepth:     64,
 		maxMsg:      64 << 10,
-		sharedRecvs: defaultSharedReceives,
 		setup:       defaultHandshakeTimeout,
 		maxExpose:   64 << 20,
 		regionLife:  10 * time.Minute,
@@ -252,16 +251,15 @@ func WithMaxMessage(n int) Option {
 	}
 }
 
-// defaultSharedReceives is WithSharedReceives' default.
-const defaultSharedReceives = 1024
-
 // WithSharedReceives bounds the receives an engine's shared receive
-// queue keeps posted for the messages of all its connections (default
-// 1,024; the device's max_srq_wr bounds it too). It is an engine
-// setting. Receives are posted as credits are given, so the memory of
-// posted receives follows the aggregate message rate: at most n times
-// WithMaxMessage per message size an engine serves, whatever the number
-// of connections. Past it, senders wait for credits.
+// queue keeps posted for the messages of all its connections. It is an
+// engine setting; the device's max_srq_wr bounds it too. By default an
+// SRQ holds up to 64 MiB of receives: 1,024 of the default 64 KiB, 16,384
+// of 4 KiB, and at least 256. Receives are posted as credits are given,
+// so the memory of posted receives follows the aggregate message rate:
+// at most n times WithMaxMessage per message size an engine serves,
+// whatever the number of connections. Past it, senders wait for credits,
+// in turn.
 func WithSharedReceives(n int) Option {
 	return func(c *config) error {
 		if n < 1 || n > MaxSharedReceives {

@@ -95,6 +95,9 @@ func isSRQ(wrID uint64) bool { return wrID&srqMark != 0 }
 // of it is used.
 const srqHeadroom = 16
 
+// srqBytes is the receive memory an SRQ may hold by default.
+const srqBytes = 64 << 20
+
 // srqRetry is how soon a refill cut short by the pool limit tries again.
 const srqRetry = 5 * time.Millisecond
 
@@ -123,6 +126,9 @@ func (e *engine) srqFor(size int) (*sharedRecv, error) {
 		return nil, fmt.Errorf("rdma: %w: an engine serves at most %d message sizes (WithMaxMessage)", ErrInvalid, maxSRQs)
 	}
 	depth := e.cfg.sharedRecvs
+	if depth == 0 {
+		depth = min(max(srqBytes/size, 256), 1<<14)
+	}
 	if m := e.attr.MaxSRQWR; m > 0 && depth > m {
 		depth = m
 	}
@@ -299,13 +305,17 @@ func (s *sharedRecv) ask(c *Conn, want int) {
 		return
 	}
 	if len(s.waiters) == 0 {
-		// No one else waits: give all the connection may have, so that
-		// it pipelines as with receives of its own.
-		got := s.grantLocked(c, c.creditRoom())
-		if got >= want {
+		// No one else waits: give what the connection may have, so that
+		// it pipelines as with receives of its own, as long as the SRQ
+		// has plenty to give; as it fills up, less, down to what was
+		// asked, so that early connections do not take it all.
+		free := int(int64(s.depth) - s.granted.Load())
+		give := min(c.creditRoom(), max(want, free/8))
+		got := s.grantLocked(c, give)
+		if got >= give {
 			return
 		}
-		want = c.creditRoom()
+		want = give - got // too few posted yet: the refill gives the rest
 	}
 	s.waitLocked(c, want)
 }
@@ -368,8 +378,7 @@ func (s *sharedRecv) leave(c *Conn) {
 	c.creditWaiting, c.creditWant = false, 0
 	s.mu.Unlock()
 	c.rmu.Lock()
-	s.held.Add(-c.creditHeld.Swap(0) - int64(c.creditTaken))
-	c.creditTaken = 0
+	s.held.Add(-c.creditHeld.Swap(0) - c.creditTaken.Swap(0))
 	c.rmu.Unlock()
 	s.giveBack(c, int(c.creditOut.Load()))
 }

@@ -213,10 +213,12 @@ func TestStreamStateRules(t *testing.T) {
 	}
 }
 
-// TestStreamRecvSlack: while its peer sends, a Conn never has fewer
-// credits out or messages held than its depth less recvSlack, whichever
-// way messages are taken (from the ready queue, or by a waiting Recv).
-// The stream's window relies on it to never wait for credits.
+// TestStreamRecvSlack: while its peer sends, whichever way messages are
+// taken (from the ready queue, or by a waiting Recv), a Conn accounts for
+// every credit of its depth (out, held, or taken and not given back
+// yet), gives them back at once when the peer has none, and never has
+// fewer out or held than its depth less recvSlack. The stream's window
+// relies on it to never wait for credits.
 func TestStreamRecvSlack(t *testing.T) {
 	for _, depth := range []int{5, 8, 15, 16, 17, 32, 64, 100} {
 		t.Run(strconv.Itoa(depth), func(t *testing.T) {
@@ -258,9 +260,17 @@ func TestStreamRecvSlack(t *testing.T) {
 					t.Fatal(err)
 				}
 				f.Buffer().Release()
-				have := int(s.creditOut.Load() + s.creditHeld.Load())
-				if have < depth-recvSlack(depth) {
-					t.Fatalf("after %d messages: %d credits out or messages held, want at least %d - %d", i+1, have, depth, recvSlack(depth))
+				s.rmu.Lock()
+				out, held, taken := int(s.creditOut.Load()), int(s.creditHeld.Load()), int(s.creditTaken.Load())
+				s.rmu.Unlock()
+				if out+held+taken != depth {
+					t.Fatalf("after %d messages: %d credits out, %d messages held, %d taken: want %d in all", i+1, out, held, taken, depth)
+				}
+				if out == 0 && taken > 0 {
+					t.Fatalf("after %d messages: the peer has no credit and %d are not given back", i+1, taken)
+				}
+				if out+held < depth-recvSlack(depth) {
+					t.Fatalf("after %d messages: %d credits out or messages held, want at least %d - %d", i+1, out+held, depth, recvSlack(depth))
 				}
 			}
 		})

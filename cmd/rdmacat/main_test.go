@@ -119,7 +119,8 @@ func testPipe(t *testing.T, bin, provider string, size int) {
 	var sendErr bytes.Buffer
 	send.Stderr = &sendErr
 	if err := send.Run(); err != nil {
-		t.Fatalf("sender: %v\n%s", err, sendErr.String())
+		recvErr, rerr := recv()
+		t.Fatalf("sender: %v\n%s\nreceiver: %v\n%s", err, sendErr.String(), rerr, recvErr)
 	}
 	recvErr, err := recv()
 	if err != nil {
