@@ -99,7 +99,7 @@ func exercise(t testing.TB, clients, servers []*rdma.Conn) {
 	}
 	type pairOps struct {
 		c, s          *rdma.Conn
-		msg, dst, src *rdma.Buffer
+		msg, dst      *rdma.Buffer
 		recv, send, w *rdma.Future
 	}
 	ops := make([]pairOps, len(clients))

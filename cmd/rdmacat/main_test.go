@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -30,7 +29,12 @@ func build(t *testing.T) string {
 		return bin
 	}
 	bin := filepath.Join(t.TempDir(), "rdmacat")
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	// go test puts its own GOROOT/bin first in PATH, so this is the go
+	// command that runs the test.
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("no go command to build rdmacat with (set RDMACAT_BIN to a built one): %v", err)
+	}
 	out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

@@ -20,7 +20,7 @@ func Consume(ctx context.Context, ch verbs.CompChannel, cq verbs.CQ, want int, o
 		for {
 			k, err := cq.Poll(buf)
 			if err != nil {
-				return fmt.Errorf("Poll: %w", err)
+				return fmt.Errorf("poll: %w", err)
 			}
 			for _, wc := range buf[:k] {
 				if err := on(wc); err != nil {

@@ -295,6 +295,23 @@ func readCMEvent(ctx context.Context, w *fdWaiter, ch *C.struct_rdma_event_chann
 	return out, nil
 }
 
+// cmEventNames is indexed by the cm* event types of cm_types.go (enum
+// rdma_cm_event_type). It is here, not there, because only the cgo
+// build reads events.
+var cmEventNames = [...]string{
+	"ADDR_RESOLVED", "ADDR_ERROR", "ROUTE_RESOLVED", "ROUTE_ERROR",
+	"CONNECT_REQUEST", "CONNECT_RESPONSE", "CONNECT_ERROR", "UNREACHABLE",
+	"REJECTED", "ESTABLISHED", "DISCONNECTED", "DEVICE_REMOVAL",
+	"MULTICAST_JOIN", "MULTICAST_ERROR", "ADDR_CHANGE", "TIMEWAIT_EXIT",
+}
+
+func cmEventName(e int) string {
+	if e >= 0 && e < len(cmEventNames) {
+		return "RDMA_CM_EVENT_" + cmEventNames[e]
+	}
+	return fmt.Sprintf("RDMA_CM_EVENT(%d)", e)
+}
+
 func cmEventErr(op string, ev cmEvent) error {
 	return &CMEventError{Op: op, Event: cmEventName(ev.typ), Status: ev.status, PrivateData: ev.priv, event: ev.typ}
 }

@@ -99,20 +99,6 @@ const (
 	cmTimewaitExit   = 15
 )
 
-var cmEventNames = [...]string{
-	"ADDR_RESOLVED", "ADDR_ERROR", "ROUTE_RESOLVED", "ROUTE_ERROR",
-	"CONNECT_REQUEST", "CONNECT_RESPONSE", "CONNECT_ERROR", "UNREACHABLE",
-	"REJECTED", "ESTABLISHED", "DISCONNECTED", "DEVICE_REMOVAL",
-	"MULTICAST_JOIN", "MULTICAST_ERROR", "ADDR_CHANGE", "TIMEWAIT_EXIT",
-}
-
-func cmEventName(e int) string {
-	if e >= 0 && e < len(cmEventNames) {
-		return "RDMA_CM_EVENT_" + cmEventNames[e]
-	}
-	return fmt.Sprintf("RDMA_CM_EVENT(%d)", e)
-}
-
 // CMEventError is an rdma_cm event that ended an operation: the address
 // or route could not be resolved, the peer rejected or never answered,
 // or the device went away. errors.Is matches syscall.ECONNREFUSED for a

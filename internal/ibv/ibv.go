@@ -296,8 +296,10 @@ func (c *devContext) Close() error {
 		if c.async != nil {
 			c.async.close()
 		}
-		if rc := C.ibv_close_device(c.c); rc != 0 {
-			return errnoErr("ibv_close_device", syscall.Errno(rc))
+		// ibv_close_device returns -1 on failure (errno, if set, says
+		// why), unlike the destroy calls, which return the errno.
+		if rc, err := C.ibv_close_device(c.c); rc != 0 {
+			return errnoErr("ibv_close_device", err)
 		}
 		return nil
 	})
@@ -325,14 +327,14 @@ func (e *opError) Unwrap() []error {
 	return []error{e.errno}
 }
 
-// errnoErr wraps an errno returned (or left in errno) by libibverbs.
+// errnoErr wraps an errno returned (or left in errno) by libibverbs. The
+// errno must be positive: syscall.Errno is unsigned, so a C function's
+// negative return (-errno, or -1 with errno set) is turned into an errno
+// where it is called (see cq.PollSpin and devContext.Close).
 func errnoErr(op string, err error) error {
 	var errno syscall.Errno
 	if !errors.As(err, &errno) || errno == 0 {
 		errno = syscall.EIO
-	}
-	if errno < 0 {
-		errno = -errno
 	}
 	e := &opError{op: op, errno: errno}
 	switch errno {

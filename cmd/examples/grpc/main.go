@@ -206,7 +206,7 @@ func runClient(ctx context.Context, addr string, n int, out io.Writer) error {
 		return err
 	}
 	if !bytes.Equal(sum, h.Sum(nil)) {
-		return errors.New("Upload: the server's checksum differs")
+		return errors.New("upload: the server's checksum differs")
 	}
 	el := time.Since(start)
 	fmt.Fprintf(out, "Upload: %d bytes in %v (%.2f Gb/s), checksum ok\n", n, el.Round(time.Millisecond), float64(n)*8/el.Seconds()/1e9)
@@ -236,7 +236,7 @@ func runClient(ctx context.Context, addr string, n int, out io.Writer) error {
 		got += len(in)
 	}
 	if got != n {
-		return fmt.Errorf("Download: %d bytes, want %d", got, n)
+		return fmt.Errorf("download: %d bytes, want %d", got, n)
 	}
 	el = time.Since(start)
 	fmt.Fprintf(out, "Download: %d bytes in %v (%.2f Gb/s)\n", n, el.Round(time.Millisecond), float64(n)*8/el.Seconds()/1e9)
