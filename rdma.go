@@ -94,14 +94,14 @@ type config struct {
 
 func defaultConfig() config {
 	c := config{
-		provider:    os.Getenv("RDMA_PROVIDER"),
-		port:        1,
-		sqDepth:     128,
-		rqDepth:     64,
-		maxMsg:      64 << 10,
-		setup:       defaultHandshakeTimeout,
-		maxExpose:   64 << 20,
-		regionLife:  10 * time.Minute,
+		provider:   os.Getenv("RDMA_PROVIDER"),
+		port:       1,
+		sqDepth:    128,
+		rqDepth:    64,
+		maxMsg:     64 << 10,
+		setup:      defaultHandshakeTimeout,
+		maxExpose:  64 << 20,
+		regionLife: 10 * time.Minute,
 	}
 	if c.provider == "" {
 		c.provider = ProviderAuto
