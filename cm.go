@@ -72,8 +72,8 @@ func dialCM(ctx context.Context, eng *engine, cfg config, address string) (*Conn
 
 // cmConn makes the connection of id on eng: QP to INIT, receives posted,
 // then connect (or accept) through rdma_cm.
-func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(verbs.QP) error) (c *Conn, err error) {
-	c, err = newConn(eng, cfg, id.LocalAddr(), id.RemoteAddr())
+func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(verbs.QP) error) (_ *Conn, err error) {
+	c, err := newConn(eng, cfg, id.LocalAddr(), id.RemoteAddr())
 	if err != nil {
 		id.Close()
 		return nil, err
@@ -82,6 +82,7 @@ func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(verbs.QP) error)
 	c.peer.MaxMsg = uint32(cfg.maxMsg)
 	c.credits = maxCredits // no control channel to return them: the peer's receives are unknown
 	defer func() {
+		// c, not the result: a failure returns a nil *Conn.
 		if err != nil {
 			close(c.ctrlDone)
 			c.teardown()
