@@ -183,3 +183,22 @@ func TestVerbsRDMACMFromRdmaClient(t *testing.T) {
 	}
 	t.Logf("rdma_client said:\n%s", strings.TrimSpace(out.String()))
 }
+
+// Rule: an rdma_cm Dial that nothing answers fails with an error, and
+// leaves nothing behind (it used to panic tearing the connection down).
+func TestVerbsRDMACMRefused(t *testing.T) {
+	ip0, _ := cmAddrs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 3 {
+		c, err := rdma.Dial(ctx, "rdma", ip0+":7489", rdma.WithRDMACM())
+		if err == nil {
+			c.Close()
+			t.Fatal("dial to a port nothing listens on succeeded")
+		}
+		var oe *net.OpError
+		if !errors.As(err, &oe) || oe.Op != "dial" {
+			t.Fatalf("dial: %v, want a *net.OpError of op dial", err)
+		}
+	}
+}
