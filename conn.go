@@ -351,7 +351,7 @@ func (c *Conn) closedErr() error {
 		}
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	}
-	return ErrClosed
+	return fmt.Errorf("rdma: conn %v: %w", c.remote, ErrClosed)
 }
 
 // Alloc returns n bytes of registered memory, zero to its capacity, from
@@ -564,7 +564,7 @@ func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
 //     or tore its queue pair down. That is ErrPeerClosed too, whichever
 //     of the completion and the end of the control channel comes first.
 func (c *Conn) completionErr(wc *verbs.WorkCompletion) error {
-	err := wc.Err()
+	var err error = completionError(wc)
 	switch {
 	case wc.Status == verbs.WCWRFlushErr:
 		cause := c.err()
@@ -903,7 +903,7 @@ func (c *Conn) Close() error {
 // teardown releases everything the connection holds.
 func (c *Conn) teardown() error {
 	c.closing.Store(true)
-	c.fail(ErrClosed)
+	c.fail(fmt.Errorf("rdma: conn %v: %w", c.remote, ErrClosed))
 	var errs []error
 	if c.qp != nil {
 		// The QP is in the error state: the outstanding WRs flush.

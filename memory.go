@@ -130,6 +130,12 @@ func (s Slice) Bytes() []byte {
 // Len is the slice's length.
 func (s Slice) Len() int { return s.n }
 
+// Both kinds of local memory are a Local.
+var (
+	_ Local = (*Buffer)(nil)
+	_ Local = Slice{}
+)
+
 // Local is memory an operation reads or writes on this side: a *Buffer
 // (all of it) or a Slice.
 type Local interface {

@@ -13,6 +13,7 @@ import (
 	"github.com/go-rdma/rdma/internal/sysfs"
 	"github.com/go-rdma/rdma/internal/verbs"
 	"github.com/go-rdma/rdma/poller"
+	"github.com/go-rdma/rdma/pool"
 )
 
 type (
@@ -34,10 +35,6 @@ type (
 	// PollMode is how completion pollers wait: poller.Adaptive (the
 	// default), poller.Busy or poller.Event.
 	PollMode = poller.Mode
-	// CompletionError is a failed work completion: status name, opcode,
-	// wr_id and vendor error. It matches ErrRemoteAccess, ErrRNRRetry,
-	// ErrFlushed, ErrRetryExceeded ... with errors.Is.
-	CompletionError = verbs.WCError
 )
 
 var (
@@ -60,6 +57,13 @@ var (
 	ErrFlushed       = verbs.ErrFlushed
 	ErrRetryExceeded = verbs.ErrRetryExceeded
 	ErrRemoteOp      = verbs.ErrRemoteOp
+
+	// ErrBufferReleased: the Buffer was released already; it cannot be
+	// used or released again.
+	ErrBufferReleased = pool.ErrReleased
+	// ErrPoolLimit: a buffer would take the engine's pool past its limit
+	// (WithPoolLimit).
+	ErrPoolLimit = pool.ErrLimit
 )
 
 // Provider names.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"syscall"
+	"time"
 )
 
 // This file holds the stream API: net.Conn and net.Listener over RDMA.
@@ -67,6 +68,12 @@ type Dialer struct {
 	// Options configure each connection (provider, device, message
 	// size, queue depths ...).
 	Options []Option
+	// Timeout bounds each dial, as net.Dialer's does: the TCP connect,
+	// the handshake and the stream's hello. Zero means no bound other
+	// than the context's and the handshake's (WithHandshakeTimeout). A
+	// dial it ends fails with an error matching
+	// context.DeadlineExceeded.
+	Timeout time.Duration
 }
 
 // DialContext connects to address like DialStream. network may be
@@ -79,6 +86,14 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	default:
 		return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("%w: network %q (want \"rdma\")", ErrInvalid, network)}
 	}
+	if d.Timeout < 0 {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("%w: negative Timeout %v", ErrInvalid, d.Timeout)}
+	}
+	if d.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
+		defer cancel()
+	}
 	return dialStream(ctx, address, d.Options)
 }
 
@@ -86,6 +101,12 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 func (d *Dialer) Dial(network, address string) (net.Conn, error) {
 	return d.DialContext(context.Background(), network, address)
 }
+
+// Compile-time checks: the stream is a net.Conn and a net.Listener.
+var (
+	_ net.Conn     = (*StreamConn)(nil)
+	_ net.Listener = (*StreamListener)(nil)
+)
 
 // StreamListener accepts stream connections. It is a net.Listener.
 type StreamListener struct {

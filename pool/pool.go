@@ -25,7 +25,7 @@ var (
 	// be used for new operations, released again or sliced.
 	ErrReleased = errors.New("buffer already released")
 	// ErrLimit: a Get would register more than Options.MaxBytes.
-	ErrLimit = errors.New("buffer pool limit reached (Options.MaxBytes)")
+	ErrLimit = errors.New("buffer pool limit reached")
 )
 
 const (
@@ -316,7 +316,7 @@ func (p *Pool) newSlabLocked(size, need int) (*slab, error) {
 		// Make room by freeing idle slabs and cached large buffers.
 		p.freeAll(p.trimLocked())
 		if reg := p.registered.Load(); reg+int64(size) > p.maxBytes {
-			return nil, fmt.Errorf("pool: Get(%d) needs a new %d-byte registration but %d of Options.MaxBytes %d bytes are registered (%d in use): %w",
+			return nil, fmt.Errorf("pool: Get(%d) needs a new %d-byte registration but %d of the limit's %d bytes are registered (%d in use): %w",
 				need, size, reg, p.maxBytes, p.Stats().BytesInUse, ErrLimit)
 		}
 	}
