@@ -111,6 +111,7 @@ func (b *Batch) Post() *Future {
 	for i := range b.wrs {
 		b.ops[i].fut = f
 		total += b.ops[i].n
+		c.st.issued(b.wrs[i].Opcode, b.ops[i].n)
 		b.wrs[i].SGL = b.sges[i : i+1]
 		if b.ops[i].n == 0 {
 			b.wrs[i].SGL = nil

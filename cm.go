@@ -106,6 +106,7 @@ func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(verbs.QP) error)
 			id.Disconnect()
 		}
 	}()
+	c.logConnected()
 	return c, nil
 }
 

@@ -31,7 +31,8 @@ type Conn struct {
 	slot     uint32 // in eng.slots (slots.go)
 	slotGen  uint8
 	ops      opTable // its WRs in flight, by wr_id
-	cfg      config  // the connection's own settings (queue depths, sizes, limits)
+	st       connCounters
+	cfg      config // the connection's own settings (queue depths, sizes, limits)
 	unit     *cqUnit
 	srq      *sharedRecv    // where its receives come from; nil on rdma_cm connections
 	drv      *poller.Poller // unit's poller when Busy: Wait drives it (poller/drive.go)
@@ -48,6 +49,7 @@ type Conn struct {
 	ctx    context.Context // ends when the connection fails or closes
 	cancel context.CancelFunc
 	failed atomic.Pointer[error]
+	up     atomic.Bool // the handshake completed (events.go)
 
 	postMu     sync.Mutex    // orders posts, so sent matches the send queue
 	sqFree     int           // room in the send queue (sendq.go)
@@ -321,6 +323,7 @@ func (c *Conn) fail(err error) {
 	if !c.failed.CompareAndSwap(nil, &err) {
 		return
 	}
+	c.logEnded(err)
 	c.cancel()
 	if c.qp != nil {
 		c.qp.ToError()
@@ -393,6 +396,7 @@ func (c *Conn) sendOp(opc verbs.Opcode, b Local, imm uint32) *Future {
 	if n <= c.inline {
 		flags |= verbs.SendInline
 	}
+	c.st.issued(opc, n)
 	f := c.post(op{kind: opSend, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Flags: flags, Imm: imm})
 	runtime.KeepAlive(b) // the handle's cleanup must not run before the post took its reference
 	return f
@@ -427,6 +431,7 @@ func (c *Conn) rdmaOp(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, im
 	if n == 0 && opc != verbs.OpWriteWithImm {
 		return newResolved(fmt.Errorf("rdma: %v of 0 bytes: %w", opc, ErrInvalid))
 	}
+	c.st.issued(opc, n)
 	f := c.post(op{kind: kind, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Flags: verbs.SendSignaled, Imm: imm, RemoteAddr: r.Addr, RKey: r.RKey})
 	runtime.KeepAlive(l) // the handle's cleanup must not run before the post took its reference
 	return f
@@ -457,6 +462,7 @@ func (c *Conn) atomic(opc verbs.Opcode, r RemoteRegion, cmpAdd, swap uint64) *Fu
 	if err != nil {
 		return newResolved(fmt.Errorf("rdma: %v: %w", opc, err))
 	}
+	c.st.issued(opc, 8)
 	return c.post(op{kind: opAtomic, buf: pb, n: 8}, verbs.SendWR{Opcode: opc, Flags: verbs.SendSignaled, RemoteAddr: r.Addr, RKey: r.RKey, CompareAdd: cmpAdd, Swap: swap})
 }
 
@@ -541,6 +547,10 @@ func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
 		}
 	}
 	c.sentMu.Unlock()
+	if k > 1 {
+		c.st.completions.Add(uint64(k - 1))
+	}
+	c.st.completed(wc.Status)
 	var err error
 	if wc.Status != verbs.WCSuccess {
 		err = c.completionErr(wc)
@@ -637,6 +647,8 @@ func (c *Conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 		return
 	}
 	m := message{pb: pb, n: int(wc.ByteLen), imm: wc.Imm, has: wc.Flags&verbs.WCWithImm != 0}
+	c.st.recvs.Add(1)
+	c.st.recvBytes.Add(uint64(m.n))
 	if wc.Opcode == verbs.WCRecvWriteWithImm {
 		// The data went to the written region; the buffer stayed empty.
 		pb.Release()

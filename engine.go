@@ -196,11 +196,12 @@ func openEngine(cfg config, prov verbs.Provider, dev string) (*engine, error) {
 	evctx, cancel := context.WithCancel(context.Background())
 	e.events, e.evDone = cancel, make(chan struct{})
 	go e.readEvents(evctx)
+	e.register()
 	return e, nil
 }
 
 // readEvents reads the device's asynchronous events until the engine
-// closes. An SRQ's limit event refills it.
+// closes (events.go).
 func (e *engine) readEvents(ctx context.Context) {
 	defer close(e.evDone)
 	for {
@@ -208,13 +209,7 @@ func (e *engine) readEvents(ctx context.Context) {
 		if err != nil {
 			return
 		}
-		if ev.Type == verbs.EventSRQLimitReached && srqEventRefill.Load() {
-			for i := range e.srqs {
-				if s := e.srqs[i].Load(); s != nil && s.q == ev.SRQ {
-					s.refill(refillEvent)
-				}
-			}
-		}
+		e.onAsyncEvent(ev)
 	}
 }
 
@@ -409,6 +404,7 @@ func (e *engine) release() error {
 	units := e.units
 	e.units = nil
 	e.mu.Unlock()
+	e.unregister()
 	if e.shared {
 		engines.mu.Lock()
 		if engines.m[e.key] == e {

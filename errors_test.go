@@ -2,7 +2,9 @@ package rdma_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"expvar"
 	"net"
 	"testing"
 	"time"
@@ -67,4 +69,57 @@ func TestDialerTimeout(t *testing.T) {
 	d.Timeout = -time.Second
 	_, err = d.DialContext(context.Background(), "rdma", ln.Addr().String())
 	require.ErrorIs(t, err, rdma.ErrInvalid)
+}
+
+// Rule: a connection's and an engine's counters count what was issued,
+// received and completed, and expvar serves them once the application
+// publishes them.
+func TestStats(t *testing.T) {
+	c, s := pair(t, rdma.WithProvider(rdma.ProviderSoft))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := c.Alloc(100)
+	require.NoError(t, err)
+	defer b.Release()
+	dst, err := s.Alloc(100)
+	require.NoError(t, err)
+	defer dst.Release()
+	region, err := s.Expose(dst, rdma.RemoteWrite|rdma.RemoteRead)
+	require.NoError(t, err)
+	for range 10 {
+		r := s.Recv()
+		require.NoError(t, c.Send(b).Wait(ctx))
+		require.NoError(t, r.Wait(ctx))
+		require.NoError(t, r.Buffer().Release())
+	}
+	require.NoError(t, c.Write(b, region).Wait(ctx))
+	require.NoError(t, c.Read(b, region).Wait(ctx))
+	cs, ss := c.Stats(), s.Stats()
+	assert.Equal(t, uint64(10), cs.Sends)
+	assert.Equal(t, uint64(1000), cs.SendBytes)
+	assert.Equal(t, uint64(1), cs.Writes)
+	assert.Equal(t, uint64(1), cs.Reads)
+	assert.Equal(t, uint64(12), cs.Completions)
+	assert.Zero(t, cs.Failed)
+	assert.Equal(t, uint64(10), ss.Recvs)
+	assert.Equal(t, uint64(1000), ss.RecvBytes)
+	assert.Positive(t, cs.CreditWaits, "the first send waited for credits")
+
+	var found bool
+	for _, es := range rdma.AllStats() {
+		if es.Conns > 0 && es.Total.Recvs >= 10 {
+			found = true
+			require.NotEmpty(t, es.SharedReceives)
+			assert.Positive(t, es.Pool.BytesRegistered)
+		}
+	}
+	assert.True(t, found, "the server's engine among AllStats")
+
+	rdma.PublishExpvar()
+	rdma.PublishExpvar() // twice is fine
+	v := expvar.Get("rdma")
+	require.NotNil(t, v)
+	var got []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(v.String()), &got))
+	assert.NotEmpty(t, got)
 }

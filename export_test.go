@@ -1,6 +1,10 @@
 package rdma
 
-import "github.com/go-rdma/rdma/poller"
+import (
+	"github.com/go-rdma/rdma/internal/soft"
+	"github.com/go-rdma/rdma/internal/verbs"
+	"github.com/go-rdma/rdma/poller"
+)
 
 // ConnPollerStats is the counters of the poller that serves c's CQ.
 func ConnPollerStats(c *Conn) poller.Stats { return c.unit.p.Stats() }
@@ -67,21 +71,14 @@ func SetSRQRefill(event, poll bool) (restore func()) {
 	}
 }
 
-// SRQStats is the state of a connection's shared receive queue.
-type SRQStats struct {
-	Posted  int64     // receives posted
-	Granted int64     // credits outstanding, all connections
-	Refills [4]uint64 // by cause: limit event, after a poll, grant, retry
-}
-
 // SharedRecvStats reports c's shared receive queue.
 func SharedRecvStats(c *Conn) SRQStats {
-	s := c.srq
-	st := SRQStats{Posted: s.posted.Load(), Granted: s.granted.Load()}
-	for i := range st.Refills {
-		st.Refills[i] = s.refills[i].Load()
+	for _, q := range c.eng.stats().SharedReceives {
+		if q.MessageSize == c.srq.size {
+			return q
+		}
 	}
-	return st
+	return SRQStats{}
 }
 
 // ForgeCredits gives c n credits its peer never gave, as a hostile
@@ -90,4 +87,10 @@ func ForgeCredits(c *Conn, n int) {
 	c.postMu.Lock()
 	c.credits += n
 	c.postMu.Unlock()
+}
+
+// InjectDeviceEvent makes c's device report ev, on soft.
+func InjectDeviceEvent(c *Conn, typ string, port uint8) bool {
+	t := map[string]verbs.AsyncEventType{"PORT_ERR": verbs.EventPortErr, "PORT_ACTIVE": verbs.EventPortActive}[typ]
+	return soft.InjectEvent(c.eng.ctx, verbs.AsyncEvent{Type: t, Port: port})
 }

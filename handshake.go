@@ -290,6 +290,7 @@ func (c *Conn) connect(br *bufio.Reader, me, peer *hello, release func() bool) e
 	if !release() {
 		return fmt.Errorf("rdma: handshake with %v: %w", c.remote, context.Canceled)
 	}
+	c.logConnected()
 	go c.readControl(br)
 	return nil
 }

@@ -138,6 +138,7 @@ func (l *Listener) serve(tc net.Conn, e *list.Element, slots chan struct{}) {
 	l.hellos.Remove(e) // a no-op if it was dropped
 	l.hmu.Unlock()
 	if err != nil {
+		l.logRefused(tc.RemoteAddr(), err)
 		tc.Close()
 		return
 	}
@@ -151,6 +152,7 @@ func (l *Listener) serve(tc net.Conn, e *list.Element, slots chan struct{}) {
 	c, err := acceptConn(l.eng, l.cfg, tc, br, peer, release)
 	<-slots
 	if err != nil {
+		l.logRefused(tc.RemoteAddr(), err)
 		return // the peer got the reason; the listener goes on
 	}
 	select {

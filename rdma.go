@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"slices"
@@ -94,6 +95,7 @@ type config struct {
 	threadLock  poller.ThreadLock
 	spin        time.Duration // Adaptive pollers' spin; 0: the provider's default
 	handler     RecvHandler   // messages go to it instead of Recv
+	log         *slog.Logger  // lifecycle and device events (events.go); nil: none
 }
 
 func defaultConfig() config {

@@ -44,6 +44,11 @@ func (c *Conn) submitLocked(wrs []verbs.SendWR, ops []op) error {
 	if len(c.pending) == 0 && c.roomLocked(wrs) {
 		return c.postLocked(wrs, ops)
 	}
+	if c.sqFree < len(wrs) {
+		c.st.queueWaits.Add(1)
+	} else {
+		c.st.creditWaits.Add(1)
+	}
 	q := queuedPost{wrs: slices.Clone(wrs), sges: make([]verbs.SGE, len(wrs)), ops: slices.Clone(ops)}
 	for i := range q.wrs {
 		if len(q.wrs[i].SGL) > 0 {

@@ -71,3 +71,19 @@ func (t *slots) conn(wrID uint64) *Conn {
 	}
 	return nil
 }
+
+// all lists the open connections, for Stats.
+func (t *slots) all() []*Conn {
+	t.mu.Lock()
+	n := len(t.gens)
+	t.mu.Unlock()
+	var cs []*Conn
+	for s := 0; s < n; s++ {
+		if chunk := t.chunks[s/slotChunk].Load(); chunk != nil {
+			if c := chunk[s%slotChunk].Load(); c != nil {
+				cs = append(cs, c)
+			}
+		}
+	}
+	return cs
+}

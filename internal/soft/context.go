@@ -241,3 +241,15 @@ func (a *ah) Close() error {
 		return nil
 	})
 }
+
+// InjectEvent queues ev on ctx, a soft device context, as if the device
+// had reported it: for tests of what a consumer does with port and QP
+// events, which the soft device never has of its own. It reports false
+// for a context of another provider.
+func InjectEvent(ctx verbs.Context, ev verbs.AsyncEvent) bool {
+	c, ok := ctx.(*devContext)
+	if ok {
+		c.queueEvent(ev)
+	}
+	return ok
+}

@@ -1,0 +1,245 @@
+package rdma
+
+import (
+	"expvar"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-rdma/rdma/internal/verbs"
+	"github.com/go-rdma/rdma/poller"
+	"github.com/go-rdma/rdma/pool"
+)
+
+// ConnStats are a connection's counters since it was made. Each field is
+// read atomically; the set is not one snapshot. Counting costs an atomic
+// add or two per operation, on counters of the connection's own.
+type ConnStats struct {
+	Sends      uint64 // SEND and SEND_WITH_IMM issued
+	SendBytes  uint64
+	Writes     uint64 // RDMA WRITE and WRITE_WITH_IMM issued
+	WriteBytes uint64
+	Reads      uint64 // RDMA READ issued
+	ReadBytes  uint64
+	Atomics    uint64 // CompareAndSwap and FetchAdd issued
+	Recvs      uint64 // messages received (WRITE_WITH_IMM notices included)
+	RecvBytes  uint64
+
+	Completions uint64 // send-side completions that succeeded
+	// Failed counts completions with an error status, flushes included;
+	// RetryExceeded and RNRRetryExceeded count two statuses among them.
+	Failed           uint64
+	RetryExceeded    uint64
+	RNRRetryExceeded uint64
+
+	// CreditWaits counts operations that waited for the peer's
+	// credits, QueueWaits those that waited for room in the send queue.
+	CreditWaits uint64
+	QueueWaits  uint64
+	// CreditsOut is what the peer may still send here: credits given and
+	// not used yet.
+	CreditsOut int64
+}
+
+// connCounters are the atomic counters behind ConnStats.
+type connCounters struct {
+	sends, sendBytes, writes, writeBytes, reads, readBytes, atomics atomic.Uint64
+	recvs, recvBytes                                                atomic.Uint64
+	completions, failed, retryExc, rnrExc                           atomic.Uint64
+	creditWaits, queueWaits                                         atomic.Uint64
+}
+
+// Stats reads the connection's counters.
+func (c *Conn) Stats() ConnStats {
+	s := &c.st
+	return ConnStats{
+		Sends: s.sends.Load(), SendBytes: s.sendBytes.Load(),
+		Writes: s.writes.Load(), WriteBytes: s.writeBytes.Load(),
+		Reads: s.reads.Load(), ReadBytes: s.readBytes.Load(),
+		Atomics: s.atomics.Load(),
+		Recvs:   s.recvs.Load(), RecvBytes: s.recvBytes.Load(),
+		Completions: s.completions.Load(), Failed: s.failed.Load(),
+		RetryExceeded: s.retryExc.Load(), RNRRetryExceeded: s.rnrExc.Load(),
+		CreditWaits: s.creditWaits.Load(), QueueWaits: s.queueWaits.Load(),
+		CreditsOut: c.creditOut.Load(),
+	}
+}
+
+// issued counts a work request the application issued.
+func (s *connCounters) issued(opc verbs.Opcode, n int) {
+	switch opc {
+	case verbs.OpSend, verbs.OpSendWithImm:
+		s.sends.Add(1)
+		s.sendBytes.Add(uint64(n))
+	case verbs.OpWrite, verbs.OpWriteWithImm:
+		s.writes.Add(1)
+		s.writeBytes.Add(uint64(n))
+	case verbs.OpRead:
+		s.reads.Add(1)
+		s.readBytes.Add(uint64(n))
+	case verbs.OpCompareSwap, verbs.OpFetchAdd:
+		s.atomics.Add(1)
+	}
+}
+
+// completed counts a send-side completion.
+func (s *connCounters) completed(st verbs.WCStatus) {
+	switch st {
+	case verbs.WCSuccess:
+		s.completions.Add(1)
+		return
+	case verbs.WCRetryExcErr:
+		s.retryExc.Add(1)
+	case verbs.WCRNRRetryExcErr:
+		s.rnrExc.Add(1)
+	}
+	s.failed.Add(1)
+}
+
+// EngineStats describe an engine: its connections and the sums of their
+// counters, its shared receive queues, its buffer pool and its pollers.
+type EngineStats struct {
+	Provider string
+	Device   string
+	Port     uint8
+	Conns    int
+	// Total sums the counters of the open connections.
+	Total ConnStats
+	// SharedReceives has one entry per message size the engine serves.
+	SharedReceives []SRQStats
+	Pool           pool.Stats
+	// Pollers sums the counters of the engine's pollers (MaxBatch is the
+	// largest of theirs).
+	Pollers poller.Stats
+}
+
+// SRQStats describe one shared receive queue of an engine.
+type SRQStats struct {
+	MessageSize int   // bytes per receive
+	Depth       int   // the most receives it posts
+	Posted      int64 // receives posted now
+	Granted     int64 // credits given and not used yet, over all connections
+	Held        int64 // messages received and not taken yet, or whose credits are not back
+	Waiting     int   // connections waiting for credits
+	// Refills counts refills by what started them: the SRQ limit event,
+	// the check after a poll, a grant that found too few posted, and the
+	// retry after the pool limit cut one short.
+	Refills [refillCauses]uint64
+}
+
+func (e *engine) stats() EngineStats {
+	st := EngineStats{Provider: e.prov.Name(), Device: e.ctx.Info().Name, Port: e.port.Port, Pool: e.pool.Stats()}
+	for _, c := range e.slots.all() {
+		st.Conns++
+		st.Total.add(c.Stats())
+	}
+	for i := range e.srqs {
+		s := e.srqs[i].Load()
+		if s == nil {
+			continue
+		}
+		q := SRQStats{MessageSize: s.size, Depth: s.depth, Posted: s.posted.Load(), Granted: s.granted.Load(), Held: s.held.Load()}
+		s.mu.Lock()
+		q.Waiting = len(s.waiters)
+		s.mu.Unlock()
+		for k := range q.Refills {
+			q.Refills[k] = s.refills[k].Load()
+		}
+		st.SharedReceives = append(st.SharedReceives, q)
+	}
+	e.mu.Lock()
+	units := append([]*cqUnit(nil), e.units...)
+	e.mu.Unlock()
+	for _, u := range units {
+		addPollerStats(&st.Pollers, u.p.Stats())
+	}
+	return st
+}
+
+func addPollerStats(t *poller.Stats, s poller.Stats) {
+	t.Polls += s.Polls
+	t.EmptyPolls += s.EmptyPolls
+	t.Completions += s.Completions
+	t.MaxBatch = max(t.MaxBatch, s.MaxBatch)
+	t.Yields += s.Yields
+	t.SpinsDenied += s.SpinsDenied
+	t.SpinsCut += s.SpinsCut
+	t.Arms += s.Arms
+	t.Repolled += s.Repolled
+	t.Parks += s.Parks
+	t.Events += s.Events
+	t.Wakeups += s.Wakeups
+	t.Kicks += s.Kicks
+	t.KicksSkipped += s.KicksSkipped
+	t.Drives += s.Drives
+	t.Driven += s.Driven
+	t.Standbys += s.Standbys
+}
+
+func (t *ConnStats) add(s ConnStats) {
+	t.Sends += s.Sends
+	t.SendBytes += s.SendBytes
+	t.Writes += s.Writes
+	t.WriteBytes += s.WriteBytes
+	t.Reads += s.Reads
+	t.ReadBytes += s.ReadBytes
+	t.Atomics += s.Atomics
+	t.Recvs += s.Recvs
+	t.RecvBytes += s.RecvBytes
+	t.Completions += s.Completions
+	t.Failed += s.Failed
+	t.RetryExceeded += s.RetryExceeded
+	t.RNRRetryExceeded += s.RNRRetryExceeded
+	t.CreditWaits += s.CreditWaits
+	t.QueueWaits += s.QueueWaits
+	t.CreditsOut += s.CreditsOut
+}
+
+// Stats reads the engine's counters.
+func (x *Engine) Stats() EngineStats { return x.e.stats() }
+
+// live is every open engine, for Engines and expvar.
+var live struct {
+	mu sync.Mutex
+	m  map[*engine]struct{}
+}
+
+func (e *engine) register() {
+	live.mu.Lock()
+	if live.m == nil {
+		live.m = map[*engine]struct{}{}
+	}
+	live.m[e] = struct{}{}
+	live.mu.Unlock()
+}
+
+func (e *engine) unregister() {
+	live.mu.Lock()
+	delete(live.m, e)
+	live.mu.Unlock()
+}
+
+// AllStats reads the counters of every open engine of the process: the
+// shared ones of the package-level Dial and Listen and those of
+// OpenEngine.
+func AllStats() []EngineStats {
+	live.mu.Lock()
+	engs := make([]*engine, 0, len(live.m))
+	for e := range live.m {
+		engs = append(engs, e)
+	}
+	live.mu.Unlock()
+	out := make([]EngineStats, 0, len(engs))
+	for _, e := range engs {
+		out = append(out, e.stats())
+	}
+	return out
+}
+
+var publishOnce sync.Once
+
+// PublishExpvar publishes AllStats as the expvar variable "rdma" (served
+// at /debug/vars by expvar's handler). Nothing is published unless the
+// application calls it; calling it again does nothing.
+func PublishExpvar() {
+	publishOnce.Do(func() { expvar.Publish("rdma", expvar.Func(func() any { return AllStats() })) })
+}
