@@ -104,12 +104,21 @@ type EngineStats struct {
 	Conns    int
 	// Total sums the counters of the open connections.
 	Total ConnStats
+	// Connections has the counters of each open connection.
+	Connections []ConnEntry
 	// SharedReceives has one entry per message size the engine serves.
 	SharedReceives []SRQStats
 	Pool           pool.Stats
 	// Pollers sums the counters of the engine's pollers (MaxBatch is the
 	// largest of theirs).
 	Pollers poller.Stats
+}
+
+// ConnEntry is one connection's counters, with its addresses.
+type ConnEntry struct {
+	Local  string
+	Remote string
+	Stats  ConnStats
 }
 
 // SRQStats describe one shared receive queue of an engine.
@@ -129,8 +138,10 @@ type SRQStats struct {
 func (e *engine) stats() EngineStats {
 	st := EngineStats{Provider: e.prov.Name(), Device: e.ctx.Info().Name, Port: e.port.Port, Pool: e.pool.Stats()}
 	for _, c := range e.slots.all() {
+		cs := c.Stats()
 		st.Conns++
-		st.Total.add(c.Stats())
+		st.Total.add(cs)
+		st.Connections = append(st.Connections, ConnEntry{Local: addrString(c.local), Remote: addrString(c.remote), Stats: cs})
 	}
 	for i := range e.srqs {
 		s := e.srqs[i].Load()
@@ -242,4 +253,11 @@ var publishOnce sync.Once
 // application calls it; calling it again does nothing.
 func PublishExpvar() {
 	publishOnce.Do(func() { expvar.Publish("rdma", expvar.Func(func() any { return AllStats() })) })
+}
+
+func addrString(a interface{ String() string }) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
 }
