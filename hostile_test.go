@@ -208,7 +208,7 @@ func TestPeerCannotRevokeExpose(t *testing.T) {
 func TestPeerCloseErrors(t *testing.T) { eachProvider(t, testPeerCloseErrors) }
 
 func testPeerCloseErrors(t *testing.T, opts []rdma.Option) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // rxe under TCG: tens of seconds
 	defer cancel()
 	for round := range 10 {
 		c, s := pair(t, opts...)
