@@ -375,7 +375,11 @@ func chooseProvider(name, device string) (verbs.Provider, []verbs.DeviceInfo, er
 		if lib := ibv.Available(); lib != nil {
 			// No device is usable because libibverbs is missing: say
 			// so, matching ErrNotSupported as well.
-			return nil, nil, fmt.Errorf("rdma: provider %q: %w: %w", name, ErrNoDevice, lib)
+			what := fmt.Sprintf("provider %q", name)
+			if device != "" {
+				what += fmt.Sprintf(", device %q", device)
+			}
+			return nil, nil, fmt.Errorf("rdma: %s: %w: %w", what, ErrNoDevice, lib)
 		}
 		why := fmt.Sprintf("%d devices listed, none usable", len(devs))
 		for _, d := range devs {
