@@ -27,8 +27,8 @@ func WithRDMACM() Option {
 // cmEngine returns, with a reference, the engine for an rdma_cm
 // connection on device dev: eng if it is on dev, else the shared one.
 func cmEngine(eng *engine, cfg config, dev string) (*engine, error) {
-	if !ibv.CMSupported {
-		return nil, fmt.Errorf("rdma: rdma_cm: %w: this build has no librdmacm (cgo)", ErrNotSupported)
+	if err := ibv.CMAvailable(); err != nil {
+		return nil, fmt.Errorf("rdma: rdma_cm: %w", err)
 	}
 	if cfg.provider == ProviderSoft {
 		return nil, fmt.Errorf("rdma: %w: rdma_cm needs the verbs provider", ErrInvalid)

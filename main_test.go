@@ -66,6 +66,8 @@ func child(role string) int {
 		return manyChild()
 	case "hold":
 		return holdChild()
+	case "nolib":
+		return noLibChild()
 	case "dialer":
 	default:
 		return 2

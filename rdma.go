@@ -129,8 +129,8 @@ func (c *config) apply(opts []Option) error {
 }
 
 // WithProvider chooses the provider: "auto" (verbs where a usable device
-// exists and the build has cgo, else soft), "verbs" or "soft". The
-// default is $RDMA_PROVIDER, or "auto".
+// exists, the build has cgo and libibverbs loads at run time, else soft),
+// "verbs" or "soft". The default is $RDMA_PROVIDER, or "auto".
 func WithProvider(name string) Option {
 	return func(c *config) error {
 		switch name {
@@ -378,6 +378,15 @@ func chooseProvider(name, device string) (verbs.Provider, []verbs.DeviceInfo, er
 		if name == ProviderAuto && (device == "" || device == "soft0") {
 			return soft.Provider, nil, nil
 		}
+		if lib := ibv.Available(); lib != nil {
+			// No device is usable because libibverbs is missing: say
+			// so, matching ErrNotSupported as well.
+			what := fmt.Sprintf("provider %q", name)
+			if device != "" {
+				what += fmt.Sprintf(", device %q", device)
+			}
+			return nil, nil, fmt.Errorf("rdma: %s: %w: %w", what, ErrNoDevice, lib)
+		}
 		why := fmt.Sprintf("%d devices listed, none usable", len(devs))
 		for _, d := range devs {
 			if device == "" || d.Name == device {
@@ -401,12 +410,18 @@ func verbsDevices() ([]verbs.DeviceInfo, error) {
 	defer devList.mu.Unlock()
 	if devList.at.IsZero() || time.Since(devList.at) > devicesTTL {
 		devs, err := sysfs.Devices()
+		var lib error
+		if len(devs) > 0 {
+			// A device is usable only if libibverbs loads; without
+			// devices there is no need to load it.
+			lib = ibv.Available()
+		}
 		for i, d := range devs {
-			devs[i].Usable = ibv.Supported && sysfs.Openable(d)
+			devs[i].Usable = lib == nil && sysfs.Openable(d)
 			if !devs[i].Usable {
 				devs[i].Why = "no ACTIVE port or no uverbs device"
-				if !ibv.Supported {
-					devs[i].Why = "this build has no libibverbs support (cgo)"
+				if lib != nil {
+					devs[i].Why = lib.Error()
 				}
 			}
 		}

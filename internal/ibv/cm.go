@@ -3,9 +3,7 @@
 package ibv
 
 /*
-#cgo LDFLAGS: -lrdmacm
 #include "shim.h"
-#include <rdma/rdma_cma.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -37,7 +35,7 @@ static int gordma_cm_get_event(struct rdma_event_channel *ch, gordma_cm_event *o
 	struct rdma_cm_event *ev = NULL;
 	memset(out, 0, sizeof(*out));
 	errno = 0;
-	if (rdma_get_cm_event(ch, &ev) != 0) return errno ? errno : EIO;
+	if (gordma_rdma_get_cm_event(ch, &ev) != 0) return errno ? errno : EIO;
 	out->id = ev->id;
 	out->event = ev->event;
 	out->status = ev->status;
@@ -52,20 +50,20 @@ static int gordma_cm_get_event(struct rdma_event_channel *ch, gordma_cm_event *o
 		}
 	}
 	if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
-		struct rdma_event_channel *nch = rdma_create_event_channel();
+		struct rdma_event_channel *nch = gordma_rdma_create_event_channel();
 		if (!nch) {
 			out->migrate_err = errno ? errno : EIO;
-		} else if (rdma_migrate_id(ev->id, nch) != 0) {
+		} else if (gordma_rdma_migrate_id(ev->id, nch) != 0) {
 			out->migrate_err = errno ? errno : EIO;
-			rdma_destroy_event_channel(nch);
+			gordma_rdma_destroy_event_channel(nch);
 		} else {
 			out->channel = nch;
 		}
 	}
-	rdma_ack_cm_event(ev);
+	gordma_rdma_ack_cm_event(ev);
 	if (out->migrate_err) {
-		rdma_reject(out->id, NULL, 0);
-		rdma_destroy_id(out->id);
+		gordma_rdma_reject(out->id, NULL, 0);
+		gordma_rdma_destroy_id(out->id);
 		out->id = NULL;
 	}
 	return 0;
@@ -120,7 +118,7 @@ static int gordma_cm_bind(struct rdma_cm_id *id, const uint8_t *ip, uint16_t por
 	struct sockaddr_storage ss;
 	gordma_fill_sockaddr(&ss, ip, port, scope);
 	errno = 0;
-	if (rdma_bind_addr(id, (struct sockaddr *)&ss) != 0) return errno ? errno : EIO;
+	if (gordma_rdma_bind_addr(id, (struct sockaddr *)&ss) != 0) return errno ? errno : EIO;
 	return 0;
 }
 
@@ -130,7 +128,7 @@ static int gordma_cm_resolve_addr(struct rdma_cm_id *id, int has_src, const uint
 	gordma_fill_sockaddr(&src, sip, sport, sscope);
 	gordma_fill_sockaddr(&dst, dip, dport, dscope);
 	errno = 0;
-	if (rdma_resolve_addr(id, has_src ? (struct sockaddr *)&src : NULL, (struct sockaddr *)&dst, timeout_ms) != 0)
+	if (gordma_rdma_resolve_addr(id, has_src ? (struct sockaddr *)&src : NULL, (struct sockaddr *)&dst, timeout_ms) != 0)
 		return errno ? errno : EIO;
 	return 0;
 }
@@ -152,13 +150,13 @@ static int gordma_cm_establish(struct rdma_cm_id *id, int accept, uint32_t qpn, 
 	p.private_data = len ? data : NULL;
 	p.private_data_len = len;
 	errno = 0;
-	if ((accept ? rdma_accept(id, &p) : rdma_connect(id, &p)) != 0) return errno ? errno : EIO;
+	if ((accept ? gordma_rdma_accept(id, &p) : gordma_rdma_connect(id, &p)) != 0) return errno ? errno : EIO;
 	return 0;
 }
 
 static int gordma_cm_reject(struct rdma_cm_id *id, const void *data, uint8_t len) {
 	errno = 0;
-	if (rdma_reject(id, len ? data : NULL, len) != 0) return errno ? errno : EIO;
+	if (gordma_rdma_reject(id, len ? data : NULL, len) != 0) return errno ? errno : EIO;
 	return 0;
 }
 */
@@ -229,25 +227,26 @@ type CMListener struct {
 	addr CMAddr
 }
 
-// CMSupported is true: this build connects through rdma_cm.
-const CMSupported = true
-
 // createCM makes an event channel, its non-blocking waiter and an id in
-// the TCP port space.
+// the TCP port space. It is the one way to an rdma_cm object, so it is
+// where librdmacm is loaded.
 func createCM(name string) (*C.struct_rdma_event_channel, *C.struct_rdma_cm_id, *fdWaiter, error) {
-	ch, err := C.rdma_create_event_channel()
+	if err := loadCM(); err != nil {
+		return nil, nil, nil, err
+	}
+	ch, err := C.gordma_rdma_create_event_channel()
 	if ch == nil {
 		return nil, nil, nil, errnoErr("rdma_create_event_channel (is the rdma_ucm module loaded?)", err)
 	}
 	w, err := newFDWaiter(ch.fd, name)
 	if err != nil {
-		C.rdma_destroy_event_channel(ch)
+		C.gordma_rdma_destroy_event_channel(ch)
 		return nil, nil, nil, err
 	}
 	var id *C.struct_rdma_cm_id
-	if rc, err := C.rdma_create_id(ch, &id, nil, C.RDMA_PS_TCP); rc != 0 {
+	if rc, err := C.gordma_rdma_create_id(ch, &id, nil, C.RDMA_PS_TCP); rc != 0 {
 		w.close()
-		C.rdma_destroy_event_channel(ch)
+		C.gordma_rdma_destroy_event_channel(ch)
 		return nil, nil, nil, errnoErr("rdma_create_id", err)
 	}
 	return ch, id, w, nil
@@ -432,7 +431,7 @@ func CMListen(addr string, backlog int) (*CMListener, error) {
 		l.Close()
 		return nil, errnoErr("rdma_bind_addr "+ap.String(), syscall.Errno(rc))
 	}
-	if rc, err := C.rdma_listen(id, C.int(max(backlog, 0))); rc != 0 {
+	if rc, err := C.gordma_rdma_listen(id, C.int(max(backlog, 0))); rc != 0 {
 		l.Close()
 		return nil, errnoErr("rdma_listen "+ap.String(), err)
 	}
@@ -473,14 +472,14 @@ func (l *CMListener) Accept(ctx context.Context) (*CMRequest, error) {
 func newRequest(ev cmEvent) (*CMRequest, error) {
 	w, err := newFDWaiter(ev.ch.fd, "rdma_cm")
 	if err != nil {
-		C.rdma_reject(ev.id, nil, 0)
-		C.rdma_destroy_id(ev.id)
-		C.rdma_destroy_event_channel(ev.ch)
+		C.gordma_rdma_reject(ev.id, nil, 0)
+		C.gordma_rdma_destroy_id(ev.id)
+		C.gordma_rdma_destroy_event_channel(ev.ch)
 		return nil, err
 	}
 	c := &CMID{ch: ev.ch, id: ev.id, w: w, state: cmRequested, priv: ev.priv, reqRR: ev.rr, reqDepth: ev.depth}
 	if err := c.learn(); err != nil {
-		C.rdma_reject(ev.id, nil, 0)
+		C.gordma_rdma_reject(ev.id, nil, 0)
 		c.Close()
 		return nil, err
 	}
@@ -491,10 +490,10 @@ func newRequest(ev cmEvent) (*CMRequest, error) {
 func (l *CMListener) Close() error {
 	return l.lt.Close(func() error {
 		l.w.close()
-		if rc, err := C.rdma_destroy_id(l.id); rc != 0 {
+		if rc, err := C.gordma_rdma_destroy_id(l.id); rc != 0 {
 			return errnoErr("rdma_destroy_id", err)
 		}
-		C.rdma_destroy_event_channel(l.ch)
+		C.gordma_rdma_destroy_event_channel(l.ch)
 		return nil
 	})
 }
@@ -551,7 +550,7 @@ func CMDial(ctx context.Context, laddr, raddr string) (*CMID, error) {
 			return fail(err)
 		}
 	}
-	if rc, err := C.rdma_resolve_route(id, cmMillis(cmDeadline(ctx), cmResolveTime)); rc != 0 {
+	if rc, err := C.gordma_rdma_resolve_route(id, cmMillis(cmDeadline(ctx), cmResolveTime)); rc != 0 {
 		return fail(errnoErr("rdma_resolve_route "+dst.String(), err))
 	}
 	if _, err := c.waitFor(ctx, "resolve route "+dst.String(), cmRouteResolved); err != nil {
@@ -570,7 +569,7 @@ func (c *CMID) learn() error {
 	if v == nil || v.device == nil {
 		return fmt.Errorf("ibv: rdma_cm: %w: the id is bound to no device", verbs.ErrNoDevice)
 	}
-	c.dev = C.GoString(C.ibv_get_device_name(v.device))
+	c.dev = C.GoString(C.gordma_ibv_get_device_name(v.device))
 	c.port = uint8(c.id.port_num)
 	var pa C.struct_ibv_port_attr
 	if C.gordma_query_port(v, C.uint8_t(c.port), &pa) == 0 {
@@ -642,7 +641,7 @@ func (c *CMID) modifyQP(q *qp, to verbs.QPState) error {
 	var attr C.struct_ibv_qp_attr
 	var mask C.int
 	attr.qp_state = C.enum_ibv_qp_state(to)
-	rc, err := C.rdma_init_qp_attr(c.id, &attr, &mask)
+	rc, err := C.gordma_rdma_init_qp_attr(c.id, &attr, &mask)
 	c.lt.Exit()
 	if rc != 0 {
 		return errnoErr(fmt.Sprintf("rdma_init_qp_attr %v", to), err)
@@ -788,7 +787,7 @@ func (c *CMID) connect(ctx context.Context, q *qp, p CMParams, retry, rnr uint8)
 	if !c.lt.Enter() {
 		return verbs.ErrClosed
 	}
-	rc2, err := C.rdma_establish(c.id)
+	rc2, err := C.gordma_rdma_establish(c.id)
 	c.lt.Exit()
 	if rc2 != 0 {
 		q.ToError()
@@ -800,7 +799,7 @@ func (c *CMID) connect(ctx context.Context, q *qp, p CMParams, retry, rnr uint8)
 // abort rejects the peer's answer after a local failure and stops q.
 func (c *CMID) abort(q *qp) {
 	if c.lt.Enter() {
-		C.rdma_reject(c.id, nil, 0)
+		C.gordma_rdma_reject(c.id, nil, 0)
 		c.lt.Exit()
 	}
 	q.ToError()
@@ -902,7 +901,7 @@ func (c *CMID) Disconnect() error {
 		return verbs.ErrClosed
 	}
 	defer c.lt.Exit()
-	if rc, err := C.rdma_disconnect(c.id); rc != 0 {
+	if rc, err := C.gordma_rdma_disconnect(c.id); rc != 0 {
 		return errnoErr("rdma_disconnect", err)
 	}
 	return nil
@@ -968,10 +967,10 @@ func (c *CMID) waitFor(ctx context.Context, op string, want int) (cmEvent, error
 func (c *CMID) Close() error {
 	return c.lt.Close(func() error {
 		c.w.close()
-		if rc, err := C.rdma_destroy_id(c.id); rc != 0 {
+		if rc, err := C.gordma_rdma_destroy_id(c.id); rc != 0 {
 			return errnoErr("rdma_destroy_id", err)
 		}
-		C.rdma_destroy_event_channel(c.ch)
+		C.gordma_rdma_destroy_event_channel(c.ch)
 		return nil
 	})
 }

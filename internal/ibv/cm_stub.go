@@ -10,10 +10,11 @@ import (
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
-// CMSupported is false: this build has no rdma_cm support.
-const CMSupported = false
-
 var errNoCM = fmt.Errorf("ibv: rdma_cm: %w: this build has no librdmacm support (built without cgo or not on Linux)", verbs.ErrNotSupported)
+
+// CMAvailable fails with verbs.ErrNotSupported: this build has no
+// rdma_cm support.
+func CMAvailable() error { return errNoCM }
 
 // CMID is one rdma_cm connection end. This build cannot make one.
 type CMID struct{}

@@ -22,8 +22,8 @@ import (
 // of the veth pair; elsewhere the first RoCE v2 IPv4 GIDs of the devices.
 func cmIPs(t *testing.T, devs []verbs.DeviceInfo) (server, client string) {
 	t.Helper()
-	if !ibv.CMSupported {
-		skipUnlessRequired(t, "this build has no rdma_cm support")
+	if err := ibv.CMAvailable(); err != nil {
+		skipUnlessRequired(t, err.Error())
 	}
 	if a, b := os.Getenv("RDMA_VM_IP0"), os.Getenv("RDMA_VM_IP1"); a != "" {
 		return a, b

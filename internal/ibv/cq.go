@@ -68,14 +68,14 @@ func (c *devContext) CreateCompChannel() (verbs.CompChannel, error) {
 	if err := c.lt.AddChild(); err != nil {
 		return nil, err
 	}
-	ch, err := C.ibv_create_comp_channel(c.c)
+	ch, err := C.gordma_ibv_create_comp_channel(c.c)
 	if ch == nil {
 		c.lt.DropChild()
 		return nil, errnoErr("ibv_create_comp_channel", err)
 	}
 	w, werr := newFDWaiter(ch.fd, "ibv-comp-channel")
 	if werr != nil {
-		C.ibv_destroy_comp_channel(ch)
+		C.gordma_ibv_destroy_comp_channel(ch)
 		c.lt.DropChild()
 		return nil, werr
 	}
@@ -111,7 +111,7 @@ func (ch *compChannel) GetEvent(ctx context.Context) (verbs.CQ, error) {
 func (ch *compChannel) Close() error {
 	return ch.lt.Close(func() error {
 		ch.waiter.close()
-		if rc := C.ibv_destroy_comp_channel(ch.ch); rc != 0 {
+		if rc := C.gordma_ibv_destroy_comp_channel(ch.ch); rc != 0 {
 			return errnoErr("ibv_destroy_comp_channel", syscall.Errno(rc))
 		}
 		ch.ctx.lt.DropChild()
@@ -155,7 +155,7 @@ func (c *devContext) CreateCQ(cqe int, ch verbs.CompChannel) (verbs.CQ, error) {
 	if cch != nil {
 		chp = cch.ch
 	}
-	p, err := C.ibv_create_cq(c.c, C.int(cqe), nil, chp, 0)
+	p, err := C.gordma_ibv_create_cq(c.c, C.int(cqe), nil, chp, 0)
 	if p == nil {
 		c.lt.DropChild()
 		if cch != nil {
@@ -241,7 +241,7 @@ func (q *cq) AckEvents(n int) {
 	q.events -= n
 	q.mu.Unlock()
 	if n > 0 {
-		C.ibv_ack_cq_events(q.cq, C.uint(n))
+		C.gordma_ibv_ack_cq_events(q.cq, C.uint(n))
 	}
 }
 
@@ -250,11 +250,11 @@ func (q *cq) Close() error {
 		// ibv_destroy_cq waits for every event to be acked: ack the rest.
 		q.mu.Lock()
 		if q.events > 0 {
-			C.ibv_ack_cq_events(q.cq, C.uint(q.events))
+			C.gordma_ibv_ack_cq_events(q.cq, C.uint(q.events))
 			q.events = 0
 		}
 		q.mu.Unlock()
-		if rc := C.ibv_destroy_cq(q.cq); rc != 0 {
+		if rc := C.gordma_ibv_destroy_cq(q.cq); rc != 0 {
 			return errnoErr("ibv_destroy_cq", syscall.Errno(rc))
 		}
 		if q.ch != nil {

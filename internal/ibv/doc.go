@@ -13,6 +13,15 @@
 //   - One cgo call polls up to 128 completions.
 //   - Completion and async-event fds are non-blocking and waited on
 //     through Go's netpoller, so no OS thread blocks in C.
+//   - libibverbs and librdmacm are not linked: loader.c opens them with
+//     dlopen at their first use and resolves each function once, so one
+//     binary runs with and without rdma-core installed (the headers are
+//     needed to build). The hot path's verbs are inline functions of
+//     verbs.h that call through the device's ops table and need no
+//     symbol. Without libibverbs, Provider lists the devices of sysfs as
+//     unusable and Open fails with verbs.ErrNotSupported; without
+//     librdmacm, CMListen and CMDial fail the same way. $GO_RDMA_LIBIBVERBS
+//     and $GO_RDMA_LIBRDMACM name other files to load (libraries.go).
 //
 // Without cgo, or off Linux, Provider lists devices from sysfs but every
 // other call fails with verbs.ErrNotSupported.

@@ -3,7 +3,6 @@
 package ibv
 
 /*
-#cgo LDFLAGS: -libverbs
 #include "shim.h"
 */
 import "C"
@@ -30,11 +29,18 @@ func (provider) Name() string { return "verbs" }
 
 // Devices lists devices from sysfs and marks those this process can open
 // and that have an ACTIVE port as usable. It fills the port MTUs from
-// ibv_query_port, which sysfs lacks.
+// ibv_query_port, which sysfs lacks. Without libibverbs every device is
+// unusable, and Why says that the library could not be loaded.
 func (provider) Devices() ([]verbs.DeviceInfo, error) {
 	devs, err := sysfs.Devices()
 	if err != nil || len(devs) == 0 {
 		return devs, err
+	}
+	if err := loadVerbs(); err != nil {
+		for i := range devs {
+			devs[i].Usable, devs[i].Why = false, err.Error()
+		}
+		return devs, nil
 	}
 	for i := range devs {
 		probe(&devs[i])
@@ -49,7 +55,7 @@ func probe(d *verbs.DeviceInfo) {
 		d.Why = err.Error()
 		return
 	}
-	defer C.ibv_close_device(c)
+	defer C.gordma_ibv_close_device(c)
 	if d.Usable = fillPorts(c, d); !d.Usable {
 		d.Why = "no port is ACTIVE"
 	}
@@ -83,28 +89,32 @@ var devList struct {
 	n    int
 }
 
-// openByName opens the libibverbs device called name.
+// openByName opens the libibverbs device called name. It is the one way
+// to a device, so it is where libibverbs is loaded.
 func openByName(name string) (*C.struct_ibv_context, error) {
+	if err := loadVerbs(); err != nil {
+		return nil, err
+	}
 	devList.Lock()
 	defer devList.Unlock()
 	for attempt := 0; attempt < 2; attempt++ {
 		if devList.list == nil || attempt == 1 {
 			if devList.list != nil {
-				C.ibv_free_device_list(devList.list)
+				C.gordma_ibv_free_device_list(devList.list)
 				devList.list, devList.n = nil, 0
 			}
 			var n C.int
-			list, err := C.ibv_get_device_list(&n)
+			list, err := C.gordma_ibv_get_device_list(&n)
 			if list == nil {
 				return nil, errnoErr("ibv_get_device_list", err)
 			}
 			devList.list, devList.n = list, int(n)
 		}
 		for _, d := range unsafe.Slice(devList.list, devList.n) {
-			if C.GoString(C.ibv_get_device_name(d)) != name {
+			if C.GoString(C.gordma_ibv_get_device_name(d)) != name {
 				continue
 			}
-			c, err := C.ibv_open_device(d)
+			c, err := C.gordma_ibv_open_device(d)
 			if c == nil {
 				return nil, errnoErr("ibv_open_device "+name, err)
 			}
@@ -115,6 +125,11 @@ func openByName(name string) (*C.struct_ibv_context, error) {
 }
 
 func (p provider) Open(name string) (verbs.Context, error) {
+	// Before choosing a device: without the library the answer is
+	// ErrNotSupported whichever device was asked for.
+	if err := loadVerbs(); err != nil {
+		return nil, err
+	}
 	if name == "" {
 		d, err := p.firstUsable()
 		if err != nil {
@@ -132,8 +147,8 @@ func (p provider) Open(name string) (verbs.Context, error) {
 	}
 	ctx := &devContext{c: c, info: info}
 	var da C.struct_ibv_device_attr
-	if rc := C.ibv_query_device(c, &da); rc != 0 {
-		C.ibv_close_device(c)
+	if rc := C.gordma_ibv_query_device(c, &da); rc != 0 {
+		C.gordma_ibv_close_device(c)
 		return nil, errnoErr("ibv_query_device", syscall.Errno(rc))
 	}
 	ctx.attr = deviceAttr(&da)
@@ -248,7 +263,7 @@ func (c *devContext) QueryGID(port uint8, index int) (verbs.GID, error) {
 	}
 	defer c.lt.Exit()
 	var g C.union_ibv_gid
-	if rc, err := C.ibv_query_gid(c.c, C.uint8_t(port), C.int(index), &g); rc != 0 {
+	if rc, err := C.gordma_ibv_query_gid(c.c, C.uint8_t(port), C.int(index), &g); rc != 0 {
 		return verbs.GID{}, errnoErr(fmt.Sprintf("ibv_query_gid port %d index %d", port, index), err)
 	}
 	return *(*verbs.GID)(unsafe.Pointer(&g)), nil
@@ -298,7 +313,7 @@ func (c *devContext) Close() error {
 		}
 		// ibv_close_device returns -1 on failure (errno, if set, says
 		// why), unlike the destroy calls, which return the errno.
-		if rc, err := C.ibv_close_device(c.c); rc != 0 {
+		if rc, err := C.gordma_ibv_close_device(c.c); rc != 0 {
 			return errnoErr("ibv_close_device", err)
 		}
 		return nil
@@ -349,6 +364,3 @@ func errnoErr(op string, err error) error {
 	}
 	return e
 }
-
-// Supported is true: this build drives devices through libibverbs.
-const Supported = true

@@ -28,7 +28,7 @@ func (c *devContext) AllocPD() (verbs.PD, error) {
 	if err := c.lt.AddChild(); err != nil {
 		return nil, err
 	}
-	p, err := C.ibv_alloc_pd(c.c)
+	p, err := C.gordma_ibv_alloc_pd(c.c)
 	if p == nil {
 		c.lt.DropChild()
 		return nil, errnoErr("ibv_alloc_pd", err)
@@ -38,7 +38,7 @@ func (c *devContext) AllocPD() (verbs.PD, error) {
 
 func (p *pd) Close() error {
 	return p.lt.Close(func() error {
-		if rc := C.ibv_dealloc_pd(p.pd); rc != 0 {
+		if rc := C.gordma_ibv_dealloc_pd(p.pd); rc != 0 {
 			return errnoErr("ibv_dealloc_pd", syscall.Errno(rc))
 		}
 		p.ctx.lt.DropChild()
@@ -73,7 +73,7 @@ func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	if err := p.lt.AddChild(); err != nil {
 		return nil, err
 	}
-	m, err := C.ibv_reg_mr(p.pd, unsafe.Pointer(&buf[0]), C.size_t(len(buf)), C.int(access))
+	m, err := C.gordma_ibv_reg_mr(p.pd, unsafe.Pointer(&buf[0]), C.size_t(len(buf)), C.int(access))
 	if m == nil {
 		p.lt.DropChild()
 		if err == syscall.ENOMEM || err == syscall.EPERM {
@@ -112,7 +112,7 @@ func (m *mr) Access() verbs.Access { return m.access }
 
 func (m *mr) Close() error {
 	return m.lt.Close(func() error {
-		if rc := C.ibv_dereg_mr(m.mr); rc != 0 {
+		if rc := C.gordma_ibv_dereg_mr(m.mr); rc != 0 {
 			return errnoErr("ibv_dereg_mr", syscall.Errno(rc))
 		}
 		m.pd.lt.DropChild()

@@ -105,7 +105,7 @@ func (p *pd) CreateQP(a verbs.QPInit) (verbs.QP, error) {
 			l.DropChild()
 		}
 	}
-	h, err := C.ibv_create_qp(p.pd, &ia)
+	h, err := C.gordma_ibv_create_qp(p.pd, &ia)
 	if h == nil {
 		dropAll()
 		return nil, errnoErr(fmt.Sprintf("ibv_create_qp %v %+v", a.Type, a.Cap), err)
@@ -129,7 +129,7 @@ func (p *pd) CreateQP(a verbs.QPInit) (verbs.QP, error) {
 	}
 	if q.sendC == nil || (s == nil && q.recvC == nil) {
 		q.freeScratch()
-		C.ibv_destroy_qp(h)
+		C.gordma_ibv_destroy_qp(h)
 		dropAll()
 		return nil, fmt.Errorf("ibv: create QP: out of C memory for the WR scratch")
 	}
@@ -154,7 +154,7 @@ func (q *qp) State() (verbs.QPState, error) {
 	defer q.lt.Exit()
 	var attr C.struct_ibv_qp_attr
 	var init C.struct_ibv_qp_init_attr
-	if rc := C.ibv_query_qp(q.qp, &attr, C.IBV_QP_STATE, &init); rc != 0 {
+	if rc := C.gordma_ibv_query_qp(q.qp, &attr, C.IBV_QP_STATE, &init); rc != 0 {
 		return 0, errnoErr("ibv_query_qp", syscall.Errno(rc))
 	}
 	return verbs.QPState(attr.qp_state), nil
@@ -167,7 +167,7 @@ func (q *qp) modify(attr *C.struct_ibv_qp_attr, mask C.int, to verbs.QPState) er
 	}
 	defer q.lt.Exit()
 	attr.qp_state = C.enum_ibv_qp_state(to)
-	if rc := C.ibv_modify_qp(q.qp, attr, mask|C.IBV_QP_STATE); rc != 0 {
+	if rc := C.gordma_ibv_modify_qp(q.qp, attr, mask|C.IBV_QP_STATE); rc != 0 {
 		return errnoErr(fmt.Sprintf("ibv_modify_qp %v QP %#x to %v", q.typ, q.qpn, to), syscall.Errno(rc))
 	}
 	q.state.Store(uint32(to))
@@ -392,7 +392,7 @@ func (q *qp) PostRecv(wrs []verbs.RecvWR) (int, error) {
 		// a state change, so make one.
 		var attr C.struct_ibv_qp_attr
 		attr.qp_state = C.IBV_QPS_ERR
-		C.ibv_modify_qp(q.qp, &attr, C.IBV_QP_STATE)
+		C.gordma_ibv_modify_qp(q.qp, &attr, C.IBV_QP_STATE)
 	}
 	return n, err
 }
@@ -435,7 +435,7 @@ func postRecv(h *C.struct_ibv_qp, s *C.struct_ibv_srq, scratch *C.struct_ibv_rec
 
 func (q *qp) Close() error {
 	return q.lt.Close(func() error {
-		if rc := C.ibv_destroy_qp(q.qp); rc != 0 {
+		if rc := C.gordma_ibv_destroy_qp(q.qp); rc != 0 {
 			return errnoErr("ibv_destroy_qp", syscall.Errno(rc))
 		}
 		q.freeScratch()
@@ -463,7 +463,7 @@ func (p *pd) CreateAH(d verbs.Address) (verbs.AH, error) {
 	}
 	var attr C.struct_ibv_ah_attr
 	fillAH(&attr, d, 1)
-	h, err := C.ibv_create_ah(p.pd, &attr)
+	h, err := C.gordma_ibv_create_ah(p.pd, &attr)
 	if h == nil {
 		p.lt.DropChild()
 		return nil, errnoErr("ibv_create_ah", err)
@@ -473,7 +473,7 @@ func (p *pd) CreateAH(d verbs.Address) (verbs.AH, error) {
 
 func (a *ah) Close() error {
 	return a.lt.Close(func() error {
-		if rc := C.ibv_destroy_ah(a.ah); rc != 0 {
+		if rc := C.gordma_ibv_destroy_ah(a.ah); rc != 0 {
 			return errnoErr("ibv_destroy_ah", syscall.Errno(rc))
 		}
 		a.pd.lt.DropChild()

@@ -1,7 +1,8 @@
 // C helpers for package ibv. Everything here is static so each cgo file
 // that includes it gets its own copy; nothing keeps a pointer into Go
-// memory past the call that passed it.
-#include <infiniband/verbs.h>
+// memory past the call that passed it. The library functions they call
+// are loader.h's trampolines, except the inline verbs of the hot path.
+#include "loader.h"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -182,7 +183,7 @@ static int gordma_set_nonblock(int fd) {
 // event is ready).
 static int gordma_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq) {
 	void *ctx;
-	if (ibv_get_cq_event(ch, cq, &ctx) == 0) return 0;
+	if (gordma_ibv_get_cq_event(ch, cq, &ctx) == 0) return 0;
 	return errno ? errno : EIO;
 }
 
@@ -197,7 +198,7 @@ typedef struct {
 // gordma_get_async_event reads and acknowledges one async event.
 static int gordma_get_async_event(struct ibv_context *ctx, gordma_async_event *out) {
 	struct ibv_async_event ev;
-	if (ibv_get_async_event(ctx, &ev) != 0) return errno ? errno : EIO;
+	if (gordma_ibv_get_async_event(ctx, &ev) != 0) return errno ? errno : EIO;
 	out->type = ev.event_type;
 	out->qp_num = 0;
 	out->port = 0;
@@ -221,7 +222,7 @@ static int gordma_get_async_event(struct ibv_context *ctx, gordma_async_event *o
 	default:
 		break;
 	}
-	ibv_ack_async_event(&ev);
+	gordma_ibv_ack_async_event(&ev);
 	return 0;
 }
 
@@ -230,10 +231,5 @@ static int gordma_get_async_event(struct ibv_context *ctx, gordma_async_event *o
 // Go pointer.
 static struct ibv_srq *gordma_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr, uint64_t key) {
 	attr->srq_context = (void *)(uintptr_t)key;
-	return ibv_create_srq(pd, attr);
-}
-
-// ibv_query_port is a macro around a compat symbol; cgo cannot call it.
-static int gordma_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr) {
-	return ibv_query_port(ctx, port, attr);
+	return gordma_ibv_create_srq(pd, attr);
 }

@@ -52,7 +52,7 @@ func (p *pd) CreateSRQ(a verbs.SRQInit) (verbs.SRQ, error) {
 	s.sges = make([]C.struct_ibv_sge, s.maxWR*s.maxSGE)
 	s.recvC = (*C.struct_ibv_recv_wr)(C.calloc(C.size_t(s.maxWR), C.size_t(unsafe.Sizeof(C.struct_ibv_recv_wr{}))))
 	if s.recvC == nil {
-		C.ibv_destroy_srq(h)
+		C.gordma_ibv_destroy_srq(h)
 		p.lt.DropChild()
 		return nil, fmt.Errorf("ibv: create SRQ: out of C memory for the WR scratch")
 	}
@@ -75,7 +75,7 @@ func (s *srq) SetLimit(limit int) error {
 	}
 	var attr C.struct_ibv_srq_attr
 	attr.srq_limit = C.uint32_t(limit)
-	if rc := C.ibv_modify_srq(s.srq, &attr, C.IBV_SRQ_LIMIT); rc != 0 {
+	if rc := C.gordma_ibv_modify_srq(s.srq, &attr, C.IBV_SRQ_LIMIT); rc != 0 {
 		return errnoErr(fmt.Sprintf("ibv_modify_srq limit %d", limit), syscall.Errno(rc))
 	}
 	return nil
@@ -96,7 +96,7 @@ func (s *srq) PostRecv(wrs []verbs.RecvWR) (int, error) {
 
 func (s *srq) Close() error {
 	return s.lt.Close(func() error {
-		if rc := C.ibv_destroy_srq(s.srq); rc != 0 {
+		if rc := C.gordma_ibv_destroy_srq(s.srq); rc != 0 {
 			return errnoErr("ibv_destroy_srq", syscall.Errno(rc))
 		}
 		C.free(unsafe.Pointer(s.recvC))

@@ -17,18 +17,21 @@ type provider struct{}
 
 func (provider) Name() string { return "verbs" }
 
+var errNoVerbs = fmt.Errorf("ibv: %w: this build has no libibverbs support (built without cgo or not on Linux)", verbs.ErrNotSupported)
+
 func (provider) Devices() ([]verbs.DeviceInfo, error) {
 	devs, err := sysfs.Devices()
 	for i := range devs {
 		devs[i].Usable = false
-		devs[i].Why = "this build has no libibverbs support (built without cgo or not on Linux)"
+		devs[i].Why = errNoVerbs.Error()
 	}
 	return devs, err
 }
 
 func (provider) Open(name string) (verbs.Context, error) {
-	return nil, fmt.Errorf("ibv: open %q: %w: this build has no libibverbs support (built without cgo or not on Linux)", name, verbs.ErrNotSupported)
+	return nil, fmt.Errorf("ibv: open %q: %w", name, errNoVerbs)
 }
 
-// Supported is false: this build cannot open devices.
-const Supported = false
+// Available fails with verbs.ErrNotSupported: this build cannot open
+// devices.
+func Available() error { return errNoVerbs }

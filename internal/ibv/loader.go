@@ -1,0 +1,73 @@
+//go:build linux && cgo
+
+package ibv
+
+/*
+// dlopen is in libc from glibc 2.34 on; -ldl keeps older ones building.
+#cgo LDFLAGS: -ldl
+#include <stdlib.h>
+#include "loader.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"unsafe"
+
+	"github.com/go-rdma/rdma/internal/verbs"
+)
+
+// The libraries are loaded at their first use rather than linked, so
+// that one binary runs with and without rdma-core installed (loader.h).
+// A failed load is kept: the process does not retry, and every caller
+// gets the same error.
+var (
+	loadVerbs = sync.OnceValue(func() error { return loadVerbsFrom(libPath(EnvLibibverbs, SonameLibibverbs)) })
+	loadCM    = sync.OnceValue(func() error {
+		// librdmacm needs libibverbs, and must find the copy this
+		// package loaded (which $GO_RDMA_LIBIBVERBS may have chosen).
+		if err := loadVerbs(); err != nil {
+			return err
+		}
+		return loadCMFrom(libPath(EnvLibrdmacm, SonameLibrdmacm))
+	})
+)
+
+// Available reports whether libibverbs is loaded, loading it on the
+// first call: nil, or an error wrapping verbs.ErrNotSupported that says
+// why it could not be. Without it the provider lists the devices of
+// sysfs as unusable and Open fails.
+func Available() error { return loadVerbs() }
+
+// CMAvailable is Available for librdmacm (and libibverbs, which it
+// needs). Without it CMListen and CMDial fail; the rest works.
+func CMAvailable() error { return loadCM() }
+
+func libPath(env, soname string) string {
+	if p := os.Getenv(env); p != "" {
+		return p
+	}
+	return soname
+}
+
+func loadVerbsFrom(path string) error {
+	return load("libibverbs", path, EnvLibibverbs, func(p, msg *C.char, n C.size_t) C.int { return C.gordma_load_ibv(p, msg, n) })
+}
+
+func loadCMFrom(path string) error {
+	return load("librdmacm", path, EnvLibrdmacm, func(p, msg *C.char, n C.size_t) C.int { return C.gordma_load_rdmacm(p, msg, n) })
+}
+
+// load runs one of loader.c's loaders on path and explains a failure.
+func load(lib, path, env string, open func(path, msg *C.char, n C.size_t) C.int) error {
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var msg [512]C.char
+	if open(cpath, &msg[0], C.size_t(len(msg))) != 0 {
+		return fmt.Errorf("ibv: %w: %s could not be loaded: %s (install rdma-core's %s, or name the file in $%s)",
+			verbs.ErrNotSupported, lib, C.GoString(&msg[0]), lib, env)
+	}
+	return nil
+}
