@@ -147,6 +147,16 @@
 // must be pinned (CPU affinity, a per-thread provider resource); the
 // figures above without "unlocked" were measured so.
 //
+// Config.CPUs pins a poller's thread to a set of CPUs, as busy polling
+// on isolated cores wants: the goroutine locks its thread and calls
+// sched_setaffinity on it, and Start returns once that is done
+// (ThreadID names the thread). New refuses a CPU outside the process's
+// affinity: sched_setaffinity would drop it silently as long as one CPU
+// of the set is allowed. A pinned thread is never unlocked, so it exits
+// with the poller instead of carrying the pin to other goroutines.
+// Drivers (below) are not pinned: they poll from the waiting goroutine's
+// thread, which is the caller's to place.
+//
 // # Run to completion (Busy)
 //
 // In Busy mode a goroutine that waits for a completion polls the CQ

@@ -44,13 +44,27 @@ const flushEvery = 1024
 // reading the clock (power of two).
 const clockEvery = 16
 
-func (p *Poller) run() {
-	if p.cfg.Lock.locked(p.cfg.Mode) {
+// run is the poller's goroutine. started, for a locked poller, gets the
+// outcome of locking and pinning the thread (nil on success).
+func (p *Poller) run(started chan<- error) {
+	var err error
+	if p.cfg.locked() {
 		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
+		// A pinned thread stays locked, so it exits with the goroutine
+		// rather than run other goroutines on the poller's CPUs.
+		if len(p.cfg.CPUs) == 0 {
+			defer runtime.UnlockOSThread()
+		}
+		p.tid.Store(int32(threadID()))
+		if len(p.cfg.CPUs) > 0 {
+			err = pinThread(p.cfg.CPUs)
+		}
+		started <- err
 	}
 	var ls loopState
-	err := p.loop(&ls)
+	if err == nil {
+		err = p.loop(&ls)
+	}
 	p.mu.Lock()
 	p.ended.Store(true) // drivers stop polling: the CQ may go away now
 	p.mu.Unlock()
