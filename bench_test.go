@@ -481,6 +481,10 @@ func BenchmarkOversubscribed(b *testing.B) {
 				} else {
 					benchOversubscribedOneSided(b, c, s)
 				}
+				// Where the CPU went: empty polls (spinning) and parks.
+				st := rdma.ConnPollerStats(c)
+				b.ReportMetric(float64(st.EmptyPolls)/float64(b.N), "empty-polls/op")
+				b.ReportMetric(float64(st.Parks)/float64(b.N), "parks/op")
 			})
 		}
 	}

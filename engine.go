@@ -323,10 +323,9 @@ func (e *engine) reserve(c *Conn, n int) (*cqUnit, error) {
 	}
 	u := &cqUnit{}
 	var err error
-	if e.cfg.pollMode != poller.Busy {
-		if u.ch, err = e.ctx.CreateCompChannel(); err != nil {
-			return nil, fmt.Errorf("rdma: %w", err)
-		}
+	// Busy pollers too: they park on it while goroutines wait for a P.
+	if u.ch, err = e.ctx.CreateCompChannel(); err != nil {
+		return nil, fmt.Errorf("rdma: %w", err)
 	}
 	if u.cq, err = e.ctx.CreateCQ(size, u.ch); err != nil {
 		u.close()

@@ -71,6 +71,15 @@ func (p *Poller) Drive(ctx context.Context, flag *atomic.Uint32) bool {
 				runtime.Gosched()
 			}
 		}
+		if i%clockEvery == 0 && !p.cfg.noCrowdCut && p.dsched.crowded() {
+			// Goroutines wait for a P: more of them than cores. Spinning
+			// on would keep them, the ones that answer this very
+			// request among them, off the CPU, and every other waiter
+			// is blocked on this drive. Block like them instead; the
+			// poller resumes, and parks if the CPU is still wanted.
+			p.st.drivesCut.Add(1)
+			break
+		}
 		if done != nil && i%driveCheckEvery == 0 {
 			select {
 			case <-done:

@@ -2,9 +2,13 @@ package poller
 
 import (
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma/internal/verbs"
 )
@@ -58,7 +62,7 @@ func recvOrFail(t *testing.T, ch <-chan bool, what string) bool {
 func TestDrive(t *testing.T) {
 	cq := newFakeCQ(64, nil)
 	h := newFlagger(8, 8)
-	p := mustNew(t, cq, nil, h, Config{Mode: Busy})
+	p := mustNew(t, cq, nil, h, Config{Mode: Busy, noCrowdCut: true})
 	drove := startDriving(t, p, context.Background(), &h.flags[7])
 	for id := range uint64(8) {
 		cq.push1(id)
@@ -76,7 +80,7 @@ func TestDrive(t *testing.T) {
 func TestDriveOneAtATime(t *testing.T) {
 	cq := newFakeCQ(64, nil)
 	h := newFlagger(2, 1)
-	p := mustNew(t, cq, nil, h, Config{Mode: Busy})
+	p := mustNew(t, cq, nil, h, Config{Mode: Busy, noCrowdCut: true})
 	drove := startDriving(t, p, context.Background(), &h.flags[0])
 	if p.Drive(context.Background(), &h.flags[1]) {
 		t.Fatal("a second goroutine drove while the first did")
@@ -100,7 +104,7 @@ func TestDriveOneAtATime(t *testing.T) {
 func TestDriveContext(t *testing.T) {
 	cq := newFakeCQ(64, nil)
 	h := newFlagger(2, 1)
-	p := mustNew(t, cq, nil, h, Config{Mode: Busy})
+	p := mustNew(t, cq, nil, h, Config{Mode: Busy, noCrowdCut: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	drove := startDriving(t, p, ctx, &h.flags[0])
 	cancel()
@@ -131,7 +135,7 @@ func TestStandbyEnds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cq := newFakeCQ(64, nil)
 			h := newFlagger(2, 2)
-			p, err := New(cq, nil, h, Config{Mode: Busy})
+			p, err := New(cq, nil, h, Config{Mode: Busy, noCrowdCut: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -174,7 +178,7 @@ func (q *closeCheckCQ) Poll(wc []verbs.WorkCompletion) (int, error) {
 func TestCloseWhileDriving(t *testing.T) {
 	cq := &closeCheckCQ{fakeCQ: newFakeCQ(64, nil)}
 	var flag atomic.Uint32 // never set
-	p := mustNew(t, cq, nil, newCollector(1, 1), Config{Mode: Busy})
+	p := mustNew(t, cq, nil, newCollector(1, 1), Config{Mode: Busy, noCrowdCut: true})
 	drove := startDriving(t, p, context.Background(), &flag)
 	p.Close()
 	cq.closed.Store(true)
@@ -191,7 +195,7 @@ func TestCloseWhileDriving(t *testing.T) {
 func TestDriveAllocs(t *testing.T) {
 	cq := newFakeCQ(64, nil)
 	h := newFlagger(1, 1<<62)
-	p := mustNew(t, cq, nil, h, Config{Mode: Busy})
+	p := mustNew(t, cq, nil, h, Config{Mode: Busy, noCrowdCut: true})
 	ctx := context.Background()
 	allocs := testing.AllocsPerRun(200, func() {
 		h.flags[0].Store(0)
@@ -201,4 +205,61 @@ func TestDriveAllocs(t *testing.T) {
 	if allocs != 0 {
 		t.Fatalf("%v allocations per drive", allocs)
 	}
+}
+
+// crowd keeps a goroutine runnable (it yields in a loop) until the
+// returned function is called: on GOMAXPROCS 1, a goroutine waiting for
+// the only P, as when goroutines outnumber cores.
+func crowd(t *testing.T) (stop func()) {
+	t.Helper()
+	prev := runtime.GOMAXPROCS(1)
+	var done atomic.Bool
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		for !done.Load() {
+			runtime.Gosched()
+		}
+	}()
+	return func() {
+		done.Store(true)
+		<-exited
+		runtime.GOMAXPROCS(prev)
+	}
+}
+
+// Rule: a driver stops driving when goroutines wait for a P, before its
+// future resolves: it would keep them, the one that answers its request
+// among them, off the CPU (docs/performance.md).
+func TestDriveCutWhenCrowded(t *testing.T) {
+	stop := crowd(t)
+	defer stop()
+	p := mustNew(t, newFakeCQ(64, nil), nil, newCollector(1, 1), Config{Mode: Busy})
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	var flag atomic.Uint32 // never set
+	require.True(t, p.Drive(ctx, &flag), "Drive did not drive an idle Busy poller")
+	require.NoError(t, ctx.Err(), "the drive ran until its context ended")
+	assert.Equal(t, uint64(1), p.Stats().DrivesCut)
+}
+
+// Rule: a Busy poller with a completion channel parks on it when
+// goroutines wait for a P, and an event brings it back: nothing is lost.
+func TestBusyParksWhenCrowded(t *testing.T) {
+	stop := crowd(t)
+	ch := newFakeChan()
+	ch.blocked = make(chan struct{}, 1)
+	cq := newFakeCQ(64, ch)
+	c := newCollector(1, 1)
+	p := mustNew(t, cq, ch, c, Config{Mode: Busy})
+	waitOrFail(t, ch.blocked, "the Busy poller parks while crowded", p)
+	stop()
+	require.True(t, cq.push1(0))
+	waitOrFail(t, c.done, "the completion is handled", p)
+	require.NoError(t, p.Close())
+	c.exactlyOnce(t, 1)
+	s := p.Stats()
+	assert.GreaterOrEqual(t, s.SpinsCut, uint64(1))
+	assert.GreaterOrEqual(t, s.Parks, uint64(1))
+	assert.GreaterOrEqual(t, s.Events, uint64(1), "woken by the completion's event")
 }

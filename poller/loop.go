@@ -15,19 +15,24 @@ import (
 type loopState struct {
 	empty    uint64 // empty polls not yet published to st.empty
 	maxBatch int
-	sched    [1]metrics.Sample
+	sched    schedProbe
 }
+
+// schedProbe reads the runtime's count of runnable goroutines. It is not
+// safe for concurrent use: each spinner (the poller, the one driver) has
+// its own.
+type schedProbe [1]metrics.Sample
 
 // crowded reports whether goroutines are waiting for a P: spinning on
 // would keep one of them off the CPU. Reading the runtime's counter costs
-// about 60-90 ns; an Adaptive poller reads it every clockEvery empty
-// polls.
-func (ls *loopState) crowded() bool {
-	if ls.sched[0].Name == "" {
-		ls.sched[0].Name = "/sched/goroutines/runnable:goroutines"
+// about 60-90 ns (it takes the scheduler's lock); spinners read it every
+// clockEvery empty polls.
+func (s *schedProbe) crowded() bool {
+	if s[0].Name == "" {
+		s[0].Name = "/sched/goroutines/runnable:goroutines"
 	}
-	metrics.Read(ls.sched[:])
-	return ls.sched[0].Value.Kind() == metrics.KindUint64 && ls.sched[0].Value.Uint64() > 0
+	metrics.Read(s[:])
+	return s[0].Value.Kind() == metrics.KindUint64 && s[0].Value.Uint64() > 0
 }
 
 // epoch is the origin of the spin clock: time.Since on a time with a
@@ -88,7 +93,12 @@ func (p *Poller) loop(ls *loopState) error {
 		var err error
 		switch p.cfg.Mode {
 		case Busy:
-			return p.spin(ls, 0)
+			// spin returns nil when goroutines wait for a P (and the
+			// poller has a channel to park on): then park, as an
+			// Adaptive poller does, and spin again after the wake.
+			if err = p.spin(ls, 0); err == nil && p.ch == nil {
+				continue // without a channel it cannot park: spin on
+			}
 		case Adaptive:
 			if takeSpinSlot() {
 				err = p.spin(ls, p.cfg.Spin.Nanoseconds())
@@ -215,12 +225,19 @@ func (p *Poller) spin(ls *loopState, window int64) error {
 			every = p.yieldEvery() // GOMAXPROCS may have changed
 		}
 		if window <= 0 {
+			if p.ch != nil && idle%clockEvery == 0 && ls.sched.crowded() {
+				// More goroutines than cores: a Busy poller that
+				// spun on would keep the goroutines that consume
+				// its completions off the CPU (docs/performance.md).
+				p.st.spinsCut.Add(1)
+				return nil
+			}
 			continue
 		}
 		if idle == 1 {
 			since = nanotime()
 		} else if idle%clockEvery == 0 {
-			if ls.crowded() {
+			if ls.sched.crowded() {
 				// The CPU is wanted: park now, and let an event
 				// bring the next completion.
 				p.st.spinsCut.Add(1)

@@ -128,6 +128,10 @@ type Config struct {
 	// noRepoll drops the poll between arming and parking. Only the tests
 	// set it, to show that they catch the completion it would lose.
 	noRepoll bool
+	// noCrowdCut keeps drivers driving while goroutines wait for a P.
+	// Only the tests of the drive's own mechanics set it: their
+	// spinUntil loops are such goroutines.
+	noCrowdCut bool
 }
 
 // ThreadLock says whether a poller runs locked to its OS thread
@@ -274,6 +278,7 @@ type Poller struct {
 	standbyFor time.Duration // StandbyFor; tests change it
 	leaves     atomic.Uint64 // drives ended; the standby timer reads it
 	seen       atomic.Uint64 // leaves at the standby timer's last look
+	dsched     schedProbe    // the driver's (one at a time: driving)
 
 	tid atomic.Int32 // the locked thread (ThreadID)
 

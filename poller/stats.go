@@ -33,6 +33,9 @@ type Stats struct {
 	Drives   uint64 // Drive calls that drove
 	Driven   uint64 // completions a driver polled (also in Completions)
 	Standbys uint64 // times the poller blocked while a driver drove
+	// DrivesCut counts the drives that ended before their future
+	// resolved because goroutines were waiting for a P.
+	DrivesCut uint64
 }
 
 type counters struct {
@@ -53,6 +56,7 @@ type counters struct {
 	drives       atomic.Uint64
 	driven       atomic.Uint64
 	standbys     atomic.Uint64
+	drivesCut    atomic.Uint64
 }
 
 // Stats reads the counters.
@@ -77,5 +81,6 @@ func (p *Poller) Stats() Stats {
 		Drives:       c.drives.Load(),
 		Driven:       c.driven.Load(),
 		Standbys:     c.standbys.Load(),
+		DrivesCut:    c.drivesCut.Load(),
 	}
 }
