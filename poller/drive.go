@@ -51,7 +51,7 @@ const (
 //
 // The handler must not call Drive.
 func (p *Poller) Drive(ctx context.Context, flag *atomic.Uint32) bool {
-	if p.cfg.Mode != Busy || p.ended.Load() || !p.driving.CompareAndSwap(false, true) {
+	if p.cfg.Mode != Busy || p.ended.Load() || (!p.cfg.noCrowdCut && p.held()) || !p.driving.CompareAndSwap(false, true) {
 		return false
 	}
 	p.st.drives.Add(1)
@@ -71,7 +71,7 @@ func (p *Poller) Drive(ctx context.Context, flag *atomic.Uint32) bool {
 				runtime.Gosched()
 			}
 		}
-		if i%clockEvery == 0 && !p.cfg.noCrowdCut && p.dsched.crowded() {
+		if i%clockEvery == 0 && !p.cfg.noCrowdCut && p.crowd(&p.dsched) {
 			// Goroutines wait for a P: more of them than cores. Spinning
 			// on would keep them, the ones that answer this very
 			// request among them, off the CPU, and every other waiter

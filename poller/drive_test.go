@@ -3,6 +3,7 @@ package poller
 import (
 	"context"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -207,23 +208,24 @@ func TestDriveAllocs(t *testing.T) {
 	}
 }
 
-// crowd keeps a goroutine runnable (it yields in a loop) until the
-// returned function is called: on GOMAXPROCS 1, a goroutine waiting for
+// crowd keeps n goroutines runnable (they yield in a loop) until the
+// returned function is called: on GOMAXPROCS 1, goroutines waiting for
 // the only P, as when goroutines outnumber cores.
-func crowd(t *testing.T) (stop func()) {
+func crowd(t *testing.T, n int) (stop func()) {
 	t.Helper()
 	prev := runtime.GOMAXPROCS(1)
 	var done atomic.Bool
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		for !done.Load() {
-			runtime.Gosched()
-		}
-	}()
+	var exited sync.WaitGroup
+	for range n {
+		exited.Go(func() {
+			for !done.Load() {
+				runtime.Gosched()
+			}
+		})
+	}
 	return func() {
 		done.Store(true)
-		<-exited
+		exited.Wait()
 		runtime.GOMAXPROCS(prev)
 	}
 }
@@ -232,7 +234,7 @@ func crowd(t *testing.T) (stop func()) {
 // future resolves: it would keep them, the one that answers its request
 // among them, off the CPU (docs/performance.md).
 func TestDriveCutWhenCrowded(t *testing.T) {
-	stop := crowd(t)
+	stop := crowd(t, 1)
 	defer stop()
 	p := mustNew(t, newFakeCQ(64, nil), nil, newCollector(1, 1), Config{Mode: Busy})
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
@@ -241,12 +243,16 @@ func TestDriveCutWhenCrowded(t *testing.T) {
 	require.True(t, p.Drive(ctx, &flag), "Drive did not drive an idle Busy poller")
 	require.NoError(t, ctx.Err(), "the drive ran until its context ended")
 	assert.Equal(t, uint64(1), p.Stats().DrivesCut)
+	assert.Zero(t, p.Stats().Backlogs, "one goroutine waiting is no backlog")
+	var again atomic.Uint32
+	again.Store(1)
+	assert.True(t, p.Drive(ctx, &again), "a driver that was cut made the next Wait block")
 }
 
 // Rule: a Busy poller with a completion channel parks on it when
 // goroutines wait for a P, and an event brings it back: nothing is lost.
 func TestBusyParksWhenCrowded(t *testing.T) {
-	stop := crowd(t)
+	stop := crowd(t, 1)
 	ch := newFakeChan()
 	ch.blocked = make(chan struct{}, 1)
 	cq := newFakeCQ(64, ch)
@@ -262,4 +268,39 @@ func TestBusyParksWhenCrowded(t *testing.T) {
 	assert.GreaterOrEqual(t, s.SpinsCut, uint64(1))
 	assert.GreaterOrEqual(t, s.Parks, uint64(1))
 	assert.GreaterOrEqual(t, s.Events, uint64(1), "woken by the completion's event")
+}
+
+// Rule: a backlog of goroutines waiting for Ps (backlogPerP per P) makes
+// a Busy poller an Adaptive one, and Wait not drive, until crowdHold has
+// passed without one; then both are Busy again.
+func TestBusyBacklog(t *testing.T) {
+	stop := crowd(t, 2*backlogPerP)
+	ch := newFakeChan()
+	ch.blocked = make(chan struct{}, 1)
+	cq := newFakeCQ(64, ch)
+	h := newFlagger(2, 2)
+	p := mustNew(t, cq, ch, h, Config{Mode: Busy})
+	waitOrFail(t, ch.blocked, "the Busy poller parks under a backlog", p)
+	require.NotZero(t, p.Stats().Backlogs)
+	require.True(t, p.held())
+	assert.False(t, p.Drive(context.Background(), &h.flags[0]), "Wait drove under a backlog")
+	stop()
+
+	// The poller is parked: the completion's event wakes it.
+	require.True(t, cq.push1(0))
+	require.True(t, spinUntil(func() bool { return h.flags[0].Load() != 0 }), "completion not handled: %+v", p.Stats())
+	require.True(t, spinUntil(func() bool { return !p.held() }), "the hold never ended")
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	drove := make(chan bool, 1)
+	go func() { drove <- p.Drive(ctx, &h.flags[1]) }()
+	require.True(t, spinUntil(func() bool { return p.Stats().Drives > 0 }), "Wait does not drive after the hold")
+	require.True(t, cq.push1(1))
+	// The drive ends with its completion, or earlier if goroutines
+	// wait for a P (this test's among them); the poller handles it then.
+	require.True(t, spinUntil(func() bool { return h.flags[1].Load() != 0 }), "completion not handled: %+v", p.Stats())
+	assert.True(t, recvOrFail(t, drove, "Drive returns"))
+	require.NoError(t, ctx.Err())
+	require.NoError(t, p.Close())
+	h.exactlyOnce(t, 2)
 }

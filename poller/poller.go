@@ -279,6 +279,7 @@ type Poller struct {
 	leaves     atomic.Uint64 // drives ended; the standby timer reads it
 	seen       atomic.Uint64 // leaves at the standby timer's last look
 	dsched     schedProbe    // the driver's (one at a time: driving)
+	crowdAt    atomic.Int64  // nanotime of the last backlog seen (crowd); 0: none lately
 
 	tid atomic.Int32 // the locked thread (ThreadID)
 
