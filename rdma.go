@@ -158,8 +158,9 @@ func WithPort(port int) Option {
 // WithPollMode sets how this connection's or listener's pollers wait:
 // poller.Adaptive (the default), poller.Busy or poller.Event. With Busy,
 // Future.Wait polls the CQ from the waiting goroutine (run to
-// completion), the lowest latency at queue depth 1; see the poller
-// package.
+// completion), the lowest latency at queue depth 1 when the waiter has
+// a core to itself; when goroutines outnumber cores, Busy pollers and
+// waiters step back to Adaptive's behaviour (see poller.Busy).
 func WithPollMode(m PollMode) Option {
 	return func(c *config) error {
 		switch m {

@@ -44,10 +44,13 @@ const (
 )
 
 // Drive polls the CQ from the calling goroutine, dispatching every
-// completion to the handler, until *flag is not zero, ctx ends, or the
-// poller stops. It reports whether it drove at all: it does not when the
-// poller is not Busy, has stopped, or another goroutine drives; then the
-// caller should block as it would otherwise (after WaitingAdd).
+// completion to the handler, until *flag is not zero, ctx ends, the
+// poller stops, or goroutines wait for a P (see "More goroutines than
+// cores" in the package doc). It reports whether it drove at all: it
+// does not when the poller is not Busy, has stopped, is holding after a
+// backlog, or another goroutine drives. Whenever *flag is still zero
+// after Drive, the caller should block as it would otherwise (after
+// WaitingAdd).
 //
 // The handler must not call Drive.
 func (p *Poller) Drive(ctx context.Context, flag *atomic.Uint32) bool {
