@@ -155,7 +155,8 @@
 // (ThreadID names the thread). New refuses a CPU outside the process's
 // affinity: sched_setaffinity would drop it silently as long as one CPU
 // of the set is allowed. A pinned thread is never unlocked, so it exits
-// with the poller instead of carrying the pin to other goroutines.
+// with the poller instead of carrying the pin to other goroutines (the
+// process's main thread, which the runtime never ends, stays parked).
 // Drivers (below) are not pinned: they poll from the waiting goroutine's
 // thread, which is the caller's to place.
 //
