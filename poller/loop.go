@@ -86,7 +86,7 @@ func (p *Poller) held() bool {
 	if at == 0 {
 		return false
 	}
-	if nanotime()-at < int64(crowdHold) {
+	if nanotime()-at < p.holdFor {
 		return true
 	}
 	p.crowdAt.CompareAndSwap(at, 0)

@@ -285,6 +285,7 @@ type Poller struct {
 	seen       atomic.Uint64 // leaves at the standby timer's last look
 	dsched     schedProbe    // the driver's (one at a time: driving)
 	crowdAt    atomic.Int64  // nanotime of the last backlog seen (crowd); 0: none lately
+	holdFor    int64         // crowdHold in ns; tests change it before Start
 
 	tid atomic.Int32 // the locked thread (ThreadID)
 
@@ -340,6 +341,7 @@ func New(cq verbs.CQ, ch verbs.CompChannel, h Handler, cfg Config) (*Poller, err
 		done:       make(chan struct{}),
 		resume:     make(chan struct{}, 1),
 		standbyFor: StandbyFor,
+		holdFor:    int64(crowdHold),
 	}
 	p.standby = time.AfterFunc(time.Hour, p.standbyExpired)
 	p.standby.Stop()
