@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -456,4 +457,143 @@ func BenchmarkPingPong(b *testing.B) {
 			lat.report(b)
 		})
 	}
+}
+
+// oversubscribed is the number of goroutines of BenchmarkOversubscribed:
+// many more than the cores of the development machine (2).
+const oversubscribed = 16
+
+// BenchmarkOversubscribed: a key-value-style workload, 16 goroutines on
+// one connection each doing request/response at queue depth 1, per poll
+// mode. sendrecv: an 8 B SEND and the 8 B answer of one of 16 server
+// goroutines; onesided: an 8 B READ of a value and a CAS of its lock
+// word. ns/op is per request, so busy/adaptive is the ratio of the two
+// ns/op. Here goroutines outnumber cores: Busy mode's spinning must not
+// keep the goroutines that consume the completions off the CPU (see
+// docs/performance.md, "Busy mode with more goroutines than cores").
+func BenchmarkOversubscribed(b *testing.B) {
+	for _, w := range []string{"sendrecv", "onesided"} {
+		for _, m := range []rdma.PollMode{poller.Adaptive, poller.Busy, poller.Event} {
+			b.Run(w+"/"+m.String(), func(b *testing.B) {
+				c, s := benchPair(b, 64, rdma.WithPollMode(m))
+				if w == "sendrecv" {
+					benchOversubscribedSendRecv(b, c, s)
+				} else {
+					benchOversubscribedOneSided(b, c, s)
+				}
+				// Where the CPU went: empty polls (spinning) and parks.
+				st := rdma.ConnPollerStats(c)
+				b.ReportMetric(float64(st.EmptyPolls)/float64(b.N), "empty-polls/op")
+				b.ReportMetric(float64(st.Parks)/float64(b.N), "parks/op")
+			})
+		}
+	}
+}
+
+// runOversubscribed runs op b.N times on oversubscribed goroutines and
+// fails the benchmark on the first error.
+func runOversubscribed(b *testing.B, op func(ctx context.Context, g int) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var next atomic.Int64
+	errc := make(chan error, oversubscribed)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for g := range oversubscribed {
+		go func() {
+			for next.Add(1) <= int64(b.N) {
+				if err := op(ctx, g); err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for range oversubscribed {
+		if err := <-errc; err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+}
+
+func benchOversubscribedSendRecv(b *testing.B, c, s *rdma.Conn) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The server: as many goroutines, each taking a request and
+	// answering it, until b.N are answered.
+	var served atomic.Int64
+	done := make(chan error, oversubscribed)
+	for range oversubscribed {
+		go func() {
+			sb, err := s.Alloc(8)
+			if err != nil {
+				done <- err
+				return
+			}
+			defer sb.Release()
+			for served.Add(1) <= int64(b.N) {
+				f := s.Recv()
+				if err := f.Wait(ctx); err != nil {
+					done <- err
+					return
+				}
+				f.Buffer().Release()
+				if err := s.Send(sb).Wait(ctx); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	bufs := make([]*rdma.Buffer, oversubscribed)
+	for g := range bufs {
+		bufs[g], _ = c.Alloc(8)
+		defer bufs[g].Release()
+	}
+	runOversubscribed(b, func(ctx context.Context, g int) error {
+		rf := c.Recv()
+		if err := c.Send(bufs[g]).Wait(ctx); err != nil {
+			return err
+		}
+		if err := rf.Wait(ctx); err != nil {
+			return err
+		}
+		rf.Buffer().Release()
+		return nil
+	})
+	for range oversubscribed {
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchOversubscribedOneSided(b *testing.B, c, s *rdma.Conn) {
+	// One 16 B record per goroutine: an 8 B value and its lock word.
+	table, _ := s.Alloc(16 * oversubscribed)
+	defer table.Release()
+	region, err := s.Expose(table, rdma.RemoteRead|rdma.RemoteAtomic)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bufs := make([]*rdma.Buffer, oversubscribed)
+	for g := range bufs {
+		bufs[g], _ = c.Alloc(8)
+		defer bufs[g].Release()
+	}
+	runOversubscribed(b, func(ctx context.Context, g int) error {
+		value, _ := region.Slice(16*g, 8)
+		lock, _ := region.Slice(16*g+8, 8)
+		if err := c.Read(bufs[g], value).Wait(ctx); err != nil {
+			return err
+		}
+		f := c.CompareAndSwap(lock, 0, 0)
+		if err := f.Wait(ctx); err != nil {
+			return err
+		}
+		return nil
+	})
 }

@@ -83,6 +83,7 @@ type engineKey struct {
 	pollMode   PollMode
 	spin       time.Duration
 	threadLock poller.ThreadLock
+	cpus       string // poller.FormatCPUs: a slice is not comparable
 	slabSize   int
 	maxPool    int64
 	srqDepth   int
@@ -90,7 +91,7 @@ type engineKey struct {
 
 func (c *config) engineKey(prov, dev string) engineKey {
 	return engineKey{provider: prov, device: dev, port: c.port, pollMode: c.pollMode, spin: c.spin,
-		threadLock: c.threadLock, slabSize: c.slabSize, maxPool: c.maxPool, srqDepth: c.sharedRecvs}
+		threadLock: c.threadLock, cpus: poller.FormatCPUs(c.cpus), slabSize: c.slabSize, maxPool: c.maxPool, srqDepth: c.sharedRecvs}
 }
 
 // engines are the engines of the package-level Dial and Listen, one per
@@ -231,6 +232,9 @@ func (e *engine) check(cfg config) error {
 // connection could work with: queue depths that do not fit one CQ, or a
 // pool limit below the receives one connection keeps posted.
 func (c *config) check() error {
+	if len(c.cpus) > 0 && c.threadLock == poller.LockNever {
+		return fmt.Errorf("rdma: %w: pinned pollers (WithPollerCPUs %s) are locked to their threads; WithPollerThreadLock(false) contradicts it", ErrInvalid, poller.FormatCPUs(c.cpus))
+	}
 	if n := c.sqDepth + c.rqDepth; n > cqEntries {
 		return fmt.Errorf("rdma: %w: queue depths %d/%d need %d completion queue entries per connection; the most is %d", ErrInvalid, c.sqDepth, c.rqDepth, n, cqEntries)
 	}
@@ -314,17 +318,16 @@ func (e *engine) reserve(c *Conn, n int) (*cqUnit, error) {
 	}
 	u := &cqUnit{}
 	var err error
-	if e.cfg.pollMode != poller.Busy {
-		if u.ch, err = e.ctx.CreateCompChannel(); err != nil {
-			return nil, fmt.Errorf("rdma: %w", err)
-		}
+	// Busy pollers too: they park on it while goroutines wait for a P.
+	if u.ch, err = e.ctx.CreateCompChannel(); err != nil {
+		return nil, fmt.Errorf("rdma: %w", err)
 	}
 	if u.cq, err = e.ctx.CreateCQ(size, u.ch); err != nil {
 		u.close()
 		return nil, fmt.Errorf("rdma: %w", err)
 	}
 	handle := func(wcs []verbs.WorkCompletion) { e.completions(u, wcs) }
-	if u.p, err = poller.New(u.cq, u.ch, poller.HandlerFunc(handle), poller.Config{Mode: e.cfg.pollMode, Lock: e.cfg.threadLock, Spin: e.cfg.pollSpin(e.prov.Name())}); err == nil {
+	if u.p, err = poller.New(u.cq, u.ch, poller.HandlerFunc(handle), poller.Config{Mode: e.cfg.pollMode, Lock: e.cfg.threadLock, CPUs: e.cfg.cpus, Spin: e.cfg.pollSpin(e.prov.Name())}); err == nil {
 		err = u.p.Start()
 	}
 	if err != nil {
@@ -504,8 +507,9 @@ func (e *engine) sharedRecv(u *cqUnit, wc *verbs.WorkCompletion) {
 //
 // The package-level Dial and Listen share one engine per provider,
 // device, port and engine settings (WithProvider, WithDevice, WithPort,
-// WithPollMode, WithPollSpin, WithPollerThreadLock, WithPoolLimit), made
-// on first use and closed with its last connection or listener.
+// WithPollMode, WithPollSpin, WithPollerThreadLock, WithPollerCPUs,
+// WithPoolLimit), made on first use and closed with its last connection
+// or listener.
 // OpenEngine gives an engine of one's own: its own pool limit and pollers.
 type Engine struct {
 	e         *engine

@@ -12,6 +12,20 @@ func ConnPollerStats(c *Conn) poller.Stats { return c.unit.p.Stats() }
 // ConnPollerConfig is the configuration of the poller that serves c's CQ.
 func ConnPollerConfig(c *Conn) poller.Config { return c.unit.p.Config() }
 
+// ConnPollerThread is the OS thread of c's poller, if it is locked.
+func ConnPollerThread(c *Conn) int { return c.unit.p.ThreadID() }
+
+// EnginePollerThreads are the OS threads of x's pollers, one per CQ.
+func EnginePollerThreads(x *Engine) []int {
+	x.e.mu.Lock()
+	defer x.e.mu.Unlock()
+	var tids []int
+	for _, u := range x.e.units {
+		tids = append(tids, u.p.ThreadID())
+	}
+	return tids
+}
+
 // StopPoller stops c's poller as an error would, then fails c as
 // engine.watch does when a poller stops on an error.
 func StopPoller(c *Conn, err error) {

@@ -93,6 +93,7 @@ type config struct {
 	regionLife  time.Duration // longest life of a region granted to RequestRegion
 	cm          bool          // set connections up through rdma_cm
 	threadLock  poller.ThreadLock
+	cpus        []int         // pollers' CPUs, sorted, no duplicates (poller.CheckCPUs)
 	spin        time.Duration // Adaptive pollers' spin; 0: the provider's default
 	handler     RecvHandler   // messages go to it instead of Recv
 	log         *slog.Logger  // lifecycle and device events (events.go); nil: none
@@ -162,8 +163,9 @@ func WithPort(port int) Option {
 // WithPollMode sets how this connection's or listener's pollers wait:
 // poller.Adaptive (the default), poller.Busy or poller.Event. With Busy,
 // Future.Wait polls the CQ from the waiting goroutine (run to
-// completion), the lowest latency at queue depth 1; see the poller
-// package.
+// completion), the lowest latency at queue depth 1 when the waiter has
+// a core to itself; when goroutines outnumber cores, Busy pollers and
+// waiters step back to Adaptive's behaviour (see poller.Busy).
 func WithPollMode(m PollMode) Option {
 	return func(c *config) error {
 		switch m {
@@ -225,6 +227,32 @@ func WithPollerThreadLock(locked bool) Option {
 		if locked {
 			c.threadLock = poller.LockAlways
 		}
+		return nil
+	}
+}
+
+// WithPollerCPUs pins the threads of the engine's completion pollers to
+// this set of CPUs (sched_setaffinity; Linux only, else ErrNotSupported),
+// as busy polling on isolated cores wants. An engine has one poller per
+// CQ (a new CQ, twice the size of the last, when the others are full),
+// and all of its pollers are pinned to the whole set; give engines of
+// their own (OpenEngine) disjoint sets to keep their pollers apart.
+// Pinning locks the pollers to their threads, whatever the mode
+// (WithPollerThreadLock(false) with CPUs is invalid): an Adaptive or
+// Event poller then pays a thread hand-off at every park (see package
+// poller). Every CPU must be one the process may run on; otherwise the
+// option fails with ErrInvalid, naming the CPU and the allowed set. No
+// CPUs, the default, means no pinning. It is an engine setting: engines
+// with different sets are different engines. With
+// WithPollMode(poller.Busy), a Future.Wait polls the CQ from the waiting
+// goroutine's thread, which is not pinned.
+func WithPollerCPUs(cpus ...int) Option {
+	return func(c *config) error {
+		set, err := poller.CheckCPUs(cpus)
+		if err != nil {
+			return fmt.Errorf("rdma: %w", err)
+		}
+		c.cpus = set
 		return nil
 	}
 }

@@ -17,7 +17,8 @@
 //
 // # Modes
 //
-// Busy polls without pause and never parks. Adaptive polls like Busy
+// Busy polls without pause while the CPU is free, and parks only when
+// goroutines wait for a P (below). Adaptive polls like Busy
 // while completions keep coming, and parks when the CQ has stayed empty
 // for Config.Spin. Event never spins: it polls until a poll comes back
 // short, then parks.
@@ -114,8 +115,8 @@
 //
 // # Defaults and why
 //
-// Adaptive is the default Mode. Busy holds a P and a core for as long as
-// the poller lives: on a 2-core machine one poller is half of it, and at
+// Adaptive is the default Mode. Busy holds a P and a core while the CPU
+// is free: on a 2-core machine one poller is half of it, and at
 // GOMAXPROCS 1 it starves everything unless it yields. Event pays a park
 // and a wake, about 40 µs here, on every burst of completions. Adaptive
 // costs what Busy costs while completions come faster than the spin and
@@ -135,8 +136,9 @@
 //
 // # Threads
 //
-// A Busy poller runs locked to its OS thread: it never parks, so the lock
-// costs nothing and the thread can be pinned to a core. Adaptive and
+// A Busy poller runs locked to its OS thread: it parks only when
+// goroutines wait for a P, so the lock costs little, and the thread can
+// be pinned to a core. Adaptive and
 // Event pollers park through the netpoller, and a locked goroutine hands
 // its P to another thread and back at every park and yield (8 µs per
 // wake here): the "unlocked" rows above, 2.7 µs instead of 18 µs from
@@ -146,6 +148,17 @@
 // with one connection). LockAlways locks them too, where the thread
 // must be pinned (CPU affinity, a per-thread provider resource); the
 // figures above without "unlocked" were measured so.
+//
+// Config.CPUs pins a poller's thread to a set of CPUs, as busy polling
+// on isolated cores wants: the goroutine locks its thread and calls
+// sched_setaffinity on it, and Start returns once that is done
+// (ThreadID names the thread). New refuses a CPU outside the process's
+// affinity: sched_setaffinity would drop it silently as long as one CPU
+// of the set is allowed. A pinned thread is never unlocked, so it exits
+// with the poller instead of carrying the pin to other goroutines (the
+// process's main thread, which the runtime never ends, stays parked).
+// Drivers (below) are not pinned: they poll from the waiting goroutine's
+// thread, which is the caller's to place.
 //
 // # Run to completion (Busy)
 //
@@ -178,4 +191,31 @@
 // (TCG), 2 runs: busy 19.7-28.9 µs, adaptive 106-117 µs (241-301 µs
 // with the thread locked), event 246-249 µs; perftest's ib_send_lat on
 // the same device gives about 20 µs.
+//
+// # More goroutines than cores (Busy)
+//
+// Run to completion assumes the waiter has a core to itself. When
+// goroutines outnumber cores it fails: the driver spins, holding a P,
+// until its own future resolves, while the goroutines its dispatch woke
+// (the peer that will answer it among them) wait in its P's queue and
+// every other waiter is blocked behind its drive. So spinners read the
+// runtime's count of runnable goroutines every clockEvery empty polls,
+// as Adaptive pollers do:
+//
+//   - A driver that sees goroutines waiting for a P stops driving and
+//     blocks like any other waiter (Stats.DrivesCut); the poller resumes.
+//   - A Busy poller with a completion channel (rdma gives every CQ one)
+//     that sees them parks on it, as Adaptive does (Stats.SpinsCut).
+//   - A backlog, backlogPerP (4) runnable goroutines per P, makes the
+//     poller spin and park as an Adaptive one, and Wait block instead of
+//     driving, until a millisecond has passed without one
+//     (Stats.Backlogs). Without this hold, drives kept starting only to
+//     be cut, and the poller spun between them.
+//
+// A waiter alone on its core (perftest's loop; one goroutine per process
+// on a NIC) finds nobody waiting and drives as before, for one
+// runtime/metrics read per 16 polls. docs/performance.md ("Busy mode
+// with more goroutines than cores") has the profile and the figures:
+// with 16 goroutines doing request/response on 2 cores, Busy went from
+// about 5× to about 1.4× Adaptive's time per request.
 package poller

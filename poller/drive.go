@@ -44,14 +44,17 @@ const (
 )
 
 // Drive polls the CQ from the calling goroutine, dispatching every
-// completion to the handler, until *flag is not zero, ctx ends, or the
-// poller stops. It reports whether it drove at all: it does not when the
-// poller is not Busy, has stopped, or another goroutine drives; then the
-// caller should block as it would otherwise (after WaitingAdd).
+// completion to the handler, until *flag is not zero, ctx ends, the
+// poller stops, or goroutines wait for a P (see "More goroutines than
+// cores" in the package doc). It reports whether it drove at all: it
+// does not when the poller is not Busy, has stopped, is holding after a
+// backlog, or another goroutine drives. Whenever *flag is still zero
+// after Drive, the caller should block as it would otherwise (after
+// WaitingAdd).
 //
 // The handler must not call Drive.
 func (p *Poller) Drive(ctx context.Context, flag *atomic.Uint32) bool {
-	if p.cfg.Mode != Busy || p.ended.Load() || !p.driving.CompareAndSwap(false, true) {
+	if p.cfg.Mode != Busy || p.ended.Load() || (!p.cfg.noCrowdCut && p.held()) || !p.driving.CompareAndSwap(false, true) {
 		return false
 	}
 	p.st.drives.Add(1)
@@ -70,6 +73,15 @@ func (p *Poller) Drive(ctx context.Context, flag *atomic.Uint32) bool {
 			if n == 0 && i%yieldDriveEvery == 0 {
 				runtime.Gosched()
 			}
+		}
+		if i%clockEvery == 0 && !p.cfg.noCrowdCut && p.crowd(&p.dsched) {
+			// Goroutines wait for a P: more of them than cores. Spinning
+			// on would keep them, the ones that answer this very
+			// request among them, off the CPU, and every other waiter
+			// is blocked on this drive. Block like them instead; the
+			// poller resumes, and parks if the CPU is still wanted.
+			p.st.drivesCut.Add(1)
+			break
 		}
 		if done != nil && i%driveCheckEvery == 0 {
 			select {

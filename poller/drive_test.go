@@ -2,9 +2,14 @@ package poller
 
 import (
 	"context"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma/internal/verbs"
 )
@@ -58,7 +63,7 @@ func recvOrFail(t *testing.T, ch <-chan bool, what string) bool {
 func TestDrive(t *testing.T) {
 	cq := newFakeCQ(64, nil)
 	h := newFlagger(8, 8)
-	p := mustNew(t, cq, nil, h, Config{Mode: Busy})
+	p := mustNew(t, cq, nil, h, Config{Mode: Busy, noCrowdCut: true})
 	drove := startDriving(t, p, context.Background(), &h.flags[7])
 	for id := range uint64(8) {
 		cq.push1(id)
@@ -76,7 +81,7 @@ func TestDrive(t *testing.T) {
 func TestDriveOneAtATime(t *testing.T) {
 	cq := newFakeCQ(64, nil)
 	h := newFlagger(2, 1)
-	p := mustNew(t, cq, nil, h, Config{Mode: Busy})
+	p := mustNew(t, cq, nil, h, Config{Mode: Busy, noCrowdCut: true})
 	drove := startDriving(t, p, context.Background(), &h.flags[0])
 	if p.Drive(context.Background(), &h.flags[1]) {
 		t.Fatal("a second goroutine drove while the first did")
@@ -100,7 +105,7 @@ func TestDriveOneAtATime(t *testing.T) {
 func TestDriveContext(t *testing.T) {
 	cq := newFakeCQ(64, nil)
 	h := newFlagger(2, 1)
-	p := mustNew(t, cq, nil, h, Config{Mode: Busy})
+	p := mustNew(t, cq, nil, h, Config{Mode: Busy, noCrowdCut: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	drove := startDriving(t, p, ctx, &h.flags[0])
 	cancel()
@@ -131,7 +136,7 @@ func TestStandbyEnds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cq := newFakeCQ(64, nil)
 			h := newFlagger(2, 2)
-			p, err := New(cq, nil, h, Config{Mode: Busy})
+			p, err := New(cq, nil, h, Config{Mode: Busy, noCrowdCut: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -174,7 +179,7 @@ func (q *closeCheckCQ) Poll(wc []verbs.WorkCompletion) (int, error) {
 func TestCloseWhileDriving(t *testing.T) {
 	cq := &closeCheckCQ{fakeCQ: newFakeCQ(64, nil)}
 	var flag atomic.Uint32 // never set
-	p := mustNew(t, cq, nil, newCollector(1, 1), Config{Mode: Busy})
+	p := mustNew(t, cq, nil, newCollector(1, 1), Config{Mode: Busy, noCrowdCut: true})
 	drove := startDriving(t, p, context.Background(), &flag)
 	p.Close()
 	cq.closed.Store(true)
@@ -191,7 +196,7 @@ func TestCloseWhileDriving(t *testing.T) {
 func TestDriveAllocs(t *testing.T) {
 	cq := newFakeCQ(64, nil)
 	h := newFlagger(1, 1<<62)
-	p := mustNew(t, cq, nil, h, Config{Mode: Busy})
+	p := mustNew(t, cq, nil, h, Config{Mode: Busy, noCrowdCut: true})
 	ctx := context.Background()
 	allocs := testing.AllocsPerRun(200, func() {
 		h.flags[0].Store(0)
@@ -201,4 +206,110 @@ func TestDriveAllocs(t *testing.T) {
 	if allocs != 0 {
 		t.Fatalf("%v allocations per drive", allocs)
 	}
+}
+
+// crowd keeps n goroutines runnable (they yield in a loop) until the
+// returned function is called: on GOMAXPROCS 1, goroutines waiting for
+// the only P, as when goroutines outnumber cores.
+func crowd(t *testing.T, n int) (stop func()) {
+	t.Helper()
+	prev := runtime.GOMAXPROCS(1)
+	var done atomic.Bool
+	var exited sync.WaitGroup
+	for range n {
+		exited.Go(func() {
+			for !done.Load() {
+				runtime.Gosched()
+			}
+		})
+	}
+	return func() {
+		done.Store(true)
+		exited.Wait()
+		runtime.GOMAXPROCS(prev)
+	}
+}
+
+// Rule: a driver stops driving when goroutines wait for a P, before its
+// future resolves: it would keep them, the one that answers its request
+// among them, off the CPU (docs/performance.md).
+func TestDriveCutWhenCrowded(t *testing.T) {
+	stop := crowd(t, 1)
+	defer stop()
+	p := mustNew(t, newFakeCQ(64, nil), nil, newCollector(1, 1), Config{Mode: Busy})
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	var flag atomic.Uint32 // never set
+	require.True(t, p.Drive(ctx, &flag), "Drive did not drive an idle Busy poller")
+	require.NoError(t, ctx.Err(), "the drive ran until its context ended")
+	assert.Equal(t, uint64(1), p.Stats().DrivesCut)
+	assert.Zero(t, p.Stats().Backlogs, "one goroutine waiting is no backlog")
+	var again atomic.Uint32
+	again.Store(1)
+	assert.True(t, p.Drive(ctx, &again), "a driver that was cut made the next Wait block")
+}
+
+// Rule: a Busy poller with a completion channel parks on it when
+// goroutines wait for a P, and an event brings it back: nothing is lost.
+func TestBusyParksWhenCrowded(t *testing.T) {
+	stop := crowd(t, 1)
+	ch := newFakeChan()
+	ch.blocked = make(chan struct{}, 1)
+	cq := newFakeCQ(64, ch)
+	c := newCollector(1, 1)
+	p := mustNew(t, cq, ch, c, Config{Mode: Busy})
+	waitOrFail(t, ch.blocked, "the Busy poller parks while crowded", p)
+	stop()
+	require.True(t, cq.push1(0))
+	waitOrFail(t, c.done, "the completion is handled", p)
+	require.NoError(t, p.Close())
+	c.exactlyOnce(t, 1)
+	s := p.Stats()
+	assert.GreaterOrEqual(t, s.SpinsCut, uint64(1))
+	assert.GreaterOrEqual(t, s.Parks, uint64(1))
+	assert.GreaterOrEqual(t, s.Events, uint64(1), "woken by the completion's event")
+}
+
+// Rule: a backlog of goroutines waiting for Ps (backlogPerP per P) makes
+// a Busy poller an Adaptive one, and Wait not drive, until crowdHold has
+// passed without one; then both are Busy again.
+func TestBusyBacklog(t *testing.T) {
+	stop := crowd(t, 2*backlogPerP)
+	ch := newFakeChan()
+	ch.blocked = make(chan struct{}, 1)
+	cq := newFakeCQ(64, ch)
+	h := newFlagger(2, 2)
+	p, err := New(cq, ch, h, Config{Mode: Busy})
+	require.NoError(t, err)
+	p.holdFor = int64(time.Hour) // no slow machine ends it before the checks
+	require.NoError(t, p.Start())
+	defer p.Close()
+	waitOrFail(t, ch.blocked, "the Busy poller parks under a backlog", p)
+	require.NotZero(t, p.Stats().Backlogs)
+	require.True(t, p.held())
+	assert.False(t, p.Drive(context.Background(), &h.flags[0]), "Wait drove under a backlog")
+	stop()
+
+	// The poller is parked: the completion's event wakes it.
+	require.True(t, cq.push1(0))
+	require.True(t, spinUntil(func() bool { return h.flags[0].Load() != 0 }), "completion not handled: %+v", p.Stats())
+	// Two holds later, as if the time had passed.
+	at := p.crowdAt.Load()
+	require.NotZero(t, at)
+	p.crowdAt.CompareAndSwap(at, at-2*p.holdFor)
+	require.False(t, p.held(), "the hold did not end")
+	require.Zero(t, p.crowdAt.Load(), "an ended hold was not cleared")
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	drove := make(chan bool, 1)
+	go func() { drove <- p.Drive(ctx, &h.flags[1]) }()
+	require.True(t, spinUntil(func() bool { return p.Stats().Drives > 0 }), "Wait does not drive after the hold")
+	require.True(t, cq.push1(1))
+	// The drive ends with its completion, or earlier if goroutines
+	// wait for a P (this test's among them); the poller handles it then.
+	require.True(t, spinUntil(func() bool { return h.flags[1].Load() != 0 }), "completion not handled: %+v", p.Stats())
+	assert.True(t, recvOrFail(t, drove, "Drive returns"))
+	require.NoError(t, ctx.Err())
+	require.NoError(t, p.Close())
+	h.exactlyOnce(t, 2)
 }

@@ -15,19 +15,82 @@ import (
 type loopState struct {
 	empty    uint64 // empty polls not yet published to st.empty
 	maxBatch int
-	sched    [1]metrics.Sample
+	sched    schedProbe
 }
 
-// crowded reports whether goroutines are waiting for a P: spinning on
-// would keep one of them off the CPU. Reading the runtime's counter costs
-// about 60-90 ns; an Adaptive poller reads it every clockEvery empty
-// polls.
-func (ls *loopState) crowded() bool {
-	if ls.sched[0].Name == "" {
-		ls.sched[0].Name = "/sched/goroutines/runnable:goroutines"
+// schedProbe reads the runtime's count of runnable goroutines and
+// GOMAXPROCS. It is not safe for concurrent use: each spinner (the
+// poller, the one driver) has its own.
+type schedProbe [2]metrics.Sample
+
+// What a schedProbe finds.
+const (
+	schedFree    = iota // no goroutine waits for a P
+	schedCrowded        // some do
+	schedBacklog        // backlogPerP or more per P do
+)
+
+// backlogPerP is how many runnable goroutines per P make a backlog. A
+// few per P come and go in a queue depth 1 ping-pong (the peer a
+// dispatch just woke, the provider's and the credits' goroutines: up to
+// 7 on 2 Ps, BenchmarkPingPong over soft); 16 goroutines doing
+// request/response on 2 Ps keep 15 or more waiting in a quarter of the
+// probes (BenchmarkOversubscribed).
+const backlogPerP = 4
+
+// load says whether goroutines are waiting for a P: spinning on would
+// keep one of them off the CPU. Reading the runtime's counters costs
+// about 60-90 ns (it takes the scheduler's lock); spinners read them
+// every clockEvery empty polls.
+func (s *schedProbe) load() int {
+	if s[0].Name == "" {
+		s[0].Name = "/sched/goroutines/runnable:goroutines"
+		s[1].Name = "/sched/gomaxprocs:threads"
 	}
-	metrics.Read(ls.sched[:])
-	return ls.sched[0].Value.Kind() == metrics.KindUint64 && ls.sched[0].Value.Uint64() > 0
+	metrics.Read(s[:])
+	if s[0].Value.Kind() != metrics.KindUint64 || s[0].Value.Uint64() == 0 {
+		return schedFree
+	}
+	if s[1].Value.Kind() == metrics.KindUint64 && s[0].Value.Uint64() >= backlogPerP*s[1].Value.Uint64() {
+		return schedBacklog
+	}
+	return schedCrowded
+}
+
+// crowdHold is how long a Busy poller behaves as an Adaptive one, and its
+// waiters do not drive, after a spinner last saw a backlog of goroutines
+// waiting for Ps. StandbyFor is the same trade: long enough to span many
+// operations, short enough that a Busy poller is Busy again soon after
+// the load has gone.
+const crowdHold = time.Millisecond
+
+// crowd probes the scheduler with s, the caller's probe, and reports
+// whether goroutines wait for a P. A backlog starts, or prolongs, the
+// hold (crowdHold).
+func (p *Poller) crowd(s *schedProbe) bool {
+	switch s.load() {
+	case schedFree:
+		return false
+	case schedBacklog:
+		p.st.backlogs.Add(1)
+		p.crowdAt.Store(nanotime())
+	}
+	return true
+}
+
+// held says whether a backlog was seen within crowdHold. Once the hold
+// has passed, the first to see it clears it, so that Drive does not read
+// the clock when there was no backlog.
+func (p *Poller) held() bool {
+	at := p.crowdAt.Load()
+	if at == 0 {
+		return false
+	}
+	if nanotime()-at < p.holdFor {
+		return true
+	}
+	p.crowdAt.CompareAndSwap(at, 0)
+	return false
 }
 
 // epoch is the origin of the spin clock: time.Since on a time with a
@@ -44,13 +107,27 @@ const flushEvery = 1024
 // reading the clock (power of two).
 const clockEvery = 16
 
-func (p *Poller) run() {
-	if p.cfg.Lock.locked(p.cfg.Mode) {
+// run is the poller's goroutine. started, for a locked poller, gets the
+// outcome of locking and pinning the thread (nil on success).
+func (p *Poller) run(started chan<- error) {
+	var err error
+	if p.cfg.locked() {
 		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
+		// A pinned thread stays locked, so it exits with the goroutine
+		// rather than run other goroutines on the poller's CPUs.
+		if len(p.cfg.CPUs) == 0 {
+			defer runtime.UnlockOSThread()
+		}
+		p.tid.Store(int32(threadID()))
+		if len(p.cfg.CPUs) > 0 {
+			err = pinThread(p.cfg.CPUs)
+		}
+		started <- err
 	}
 	var ls loopState
-	err := p.loop(&ls)
+	if err == nil {
+		err = p.loop(&ls)
+	}
 	p.mu.Lock()
 	p.ended.Store(true) // drivers stop polling: the CQ may go away now
 	p.mu.Unlock()
@@ -74,7 +151,18 @@ func (p *Poller) loop(ls *loopState) error {
 		var err error
 		switch p.cfg.Mode {
 		case Busy:
-			return p.spin(ls, 0)
+			if p.ch != nil && p.held() {
+				// A backlog of goroutines: spin and park as an
+				// Adaptive poller until it has gone (crowdHold).
+				err = p.spin(ls, p.cfg.Spin.Nanoseconds())
+				break
+			}
+			// spin returns nil when goroutines wait for a P (and the
+			// poller has a channel to park on): then park, as an
+			// Adaptive poller does, and spin again after the wake.
+			if err = p.spin(ls, 0); err == nil && p.ch == nil {
+				continue // without a channel it cannot park: spin on
+			}
 		case Adaptive:
 			if takeSpinSlot() {
 				err = p.spin(ls, p.cfg.Spin.Nanoseconds())
@@ -201,12 +289,19 @@ func (p *Poller) spin(ls *loopState, window int64) error {
 			every = p.yieldEvery() // GOMAXPROCS may have changed
 		}
 		if window <= 0 {
+			if p.ch != nil && idle%clockEvery == 0 && p.crowd(&ls.sched) {
+				// More goroutines than cores: a Busy poller that
+				// spun on would keep the goroutines that consume
+				// its completions off the CPU (docs/performance.md).
+				p.st.spinsCut.Add(1)
+				return nil
+			}
 			continue
 		}
 		if idle == 1 {
 			since = nanotime()
 		} else if idle%clockEvery == 0 {
-			if ls.crowded() {
+			if p.crowd(&ls.sched) {
 				// The CPU is wanted: park now, and let an event
 				// bring the next completion.
 				p.st.spinsCut.Add(1)

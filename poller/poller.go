@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,9 +22,14 @@ const (
 	// the CQ, polls once more and parks on the completion channel. It is
 	// the zero Mode and the default.
 	Adaptive Mode = iota
-	// Busy spins and never parks. It holds an OS thread and a P for good,
+	// Busy spins while the CPU is free. It holds an OS thread and a P,
 	// except while a waiting goroutine polls the CQ itself (Drive): then
-	// it stands by. See "Run to completion" in the package doc.
+	// it stands by. When goroutines wait for a P, drivers give up and
+	// block and the poller parks on its completion channel, as Adaptive
+	// does; under a backlog it is Adaptive for a millisecond. With 16
+	// goroutines on 2 cores this took Busy from about 5× Adaptive's time
+	// per request to about 1.4×. See "Run to completion" and "More
+	// goroutines than cores" in the package doc.
 	Busy
 	// Event never spins: it polls until the CQ is empty, arms, polls once
 	// more and parks until the next event.
@@ -111,10 +119,24 @@ type Config struct {
 	// Adaptive and Event pollers on ordinary goroutines: see "Threads" in
 	// the package documentation for why.
 	Lock ThreadLock
+	// CPUs pins the poller's OS thread to this set of CPUs
+	// (sched_setaffinity; Linux only, ErrNotSupported elsewhere), as
+	// busy polling on isolated cores wants. Pinning implies the thread
+	// lock, whatever the mode (LockNever with CPUs is invalid), and the
+	// pinned thread is never handed to other goroutines: it exits with
+	// the poller. New refuses a CPU the process may not use (see
+	// CheckCPUs); Start returns once the thread is pinned. Empty means
+	// no pinning. Only the poller's own thread is pinned: a goroutine
+	// that drives a Busy poller (Drive) polls from its own thread.
+	CPUs []int
 
 	// noRepoll drops the poll between arming and parking. Only the tests
 	// set it, to show that they catch the completion it would lose.
 	noRepoll bool
+	// noCrowdCut keeps drivers driving while goroutines wait for a P.
+	// Only the tests of the drive's own mechanics set it: their
+	// spinUntil loops are such goroutines.
+	noCrowdCut bool
 }
 
 // ThreadLock says whether a poller runs locked to its OS thread
@@ -146,6 +168,64 @@ func (l ThreadLock) String() string {
 // locked says whether a poller of mode m runs locked to its thread.
 func (l ThreadLock) locked(m Mode) bool {
 	return l == LockAlways || (l == LockAuto && m == Busy)
+}
+
+// locked says whether the poller runs locked to its thread: as Lock
+// says, and always when it is pinned.
+func (c *Config) locked() bool { return len(c.CPUs) > 0 || c.Lock.locked(c.Mode) }
+
+// CheckCPUs checks a CPU set for Config.CPUs and returns it sorted and
+// without duplicates (nil for an empty one). Every CPU must be one that
+// the process may run on, as sched_getaffinity reports for the calling
+// thread (so, the process's set unless the caller pinned its own
+// thread); otherwise the error wraps ErrInvalid and names the CPU and
+// the allowed set. Off Linux a non-empty set is ErrNotSupported.
+func CheckCPUs(cpus []int) ([]int, error) {
+	if len(cpus) == 0 {
+		return nil, nil
+	}
+	set := slices.Clone(cpus)
+	slices.Sort(set)
+	set = slices.Compact(set)
+	if set[0] < 0 || set[len(set)-1] >= maxCPU {
+		bad := set[0]
+		if bad >= 0 {
+			bad = set[len(set)-1]
+		}
+		return nil, fmt.Errorf("poller: %w: CPU %d (want 0..%d)", verbs.ErrInvalid, bad, maxCPU-1)
+	}
+	allowed, err := allowedCPUs()
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range set {
+		if _, ok := slices.BinarySearch(allowed, c); !ok {
+			return nil, fmt.Errorf("poller: %w: CPU %d is not one this process may run on (allowed: %s)", verbs.ErrInvalid, c, FormatCPUs(allowed))
+		}
+	}
+	return set, nil
+}
+
+// FormatCPUs writes a sorted CPU set as a list of ranges, as
+// /proc/self/status's Cpus_allowed_list does: "0-3,8,10-11".
+func FormatCPUs(cpus []int) string {
+	var b strings.Builder
+	for i := 0; i < len(cpus); {
+		j := i
+		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(cpus[i]))
+		if j > i {
+			b.WriteByte('-')
+			b.WriteString(strconv.Itoa(cpus[j]))
+		}
+		i = j + 1
+	}
+	return b.String()
 }
 
 // ErrClosed is returned by Start on a closed poller. It wraps
@@ -203,6 +283,11 @@ type Poller struct {
 	standbyFor time.Duration // StandbyFor; tests change it
 	leaves     atomic.Uint64 // drives ended; the standby timer reads it
 	seen       atomic.Uint64 // leaves at the standby timer's last look
+	dsched     schedProbe    // the driver's (one at a time: driving)
+	crowdAt    atomic.Int64  // nanotime of the last backlog seen (crowd); 0: none lately
+	holdFor    int64         // crowdHold in ns; tests change it before Start
+
+	tid atomic.Int32 // the locked thread (ThreadID)
 
 	st counters
 }
@@ -239,6 +324,14 @@ func New(cq verbs.CQ, ch verbs.CompChannel, h Handler, cfg Config) (*Poller, err
 	if cfg.Spin == 0 {
 		cfg.Spin = DefaultSpin
 	}
+	if len(cfg.CPUs) > 0 && cfg.Lock == LockNever {
+		return nil, fmt.Errorf("poller: %w: pinning to CPUs needs the thread lock (Lock %s)", verbs.ErrInvalid, cfg.Lock)
+	}
+	cpus, err := CheckCPUs(cfg.CPUs)
+	if err != nil {
+		return nil, err
+	}
+	cfg.CPUs = cpus // a copy: the caller's slice may change
 	p := &Poller{
 		cq:         cq,
 		ch:         ch,
@@ -248,6 +341,7 @@ func New(cq verbs.CQ, ch verbs.CompChannel, h Handler, cfg Config) (*Poller, err
 		done:       make(chan struct{}),
 		resume:     make(chan struct{}, 1),
 		standbyFor: StandbyFor,
+		holdFor:    int64(crowdHold),
 	}
 	p.standby = time.AfterFunc(time.Hour, p.standbyExpired)
 	p.standby.Stop()
@@ -261,7 +355,10 @@ func New(cq verbs.CQ, ch verbs.CompChannel, h Handler, cfg Config) (*Poller, err
 func (p *Poller) Config() Config { return p.cfg }
 
 // Start starts the polling goroutine. It fails on a poller that was
-// started or closed before.
+// started or closed before. A locked poller's Start returns once the
+// goroutine is locked to its thread (ThreadID) and, if Config.CPUs says
+// so, pinned; it returns the error if the pinning failed, and the poller
+// has stopped then.
 func (p *Poller) Start() error {
 	if !p.state.CompareAndSwap(stateNew, stateRunning) {
 		if p.state.Load() == stateClosed {
@@ -269,9 +366,20 @@ func (p *Poller) Start() error {
 		}
 		return fmt.Errorf("poller: %w: already started", verbs.ErrInvalid)
 	}
-	go p.run()
-	return nil
+	if !p.cfg.locked() {
+		go p.run(nil)
+		return nil
+	}
+	started := make(chan error, 1)
+	go p.run(started)
+	return <-started
 }
+
+// ThreadID is the OS thread ID (Linux's tid) of a locked poller's
+// goroutine once Start has returned: the thread that Config.CPUs pins,
+// for tools such as taskset or chrt. It is 0 for a poller that is not
+// locked, before Start, and off Linux.
+func (p *Poller) ThreadID() int { return int(p.tid.Load()) }
 
 // Close stops the poller, waking it if it is parked, and returns once its
 // goroutine has exited; the handler is not called after that. Completions

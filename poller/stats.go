@@ -15,8 +15,9 @@ type Stats struct {
 	// pollers spinning as the process allows (GOMAXPROCS/2, at least 1)
 	// and parked without spinning.
 	SpinsDenied uint64
-	// SpinsCut counts the spins an Adaptive poller ended early, before
-	// Config.Spin had passed, because goroutines were waiting for a P.
+	// SpinsCut counts the spins a poller ended early because goroutines
+	// were waiting for a P: an Adaptive one before Config.Spin had
+	// passed, a Busy one (with a completion channel) at all. It parked.
 	SpinsCut uint64
 	Arms     uint64 // ReqNotify calls
 	// Repolled counts completions found by the poll between arming and
@@ -33,6 +34,13 @@ type Stats struct {
 	Drives   uint64 // Drive calls that drove
 	Driven   uint64 // completions a driver polled (also in Completions)
 	Standbys uint64 // times the poller blocked while a driver drove
+	// DrivesCut counts the drives that ended before their future
+	// resolved because goroutines were waiting for a P.
+	DrivesCut uint64
+	// Backlogs counts the probes that found a backlog of goroutines
+	// waiting for Ps (4 per P): a Busy poller then behaves as an
+	// Adaptive one, and Wait does not drive, for the next millisecond.
+	Backlogs uint64
 }
 
 type counters struct {
@@ -53,6 +61,8 @@ type counters struct {
 	drives       atomic.Uint64
 	driven       atomic.Uint64
 	standbys     atomic.Uint64
+	drivesCut    atomic.Uint64
+	backlogs     atomic.Uint64
 }
 
 // Stats reads the counters.
@@ -77,5 +87,7 @@ func (p *Poller) Stats() Stats {
 		Drives:       c.drives.Load(),
 		Driven:       c.driven.Load(),
 		Standbys:     c.standbys.Load(),
+		DrivesCut:    c.drivesCut.Load(),
+		Backlogs:     c.backlogs.Load(),
 	}
 }
