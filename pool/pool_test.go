@@ -498,8 +498,8 @@ func TestMaxBytes(t *testing.T) {
 		bufs = append(bufs, mustGet(t, p, 64*kib))
 	}
 	_, err := p.Get(64)
-	if !errors.Is(err, pool.ErrLimit) || !strings.Contains(err.Error(), "MaxBytes") {
-		t.Fatalf("Get past MaxBytes = %v, want ErrLimit naming MaxBytes", err)
+	if !errors.Is(err, pool.ErrLimit) || !strings.Contains(err.Error(), "limit") {
+		t.Fatalf("Get past MaxBytes = %v, want ErrLimit naming the limit", err)
 	}
 	if _, err := p.Get(300 * kib); !errors.Is(err, pool.ErrLimit) {
 		t.Errorf("large Get past MaxBytes = %v", err)
