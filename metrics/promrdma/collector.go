@@ -57,7 +57,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, es := range c.stats() {
 		eng := []string{es.Provider, es.Device, strconv.Itoa(int(es.Port))}
 		s.add(engineMetrics.connections, float64(es.Conns), eng...)
+		// Closed keeps what closed connections counted, so the engine's
+		// counters never fall; its CreditsOut is zero, leaving the gauge
+		// the open connections'.
 		addConn(&s, &engineMetrics.conn, es.Total, eng)
+		addConn(&s, &engineMetrics.conn, es.Closed, eng)
 		if c.conns {
 			for _, ce := range es.Connections {
 				addConn(&s, &connMetrics, ce.Stats, append(eng[:3:3], ce.Local, ce.Remote))

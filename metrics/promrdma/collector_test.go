@@ -2,6 +2,8 @@ package promrdma_test
 
 import (
 	"context"
+	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -41,8 +43,13 @@ func pair(t *testing.T) (client, server *rdma.Conn) {
 	require.NotNil(t, server)
 	require.NoError(t, ln.Close())
 	t.Cleanup(func() {
-		assert.NoError(t, client.Close())
-		assert.NoError(t, server.Close())
+		// A test may have closed them already.
+		if err := client.Close(); !errors.Is(err, net.ErrClosed) {
+			assert.NoError(t, err)
+		}
+		if err := server.Close(); !errors.Is(err, net.ErrClosed) {
+			assert.NoError(t, err)
+		}
 		assert.NoError(t, ce.Close())
 		assert.NoError(t, se.Close())
 	})
@@ -201,6 +208,37 @@ func TestCollectorConnections(t *testing.T) {
 	f := scrape(t, url)
 	require.NotNil(t, f["rdma_conn_credits_out"])
 	assert.ElementsMatch(t, []string{"provider", "device", "port", "local", "remote"}, labelNames(f["rdma_conn_credits_out"]))
+}
+
+// TestCollectorClosed: the engine counters keep what a connection counted
+// after it closes; only the connections gauge falls.
+func TestCollectorClosed(t *testing.T) {
+	c, s := pair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := c.Alloc(64)
+	require.NoError(t, err)
+	for range 5 {
+		r := s.Recv()
+		require.NoError(t, c.Send(b).Wait(ctx))
+		require.NoError(t, r.Wait(ctx))
+		require.NoError(t, r.Buffer().Release())
+	}
+	require.NoError(t, b.Release())
+	url := serve(t, promrdma.NewCollector())
+	soft := map[string]string{"provider": "soft"}
+	sends := map[string]string{"provider": "soft", "op": "send"}
+	before := scrape(t, url)
+	require.GreaterOrEqual(t, total(before, "rdma_operations_total", sends), float64(5))
+	require.Equal(t, float64(2), total(before, "rdma_connections", soft))
+
+	require.NoError(t, c.Close())
+	require.NoError(t, s.Close())
+	after := scrape(t, url)
+	assert.Zero(t, total(after, "rdma_connections", soft))
+	assert.Equal(t, total(before, "rdma_operations_total", sends), total(after, "rdma_operations_total", sends))
+	assert.Equal(t, total(before, "rdma_received_messages_total", soft), total(after, "rdma_received_messages_total", soft))
+	assert.Zero(t, total(after, "rdma_credits_out", soft))
 }
 
 func labelNames(f *dto.MetricFamily) []string {

@@ -32,9 +32,9 @@
 //	rdma_poller_polls_total                  counter  and the other poller.Stats counters;
 //	rdma_poller_max_batch                    gauge
 //
-// The engine totals sum the connections open at the time of the scrape
-// (rdma.EngineStats.Total): when a connection closes its counts leave the
-// sum, which Prometheus's rate() reads as a counter reset.
+// The engine counters cover the closed connections too
+// (rdma.EngineStats.Total plus Closed), so they never fall as connections
+// come and go; rdma_credits_out is the open connections'.
 //
 // Per-connection metrics, rdma_conn_* with the connection metrics above
 // and the labels local and remote added, are off by default: a label set
