@@ -999,7 +999,7 @@ func (c *Conn) teardown() error {
 			errs = append(errs, err)
 		}
 	}
-	c.eng.slots.remove(c) // its ops are all resolved: later completions are dropped
+	c.eng.retire(c) // its ops are all resolved: later completions are dropped
 	if c.unit != nil {
 		c.eng.unreserve(c, c.unit, c.cfg.sqDepth+c.cfg.rqDepth)
 	}

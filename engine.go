@@ -46,6 +46,9 @@ type engine struct {
 	workers     *ants.Pool
 	handlers    atomic.Int64 // RecvHandler calls running
 
+	// Counters of the closed connections (stats.go)
+	retired closedStats
+
 	mu     sync.Mutex
 	units  []*cqUnit
 	refs   int

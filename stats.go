@@ -104,6 +104,10 @@ type EngineStats struct {
 	Conns    int
 	// Total sums the counters of the open connections.
 	Total ConnStats
+	// Closed sums the counters of the connections closed since the
+	// engine opened (CreditsOut is zero): Total plus Closed only grows,
+	// where Total alone falls when a connection closes.
+	Closed ConnStats
 	// Connections has the counters of each open connection.
 	Connections []ConnEntry
 	// SharedReceives has one entry per message size the engine serves.
@@ -135,14 +139,37 @@ type SRQStats struct {
 	Refills [refillCauses]uint64
 }
 
+// closedStats keeps the counters of an engine's closed connections.
+// Its lock makes a connection's move from the open ones to Closed one
+// step for stats: counted in neither, a total would dip, and a monitoring
+// system reads a dip in a counter as a reset.
+type closedStats struct {
+	mu sync.Mutex
+	st ConnStats
+}
+
+// retire takes a closing connection out of the engine's slots and adds
+// its counters to Closed.
+func (e *engine) retire(c *Conn) {
+	e.retired.mu.Lock()
+	defer e.retired.mu.Unlock()
+	e.slots.remove(c)
+	cs := c.Stats()
+	cs.CreditsOut = 0 // a gauge: nothing is given out by a closed connection
+	e.retired.st.add(cs)
+}
+
 func (e *engine) stats() EngineStats {
 	st := EngineStats{Provider: e.prov.Name(), Device: e.ctx.Info().Name, Port: e.port.Port, Pool: e.pool.Stats()}
+	e.retired.mu.Lock()
 	for _, c := range e.slots.all() {
 		cs := c.Stats()
 		st.Conns++
 		st.Total.add(cs)
 		st.Connections = append(st.Connections, ConnEntry{Local: addrString(c.local), Remote: addrString(c.remote), Stats: cs})
 	}
+	st.Closed = e.retired.st
+	e.retired.mu.Unlock()
 	for i := range e.srqs {
 		s := e.srqs[i].Load()
 		if s == nil {

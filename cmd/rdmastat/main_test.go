@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"expvar"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-rdma/rdma"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// pair connects two soft engines and closes everything at the end.
+func pair(t *testing.T) (client, server *rdma.Conn) {
+	t.Helper()
+	se, err := rdma.OpenEngine(rdma.WithProvider(rdma.ProviderSoft))
+	require.NoError(t, err)
+	ce, err := rdma.OpenEngine(rdma.WithProvider(rdma.ProviderSoft))
+	require.NoError(t, err)
+	ln, err := se.Listen("rdma", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	accepted := make(chan *rdma.Conn, 1)
+	go func() {
+		c, err := ln.Accept(ctx)
+		assert.NoError(t, err)
+		accepted <- c
+	}()
+	client, err = ce.Dial(ctx, "rdma", ln.Addr().String())
+	require.NoError(t, err)
+	server = <-accepted
+	require.NotNil(t, server)
+	require.NoError(t, ln.Close())
+	t.Cleanup(func() {
+		assert.NoError(t, client.Close())
+		assert.NoError(t, server.Close())
+		assert.NoError(t, ce.Close())
+		assert.NoError(t, se.Close())
+	})
+	return client, server
+}
+
+// live is a process to watch: a soft connection pair with messages going
+// from client to server until the test ends, and its expvar endpoint.
+func live(t *testing.T) (url string, client, server *rdma.Conn) {
+	client, server = pair(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	go func() {
+		defer func() { done <- struct{}{} }()
+		for ctx.Err() == nil {
+			r := server.Recv()
+			if r.Wait(ctx) != nil {
+				return
+			}
+			r.Buffer().Release()
+		}
+	}()
+	go func() {
+		defer func() { done <- struct{}{} }()
+		b, err := client.Alloc(512)
+		if !assert.NoError(t, err) {
+			return
+		}
+		defer b.Release()
+		for ctx.Err() == nil {
+			if client.Send(b).Wait(ctx) != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done; <-done })
+	rdma.PublishExpvar()
+	srv := httptest.NewServer(expvar.Handler())
+	t.Cleanup(srv.Close)
+	// Wait for the first messages, so that every refresh sees some.
+	require.Eventually(t, func() bool { return server.Stats().Recvs > 0 }, 10*time.Second, time.Millisecond)
+	return srv.URL + "/debug/vars", client, server
+}
+
+// row finds the table row of the connection local -> remote in out and
+// returns its cells (LOCAL REMOTE SEND SEND-B RECV RECV-B RW-B COMPL
+// FAILED CWAIT), one row per refresh.
+func rows(out, local, remote string) [][]string {
+	var found [][]string
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		if len(f) == 10 && f[0] == local && f[1] == remote {
+			found = append(found, f)
+		}
+	}
+	return found
+}
+
+func TestRunRates(t *testing.T) {
+	url, c, s := live(t)
+	var out, errOut bytes.Buffer
+	code := run(t.Context(), []string{"-n", "2", "-i", "100ms", url}, &out, &errOut)
+	require.Equal(t, exitOK, code, "stderr: %s", errOut.String())
+	t.Logf("rdmastat said:\n%s", out.String())
+	assert.Equal(t, 2, strings.Count(out.String(), "rates over"), "two refreshes")
+	assert.Regexp(t, `engine soft \S+ port \d+: connections 1, SRQ posted \d+/\d+, pool in use \S+ of \S+ registered`, out.String())
+
+	sender := rows(out.String(), c.LocalAddr().String(), c.RemoteAddr().String())
+	require.Len(t, sender, 2, "a row for the client's connection per refresh")
+	for _, r := range sender {
+		assert.NotEqual(t, "0", r[2], "SEND/s")
+		assert.NotEqual(t, "0B", r[3], "SEND-B/s")
+		assert.NotEqual(t, "0", r[7], "COMPL/s")
+		assert.Equal(t, "0", r[8], "FAILED")
+	}
+	receiver := rows(out.String(), s.LocalAddr().String(), s.RemoteAddr().String())
+	require.Len(t, receiver, 2, "a row for the server's connection per refresh")
+	for _, r := range receiver {
+		assert.NotEqual(t, "0", r[4], "RECV/s")
+		assert.NotEqual(t, "0B", r[5], "RECV-B/s")
+	}
+}
+
+func TestRunUsage(t *testing.T) {
+	for _, args := range [][]string{nil, {"-i", "0", "http://x"}, {"-n", "-1", "http://x"}, {"a", "b"}, {"-bogus", "http://x"}} {
+		var out, errOut bytes.Buffer
+		assert.Equal(t, exitUsage, run(t.Context(), args, &out, &errOut), "%q", args)
+		assert.Contains(t, errOut.String(), "usage: rdmastat", "%q", args)
+	}
+}
+
+func TestRunEndpointErrors(t *testing.T) {
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	notExpvar := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("<html>")) }))
+	defer notExpvar.Close()
+	noRDMA := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(`{"cmdline":["x"]}`)) }))
+	defer noRDMA.Close()
+	for _, url := range []string{gone.URL, notExpvar.URL, noRDMA.URL, "::not a url"} {
+		var out, errOut bytes.Buffer
+		assert.Equal(t, exitEndpoint, run(t.Context(), []string{"-once", url}, &out, &errOut), url)
+		assert.Contains(t, errOut.String(), "rdmastat: ", url)
+	}
+	var out, errOut bytes.Buffer
+	run(t.Context(), []string{"-once", noRDMA.URL}, &out, &errOut)
+	assert.Contains(t, errOut.String(), "PublishExpvar")
+}
+
+// TestBinary runs the built command once against the live process, and
+// checks the exit codes the way a shell sees them.
+func TestBinary(t *testing.T) {
+	url, c, _ := live(t)
+	goTool, err := exec.LookPath("go")
+	require.NoError(t, err, "the go command that runs the test builds rdmastat")
+	bin := filepath.Join(t.TempDir(), "rdmastat")
+	built, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "go build: %s", built)
+
+	out, err := exec.Command(bin, "-once", url).Output()
+	require.NoError(t, err)
+	assert.Contains(t, string(out), "counters so far")
+	sender := rows(string(out), c.LocalAddr().String(), c.RemoteAddr().String())
+	require.Len(t, sender, 1)
+	assert.NotEqual(t, "0", sender[0][2], "messages sent so far")
+
+	var exit *exec.ExitError
+	err = exec.Command(bin).Run()
+	require.True(t, errors.As(err, &exit), "%v", err)
+	assert.Equal(t, exitUsage, exit.ExitCode())
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	err = exec.Command(bin, "-once", gone.URL).Run()
+	require.True(t, errors.As(err, &exit), "%v", err)
+	assert.Equal(t, exitEndpoint, exit.ExitCode())
+}
