@@ -346,9 +346,6 @@ func (s *sharedRecv) regrant(c *Conn, k int) {
 func (s *sharedRecv) waitLocked(c *Conn, want int) {
 	c.creditWaiting, c.creditWant = true, want
 	s.waiters = append(s.waiters, c)
-	if !srqGrantRefill.Load() {
-		return
-	}
 	s.refillLocked(refillGrant)
 }
 
@@ -414,12 +411,11 @@ func (s *sharedRecv) close() error {
 	return err
 }
 
-// Test hooks: each refill path can be turned off, to show that the
-// others keep the SRQ filled.
+// Test hooks: the watermark's two refill paths can each be turned off,
+// to show that the other keeps the SRQ filled. A grant always refills.
 var (
 	srqEventRefill = atomicTrue()
 	srqPollRefill  = atomicTrue()
-	srqGrantRefill = atomicTrue()
 )
 
 func atomicTrue() *atomic.Bool {
