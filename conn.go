@@ -573,6 +573,12 @@ func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
 //   - Retries exceeded means the transport gave up on the peer: it died
 //     or tore its queue pair down. That is ErrPeerClosed too, whichever
 //     of the completion and the end of the control channel comes first.
+//   - A remote operational error (or abort) means the peer's queue pair
+//     failed under our request. A go-rdma peer posts only receives it
+//     can fill, so its side of the connection is gone: it died (rxe
+//     NAKs this way while a killed process's SRQ and QPs are torn down)
+//     or failed on its own. That is ErrPeerClosed as well; an access or
+//     invalid-request error stays ours to explain.
 func (c *Conn) completionErr(wc *verbs.WorkCompletion) error {
 	var err error = completionError(wc)
 	switch {
@@ -582,7 +588,7 @@ func (c *Conn) completionErr(wc *verbs.WorkCompletion) error {
 			cause = c.peerGone()
 		}
 		return fmt.Errorf("%w (%w)", cause, err)
-	case wc.Status == verbs.WCRetryExcErr:
+	case wc.Status == verbs.WCRetryExcErr, wc.Status == verbs.WCRemOpErr, wc.Status == verbs.WCRemAbortErr:
 		c.peerClosed.Store(true)
 		return fmt.Errorf("%w (%w)", c.peerGone(), err)
 	case c.peerClosed.Load():
