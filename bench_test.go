@@ -35,7 +35,6 @@ import (
 	"github.com/go-rdma/rdma/internal/mem"
 	"github.com/go-rdma/rdma/internal/soft"
 	"github.com/go-rdma/rdma/internal/verbs"
-	"github.com/go-rdma/rdma/poller"
 )
 
 var benchSizes = []int{8, 4 << 10, 64 << 10, 1 << 20}
@@ -52,7 +51,7 @@ func benchProvider() string {
 func benchOptions() []rdma.Option {
 	opts := []rdma.Option{rdma.WithProvider(benchProvider())}
 	if m := os.Getenv("RDMA_BENCH_POLL"); m != "" {
-		mode, err := poller.ParseMode(m)
+		mode, err := rdma.ParsePollMode(m)
 		if err != nil {
 			panic(err)
 		}
@@ -405,8 +404,8 @@ func BenchmarkPingPong(b *testing.B) {
 		opts []rdma.Option
 	}{
 		{"adaptive", nil},
-		{"busy", []rdma.Option{rdma.WithPollMode(poller.Busy)}},
-		{"event", []rdma.Option{rdma.WithPollMode(poller.Event)}},
+		{"busy", []rdma.Option{rdma.WithPollMode(rdma.PollBusy)}},
+		{"event", []rdma.Option{rdma.WithPollMode(rdma.PollEvent)}},
 		{"adaptive-locked", []rdma.Option{rdma.WithPollerThreadLock(true)}},
 	} {
 		b.Run(m.name, func(b *testing.B) {
@@ -473,7 +472,7 @@ const oversubscribed = 16
 // docs/performance.md, "Busy mode with more goroutines than cores").
 func BenchmarkOversubscribed(b *testing.B) {
 	for _, w := range []string{"sendrecv", "onesided"} {
-		for _, m := range []rdma.PollMode{poller.Adaptive, poller.Busy, poller.Event} {
+		for _, m := range []rdma.PollMode{rdma.PollAdaptive, rdma.PollBusy, rdma.PollEvent} {
 			b.Run(w+"/"+m.String(), func(b *testing.B) {
 				c, s := benchPair(b, 64, rdma.WithPollMode(m))
 				if w == "sendrecv" {

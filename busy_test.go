@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/go-rdma/rdma"
-	"github.com/go-rdma/rdma/poller"
 )
 
 // Rule: with a Busy poller, Wait runs to completion: the waiting
@@ -18,7 +17,7 @@ import (
 func TestBusyRunToCompletion(t *testing.T) { eachProvider(t, testBusyRunToCompletion) }
 
 func testBusyRunToCompletion(t *testing.T, opts []rdma.Option) {
-	opts = append(opts[:len(opts):len(opts)], rdma.WithPollMode(poller.Busy))
+	opts = append(opts[:len(opts):len(opts)], rdma.WithPollMode(rdma.PollBusy))
 	t.Run("sendrecv", func(t *testing.T) { testSendRecv(t, opts) })
 	t.Run("onesided", func(t *testing.T) { testOneSided(t, opts) })
 

@@ -16,9 +16,9 @@ import (
 	"unsafe"
 
 	"github.com/go-rdma/rdma/internal/ibv"
+	"github.com/go-rdma/rdma/internal/poller"
+	"github.com/go-rdma/rdma/internal/pool"
 	"github.com/go-rdma/rdma/internal/verbs"
-	"github.com/go-rdma/rdma/poller"
-	"github.com/go-rdma/rdma/pool"
 )
 
 // Conn is a reliable connection (an RC queue pair) to one peer. Its
@@ -240,7 +240,7 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 		c.unit, err = eng.reserve(c, c.cqNeed())
 	}
 	if err == nil {
-		if eng.cfg.pollMode == poller.Busy {
+		if eng.cfg.pollMode == PollBusy {
 			c.drv = c.unit.p
 		}
 		qc := verbs.QPCap{MaxSendWR: cfg.sqDepth, MaxRecvWR: cfg.rqDepth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
@@ -1016,4 +1016,4 @@ func (c *Conn) teardown() error {
 // PoolStats reports the buffer pool the connection shares with its
 // Listener (or owns, when dialed): slabs, registered bytes, buffers in
 // use.
-func (c *Conn) PoolStats() pool.Stats { return c.eng.pool.Stats() }
+func (c *Conn) PoolStats() PoolStats { return PoolStats(c.eng.pool.Stats()) }

@@ -13,9 +13,9 @@ import (
 
 	"github.com/panjf2000/ants/v2"
 
+	"github.com/go-rdma/rdma/internal/poller"
+	"github.com/go-rdma/rdma/internal/pool"
 	"github.com/go-rdma/rdma/internal/verbs"
-	"github.com/go-rdma/rdma/poller"
-	"github.com/go-rdma/rdma/pool"
 )
 
 // engine holds what the connections of one device port share: the
@@ -330,7 +330,7 @@ func (e *engine) reserve(c *Conn, n int) (*cqUnit, error) {
 		return nil, fmt.Errorf("rdma: %w", err)
 	}
 	handle := func(wcs []verbs.WorkCompletion) { e.completions(u, wcs) }
-	if u.p, err = poller.New(u.cq, u.ch, poller.HandlerFunc(handle), poller.Config{Mode: e.cfg.pollMode, Lock: e.cfg.threadLock, CPUs: e.cfg.cpus, Spin: e.cfg.pollSpin(e.prov.Name())}); err == nil {
+	if u.p, err = poller.New(u.cq, u.ch, poller.HandlerFunc(handle), poller.Config{Mode: e.cfg.pollMode.poller(), Lock: e.cfg.threadLock, CPUs: e.cfg.cpus, Spin: e.cfg.pollSpin(e.prov.Name())}); err == nil {
 		err = u.p.Start()
 	}
 	if err != nil {
@@ -598,7 +598,7 @@ func (x *Engine) Alloc(n int) (*Buffer, error) {
 }
 
 // PoolStats reports the engine's buffer pool.
-func (x *Engine) PoolStats() pool.Stats { return x.e.pool.Stats() }
+func (x *Engine) PoolStats() PoolStats { return PoolStats(x.e.pool.Stats()) }
 
 // Provider is "verbs" or "soft".
 func (x *Engine) Provider() string { return x.e.prov.Name() }

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
-	"github.com/go-rdma/rdma/poller"
 )
 
 // acceptDial dials ln from dial and returns both ends, closed when the
@@ -105,7 +104,7 @@ func testEngineHandle(t *testing.T, opts []rdma.Option) {
 	require.NoError(t, b.Release())
 	assert.Equal(t, e.PoolStats(), ln.PoolStats())
 
-	_, err = e.Dial(ctx, "rdma", ln.Addr().String(), rdma.WithPollMode(poller.Busy))
+	_, err = e.Dial(ctx, "rdma", ln.Addr().String(), rdma.WithPollMode(rdma.PollBusy))
 	require.ErrorIs(t, err, rdma.ErrInvalid, "a poller option on an engine's Dial")
 
 	require.NoError(t, e.Close())

@@ -1,9 +1,9 @@
 package rdma
 
 import (
+	"github.com/go-rdma/rdma/internal/poller"
 	"github.com/go-rdma/rdma/internal/soft"
 	"github.com/go-rdma/rdma/internal/verbs"
-	"github.com/go-rdma/rdma/poller"
 )
 
 // ConnPollerStats is the counters of the poller that serves c's CQ.

@@ -8,8 +8,8 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/go-rdma/rdma/internal/pool"
 	"github.com/go-rdma/rdma/internal/verbs"
-	"github.com/go-rdma/rdma/pool"
 )
 
 // errNoControl: regions travel on the TCP control channel, which

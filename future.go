@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/go-rdma/rdma/internal/leak"
-	"github.com/go-rdma/rdma/poller"
-	"github.com/go-rdma/rdma/pool"
+	"github.com/go-rdma/rdma/internal/poller"
+	"github.com/go-rdma/rdma/internal/pool"
 )
 
 // Future is the result of one operation. It resolves exactly once, when

@@ -10,7 +10,6 @@ import (
 	"sync"
 
 	"github.com/go-rdma/rdma/internal/ibv"
-	"github.com/go-rdma/rdma/pool"
 )
 
 // Listener accepts RDMA connections. Every connection it accepts shares
@@ -193,7 +192,7 @@ func (l *Listener) Close() error {
 
 // PoolStats reports the buffer pool shared by the listener's
 // connections.
-func (l *Listener) PoolStats() pool.Stats { return l.eng.pool.Stats() }
+func (l *Listener) PoolStats() PoolStats { return PoolStats(l.eng.pool.Stats()) }
 
 // Alloc returns n bytes of registered memory, zero to its capacity, from
 // the pool of the listener's engine, so one buffer can be used, or

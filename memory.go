@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/go-rdma/rdma/internal/leak"
-	"github.com/go-rdma/rdma/pool"
+	"github.com/go-rdma/rdma/internal/pool"
 )
 
 // Buffer is registered memory from a connection's buffer pool. Its bytes

@@ -3,7 +3,7 @@ package rdma
 import (
 	"sync"
 
-	"github.com/go-rdma/rdma/pool"
+	"github.com/go-rdma/rdma/internal/pool"
 )
 
 // opKind says what a work request was for, so its completion is

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/go-rdma/rdma"
-	"github.com/go-rdma/rdma/poller"
+	"github.com/go-rdma/rdma/internal/poller"
 )
 
 // threadCPUs is the CPU set of OS thread tid (0: the caller's), read
@@ -35,7 +35,7 @@ func threadCPUs(t *testing.T, tid int) []int {
 func TestPollerCPUs(t *testing.T) {
 	allowed := threadCPUs(t, 0)
 	want := allowed[len(allowed)-1:] // a strict subset on a multi-CPU machine
-	for _, m := range []rdma.PollMode{poller.Adaptive, poller.Busy, poller.Event} {
+	for _, m := range []rdma.PollMode{rdma.PollAdaptive, rdma.PollBusy, rdma.PollEvent} {
 		t.Run(m.String(), func(t *testing.T) {
 			c, s := pair(t, rdma.WithProvider(rdma.ProviderSoft), rdma.WithPollMode(m), rdma.WithPollerCPUs(want...))
 			for _, conn := range []*rdma.Conn{c, s} {

@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/go-rdma/rdma/internal/ibv"
+	"github.com/go-rdma/rdma/internal/poller"
+	"github.com/go-rdma/rdma/internal/pool"
 	"github.com/go-rdma/rdma/internal/soft"
 	"github.com/go-rdma/rdma/internal/sysfs"
 	"github.com/go-rdma/rdma/internal/verbs"
-	"github.com/go-rdma/rdma/poller"
-	"github.com/go-rdma/rdma/pool"
 )
 
 type (
@@ -33,9 +33,6 @@ type (
 	MTU = verbs.MTU
 	// PortState is the logical state of a port.
 	PortState = verbs.PortState
-	// PollMode is how completion pollers wait: poller.Adaptive (the
-	// default), poller.Busy or poller.Event.
-	PollMode = poller.Mode
 )
 
 var (
@@ -161,15 +158,12 @@ func WithPort(port int) Option {
 }
 
 // WithPollMode sets how this connection's or listener's pollers wait:
-// poller.Adaptive (the default), poller.Busy or poller.Event. With Busy,
-// Future.Wait polls the CQ from the waiting goroutine (run to
-// completion), the lowest latency at queue depth 1 when the waiter has
-// a core to itself; when goroutines outnumber cores, Busy pollers and
-// waiters step back to Adaptive's behaviour (see poller.Busy).
+// PollAdaptive (the default), PollBusy or PollEvent. It is an engine
+// setting: connections with different modes use different engines.
 func WithPollMode(m PollMode) Option {
 	return func(c *config) error {
 		switch m {
-		case poller.Adaptive, poller.Busy, poller.Event:
+		case PollAdaptive, PollBusy, PollEvent:
 			c.pollMode = m
 			return nil
 		}
@@ -181,7 +175,7 @@ func WithPollMode(m PollMode) Option {
 // CQ before it parks on the completion channel. The default is what a
 // park and wake of the provider's channel costs, so that spinning never
 // wastes more than twice the best choice made in hindsight: 50 µs for
-// verbs (an fd waited for through the netpoller; poller.DefaultSpin) and
+// verbs (an fd waited for through the netpoller) and
 // 10 µs for soft (a Go channel). Longer spins lower latency when
 // completions come at longer gaps, at the price of a core.
 func WithPollSpin(d time.Duration) Option {
@@ -218,7 +212,7 @@ func (c *config) pollSpin(prov string) time.Duration {
 // through the netpoller, run on ordinary goroutines: a locked goroutine
 // hands its P to another thread and back at every park and yield, which
 // on a 2-core machine costs about 15 µs per completion handed to a
-// waiter and halved the stream's throughput (see package poller). Lock
+// waiter and halved the stream's throughput (docs/performance.md). Lock
 // them where the thread must be pinned (CPU affinity, a per-thread
 // provider resource).
 func WithPollerThreadLock(locked bool) Option {
@@ -239,12 +233,12 @@ func WithPollerThreadLock(locked bool) Option {
 // their own (OpenEngine) disjoint sets to keep their pollers apart.
 // Pinning locks the pollers to their threads, whatever the mode
 // (WithPollerThreadLock(false) with CPUs is invalid): an Adaptive or
-// Event poller then pays a thread hand-off at every park (see package
-// poller). Every CPU must be one the process may run on; otherwise the
+// Event poller then pays a thread hand-off at every park
+// (docs/performance.md). Every CPU must be one the process may run on; otherwise the
 // option fails with ErrInvalid, naming the CPU and the allowed set. No
 // CPUs, the default, means no pinning. It is an engine setting: engines
 // with different sets are different engines. With
-// WithPollMode(poller.Busy), a Future.Wait polls the CQ from the waiting
+// WithPollMode(PollBusy), a Future.Wait polls the CQ from the waiting
 // goroutine's thread, which is not pinned.
 func WithPollerCPUs(cpus ...int) Option {
 	return func(c *config) error {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/go-rdma/rdma"
-	"github.com/go-rdma/rdma/poller"
+	"github.com/go-rdma/rdma/internal/poller"
 )
 
 // Rule: Devices never fails on a machine without devices; it lists what

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/go-rdma/rdma"
-	"github.com/go-rdma/rdma/poller"
 )
 
 // Rule: when the peer process is killed with SIGKILL mid-transfer, every
@@ -424,7 +423,7 @@ func testMessagesBeforeClose(t *testing.T, opts []rdma.Option) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for i := range rounds {
-		c, s := pair(t, append(opts, rdma.WithPollMode(poller.Event))...)
+		c, s := pair(t, append(opts, rdma.WithPollMode(rdma.PollEvent))...)
 		b, err := c.Alloc(8)
 		if err != nil {
 			t.Fatal(err)
@@ -449,7 +448,7 @@ func testMessagesBeforeClose(t *testing.T, opts []rdma.Option) {
 // complete its receives any more: a pending Recv fails at once, and so
 // does a new one.
 func TestPollerStopped(t *testing.T) {
-	_, s := pair(t, rdma.WithProvider(rdma.ProviderSoft), rdma.WithPollMode(poller.Event))
+	_, s := pair(t, rdma.WithProvider(rdma.ProviderSoft), rdma.WithPollMode(rdma.PollEvent))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	broke := errors.New("poller broke")

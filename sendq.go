@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"github.com/go-rdma/rdma/internal/verbs"
-	"github.com/go-rdma/rdma/poller"
 )
 
 // The send queue of a connection has room for WithQueueDepth's send
@@ -217,7 +216,7 @@ func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 		// event; a kick makes it spin for the completion now. It costs
 		// nanoseconds otherwise. An Event poller gets the event anyway:
 		// waking it to poll once would only cost a wake and a park.
-		if c.eng.cfg.pollMode == poller.Adaptive {
+		if c.eng.cfg.pollMode == PollAdaptive {
 			c.unit.p.Kick()
 		}
 		return nil

@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-rdma/rdma/internal/pool"
 	"github.com/go-rdma/rdma/internal/verbs"
-	"github.com/go-rdma/rdma/pool"
 )
 
 // A shared receive queue (SRQ) holds the receives of every connection of

@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 
 	"github.com/go-rdma/rdma/internal/verbs"
-	"github.com/go-rdma/rdma/poller"
-	"github.com/go-rdma/rdma/pool"
 )
 
 // ConnStats are a connection's counters since it was made. Each field is
@@ -112,10 +110,70 @@ type EngineStats struct {
 	Connections []ConnEntry
 	// SharedReceives has one entry per message size the engine serves.
 	SharedReceives []SRQStats
-	Pool           pool.Stats
+	Pool           PoolStats
 	// Pollers sums the counters of the engine's pollers (MaxBatch is the
 	// largest of theirs).
-	Pollers poller.Stats
+	Pollers PollerStats
+}
+
+// PoolStats describe an engine's buffer pool: the registered memory it
+// holds and what of it is in use.
+type PoolStats struct {
+	// Slabs is the number of registered mappings: size-class slabs,
+	// large buffers in use and cached large buffers.
+	Slabs int
+	// BytesRegistered is their total size: the memory pinned for the
+	// device (see WithPoolLimit).
+	BytesRegistered int64
+	// BuffersInUse counts the buffers that hold a reference, either the
+	// owner's or an operation's.
+	BuffersInUse int
+	// BytesInUse is the capacity of those buffers (size class, or the
+	// page-rounded size of a large buffer).
+	BytesInUse int64
+	// Registrations and Deregistrations count memory registrations and
+	// their ends over the pool's life.
+	Registrations   uint64
+	Deregistrations uint64
+}
+
+// PollerStats count what an engine's completion pollers did. How they
+// split between spinning and parking shows what the poll mode costs:
+// docs/guide.md explains the modes.
+type PollerStats struct {
+	Polls       uint64 // polls of a CQ
+	EmptyPolls  uint64 // polls that found nothing
+	Completions uint64 // completions handled
+	MaxBatch    uint64 // the most completions one poll returned
+	Yields      uint64 // yields of the CPU while spinning
+	// SpinsDenied counts the times an Adaptive poller found as many
+	// pollers spinning as the process allows (GOMAXPROCS/2, at least 1)
+	// and parked without spinning.
+	SpinsDenied uint64
+	// SpinsCut counts the spins a poller ended early because goroutines
+	// were waiting for a CPU.
+	SpinsCut uint64
+	Arms     uint64 // requests for a completion event
+	// Repolled counts completions found by the poll between asking for
+	// an event and parking.
+	Repolled uint64
+	Parks    uint64 // waits for a completion event
+	Events   uint64 // completion events taken
+	Wakeups  uint64 // waits ended without an event (a kick or a close)
+	Kicks    uint64 // wake-ups of a parked poller for new work
+	// KicksSkipped counts the kicks that left a parked Adaptive poller
+	// parked because it could not have spun.
+	KicksSkipped uint64
+	// With PollBusy, a Future.Wait polls the CQ itself ("drives" it).
+	Drives   uint64 // Waits that polled the CQ
+	Driven   uint64 // completions those Waits polled (also in Completions)
+	Standbys uint64 // times a poller stood by while a Wait polled
+	// DrivesCut counts the Waits that stopped polling before their
+	// future resolved because goroutines were waiting for a CPU.
+	DrivesCut uint64
+	// Backlogs counts the times a PollBusy engine found goroutines
+	// queued for CPUs and behaved as PollAdaptive for a millisecond.
+	Backlogs uint64
 }
 
 // ConnEntry is one connection's counters, with its addresses.
@@ -160,7 +218,7 @@ func (e *engine) retire(c *Conn) {
 }
 
 func (e *engine) stats() EngineStats {
-	st := EngineStats{Provider: e.prov.Name(), Device: e.ctx.Info().Name, Port: e.port.Port, Pool: e.pool.Stats()}
+	st := EngineStats{Provider: e.prov.Name(), Device: e.ctx.Info().Name, Port: e.port.Port, Pool: PoolStats(e.pool.Stats())}
 	e.retired.mu.Lock()
 	for _, c := range e.slots.all() {
 		cs := c.Stats()
@@ -188,12 +246,12 @@ func (e *engine) stats() EngineStats {
 	units := append([]*cqUnit(nil), e.units...)
 	e.mu.Unlock()
 	for _, u := range units {
-		addPollerStats(&st.Pollers, u.p.Stats())
+		st.Pollers.add(PollerStats(u.p.Stats()))
 	}
 	return st
 }
 
-func addPollerStats(t *poller.Stats, s poller.Stats) {
+func (t *PollerStats) add(s PollerStats) {
 	t.Polls += s.Polls
 	t.EmptyPolls += s.EmptyPolls
 	t.Completions += s.Completions
@@ -211,6 +269,8 @@ func addPollerStats(t *poller.Stats, s poller.Stats) {
 	t.Drives += s.Drives
 	t.Driven += s.Driven
 	t.Standbys += s.Standbys
+	t.DrivesCut += s.DrivesCut
+	t.Backlogs += s.Backlogs
 }
 
 func (t *ConnStats) add(s ConnStats) {

@@ -13,7 +13,6 @@ import (
 	"unsafe"
 
 	"github.com/go-rdma/rdma"
-	"github.com/go-rdma/rdma/poller"
 )
 
 // asyncConn is one connection of the async path: an rdma.Conn, a buffer
@@ -38,11 +37,11 @@ type asyncSide struct {
 func pollMode(p *params) rdma.PollMode {
 	switch p.pollMode {
 	case "adaptive":
-		return poller.Adaptive
+		return rdma.PollAdaptive
 	case "event":
-		return poller.Event
+		return rdma.PollEvent
 	}
-	return poller.Busy
+	return rdma.PollBusy
 }
 
 func asyncOptions(p *params) []rdma.Option {
@@ -55,7 +54,7 @@ func asyncOptions(p *params) []rdma.Option {
 		// The passive side of a one-sided test has no completion to
 		// wait for: like perftest's server it should not spin, which
 		// would take a CPU from the device (rxe is software).
-		mode = poller.Event
+		mode = rdma.PollEvent
 	}
 	opts := []rdma.Option{rdma.WithProvider(p.provider), rdma.WithPollMode(mode),
 		rdma.WithMaxMessage(max(p.maxSize(), 64)), rdma.WithQueueDepth(max(p.txDepth, 16), rq)}

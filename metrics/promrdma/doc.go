@@ -29,7 +29,7 @@
 //	rdma_srq_refills_total{message_size,cause} counter cause: event, poll, grant, retry
 //	rdma_pool_registered_bytes               gauge    and _in_use_bytes, _slabs, _buffers_in_use
 //	rdma_pool_registrations_total            counter  and _deregistrations_total
-//	rdma_poller_polls_total                  counter  and the other poller.Stats counters;
+//	rdma_poller_polls_total                  counter  and the other rdma.PollerStats counters;
 //	rdma_poller_max_batch                    gauge
 //
 // The engine counters cover the closed connections too

@@ -152,7 +152,7 @@ func addPool(s *sums, es rdma.EngineStats, eng []string) {
 	s.add(poolMetrics.deregs, float64(p.Deregistrations), eng...)
 }
 
-// pollerCounter is one counter of poller.Stats.
+// pollerCounter is one counter of rdma.PollerStats.
 type pollerCounter struct {
 	m   metric
 	get func(rdma.EngineStats) uint64

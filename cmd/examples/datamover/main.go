@@ -49,7 +49,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/go-rdma/rdma"
-	"github.com/go-rdma/rdma/poller"
 )
 
 func main() {
@@ -139,7 +138,7 @@ sizes take a suffix: 4096, 64KiB, 1MiB, 1GiB (also K, M, G; KB, MB, GB are power
 		return bad("-provider %q: want auto, verbs or soft", cfg.provider)
 	}
 	cfg.chunk = int(chunk.v)
-	if cfg.poll, err = poller.ParseMode(*poll); err != nil {
+	if cfg.poll, err = rdma.ParsePollMode(*poll); err != nil {
 		return bad("-poll: %v", err)
 	}
 	return cfg, true

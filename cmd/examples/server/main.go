@@ -48,7 +48,6 @@ import (
 	"time"
 
 	"github.com/go-rdma/rdma"
-	"github.com/go-rdma/rdma/poller"
 )
 
 func main() {
@@ -102,7 +101,7 @@ func parse(args []string, stderr io.Writer) (cfg config, ok bool) {
 	case cfg.provider != rdma.ProviderAuto && cfg.provider != rdma.ProviderVerbs && cfg.provider != rdma.ProviderSoft:
 		return bad("-provider %q: want auto, verbs or soft", cfg.provider)
 	}
-	if cfg.poll, err = poller.ParseMode(*poll); err != nil {
+	if cfg.poll, err = rdma.ParsePollMode(*poll); err != nil {
 		return bad("-poll: %v", err)
 	}
 	return cfg, true

@@ -3,7 +3,7 @@ package pool_test
 import (
 	"fmt"
 
-	"github.com/go-rdma/rdma/pool"
+	"github.com/go-rdma/rdma/internal/pool"
 )
 
 // The pool registers a slab with the PD on the first Get. A buffer that

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/go-rdma/rdma/pool"
+	"github.com/go-rdma/rdma/internal/pool"
 )
 
 func benchPool(b *testing.B) *pool.Pool {

@@ -14,8 +14,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/go-rdma/rdma/internal/mem"
+	"github.com/go-rdma/rdma/internal/pool"
 	"github.com/go-rdma/rdma/internal/verbs"
-	"github.com/go-rdma/rdma/pool"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

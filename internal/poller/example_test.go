@@ -3,8 +3,8 @@ package poller_test
 import (
 	"log"
 
+	"github.com/go-rdma/rdma/internal/poller"
 	"github.com/go-rdma/rdma/internal/verbs"
-	"github.com/go-rdma/rdma/poller"
 )
 
 // futures stands for the library's table of pending operations, indexed
