@@ -352,7 +352,7 @@ func (c *Conn) closedErr() error {
 		if errors.Is(err, net.ErrClosed) {
 			return err
 		}
-		return fmt.Errorf("%w: %w", ErrClosed, err)
+		return fmt.Errorf("rdma: conn %v: %w by its failure: %w", c.remote, ErrClosed, err)
 	}
 	return fmt.Errorf("rdma: conn %v: %w", c.remote, ErrClosed)
 }

@@ -299,7 +299,7 @@ func (e *engine) reserve(c *Conn, n int) (*cqUnit, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return nil, ErrClosed
+		return nil, e.closedErr()
 	}
 	for _, u := range e.units {
 		if u.free >= n {
@@ -384,12 +384,17 @@ func (u *cqUnit) close() error {
 	return errors.Join(errs...)
 }
 
+// closedErr is the error of a use of the engine after it closed.
+func (e *engine) closedErr() error {
+	return fmt.Errorf("rdma: engine %s: %w", e.ctx.Info().Name, ErrClosed)
+}
+
 // acquire adds a user (a connection or the listener).
 func (e *engine) acquire() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return ErrClosed
+		return e.closedErr()
 	}
 	e.refs++
 	return nil
@@ -629,7 +634,7 @@ func (e *engine) alloc(n int) (*Buffer, error) {
 	closed := e.closed
 	e.mu.Unlock()
 	if closed {
-		return nil, ErrClosed
+		return nil, e.closedErr()
 	}
 	pb, err := e.pool.Get(n)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"expvar"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -40,7 +41,64 @@ func TestErrorSentinels(t *testing.T) {
 	err = c.Send(buf).Err()
 	require.ErrorIs(t, err, net.ErrClosed)
 	require.ErrorIs(t, err, rdma.ErrClosed)
-	assert.Contains(t, err.Error(), c.RemoteAddr().String(), "which connection")
+	assert.Equal(t, "rdma: conn "+c.RemoteAddr().String()+": closed", err.Error(), "which object, and what")
+	_, err = c.Alloc(8)
+	assert.Equal(t, "rdma: conn "+c.RemoteAddr().String()+": closed", err.Error())
+
+	require.NoError(t, e.Close())
+	_, err = e.Alloc(8)
+	require.ErrorIs(t, err, net.ErrClosed)
+	assert.Equal(t, "rdma: engine "+e.Device()+": closed", err.Error())
+}
+
+// Rule: a Dial that fails in its handshake says why, and the reasons
+// read apart: its context ended (context.DeadlineExceeded or
+// context.Canceled), the handshake's own bound ran out
+// (os.ErrDeadlineExceeded, naming WithHandshakeTimeout's bound), or the
+// server went away during the dial (ErrPeerClosed).
+func TestDialErrors(t *testing.T) {
+	soft := rdma.WithProvider(rdma.ProviderSoft)
+	silent := func(t *testing.T, hangUp bool) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				if hangUp {
+					c.Close() // a server that dies as the dial begins
+					continue
+				}
+				t.Cleanup(func() { c.Close() })
+			}
+		}()
+		return ln.Addr().String()
+	}
+	addr := silent(t, false)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := rdma.Dial(ctx, "rdma", addr, soft)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.NotErrorIs(t, err, rdma.ErrPeerClosed)
+
+	ctx, cancel = context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	_, err = rdma.Dial(ctx, "rdma", addr, soft)
+	require.ErrorIs(t, err, context.Canceled)
+
+	_, err = rdma.Dial(context.Background(), "rdma", addr, soft, rdma.WithHandshakeTimeout(200*time.Millisecond))
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded, "no context ended")
+	assert.Contains(t, err.Error(), "handshake's bound")
+
+	_, err = rdma.Dial(context.Background(), "rdma", silent(t, true), soft)
+	require.ErrorIs(t, err, rdma.ErrPeerClosed)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded)
+	assert.NotErrorIs(t, err, os.ErrDeadlineExceeded)
 }
 
 // Rule: Dialer.Timeout bounds a dial as net.Dialer's does: a listener

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"syscall"
 	"time"
 
 	"github.com/go-rdma/rdma/internal/verbs"
@@ -70,10 +72,7 @@ func writeHello(w io.Writer, h *hello) error {
 func readHello(r io.Reader) (*hello, error) {
 	var h hello
 	if err := binary.Read(r, binary.BigEndian, &h); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("%w: connection closed during the handshake", ErrNotRDMA)
-		}
-		return nil, err
+		return nil, handshakeReadErr("hello", err, false)
 	}
 	if string(h.Magic[:]) != handshakeMagic {
 		return nil, fmt.Errorf("%w: bad handshake magic %q", ErrNotRDMA, h.Magic[:])
@@ -82,6 +81,29 @@ func readHello(r io.Reader) (*hello, error) {
 		return nil, fmt.Errorf("%w: peer version %d, ours %d", ErrVersion, h.Version, handshakeVersion)
 	}
 	return &h, nil
+}
+
+// handshakeReadErr explains a failed read of the handshake's what, so
+// that a peer that is silent, one that went away and one that speaks
+// something else read differently:
+//   - the bound ran out (WithHandshakeTimeout, or the context's deadline,
+//     which Dial then names): it matches os.ErrDeadlineExceeded;
+//   - the peer closed or reset the socket: ErrPeerClosed. Before the
+//     peer's hello that may also be a server of another protocol giving
+//     up on ours, so it matches ErrNotRDMA as well, unless known (the
+//     peer's hello came) to be a go-rdma endpoint;
+//   - anything else is ErrNotRDMA.
+func handshakeReadErr(what string, err error, goRDMA bool) error {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("rdma: no %s from the peer within the handshake's bound: %w", what, err)
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET):
+		if goRDMA {
+			return fmt.Errorf("rdma: %w before its %s (it died or gave up)", ErrPeerClosed, what)
+		}
+		return fmt.Errorf("rdma: %w before its %s: it died, gave up, or %w", ErrPeerClosed, what, ErrNotRDMA)
+	}
+	return fmt.Errorf("%w: no %s: %v", ErrNotRDMA, what, err)
 }
 
 // Answers of the listener to a hello.
@@ -106,7 +128,7 @@ func writeRefusal(w io.Writer, reason string) error {
 func readAnswer(r *bufio.Reader) (*hello, error) {
 	kind, err := r.ReadByte()
 	if err != nil {
-		return nil, fmt.Errorf("%w: no answer to the handshake: %v", ErrNotRDMA, err)
+		return nil, handshakeReadErr("answer to the handshake", err, false)
 	}
 	switch kind {
 	case answerAccept:
@@ -285,7 +307,7 @@ func (c *Conn) connect(br *bufio.Reader, me, peer *hello, release func() bool) e
 		return err
 	}
 	if _, err := io.ReadFull(br, ready[:]); err != nil {
-		return fmt.Errorf("%w: no ready from peer: %v", ErrNotRDMA, err)
+		return handshakeReadErr("ready", err, true)
 	}
 	if !release() {
 		return fmt.Errorf("rdma: handshake with %v: %w", c.remote, context.Canceled)

@@ -199,7 +199,7 @@ func (l *Listener) PoolStats() PoolStats { return PoolStats(l.eng.pool.Stats()) 
 // exposed, on any of its connections.
 func (l *Listener) Alloc(n int) (*Buffer, error) {
 	if l.ctx.Err() != nil {
-		return nil, ErrClosed
+		return nil, fmt.Errorf("rdma: listener %v: %w", l.addr, ErrClosed)
 	}
 	return l.eng.alloc(n)
 }

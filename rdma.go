@@ -463,4 +463,11 @@ var devList struct {
 
 // ErrPeerClosed means the peer closed the connection (or its process
 // ended). It wraps net.ErrClosed.
-var ErrPeerClosed = fmt.Errorf("peer closed the connection: %w", net.ErrClosed)
+var ErrPeerClosed error = peerClosedError{}
+
+// peerClosedError is ErrPeerClosed: it matches net.ErrClosed without
+// repeating its text, which speaks of a use of a closed connection.
+type peerClosedError struct{}
+
+func (peerClosedError) Error() string { return "peer closed the connection" }
+func (peerClosedError) Unwrap() error { return net.ErrClosed }

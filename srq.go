@@ -107,7 +107,7 @@ func (e *engine) srqFor(size int) (*sharedRecv, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return nil, ErrClosed
+		return nil, e.closedErr()
 	}
 	for i := range e.srqs {
 		if s := e.srqs[i].Load(); s != nil && s.size == size {

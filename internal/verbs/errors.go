@@ -9,9 +9,10 @@ import (
 var (
 	// ErrNotSupported: the provider, build or device cannot do this.
 	ErrNotSupported = errors.New("not supported")
-	// ErrClosed: the object was closed. It wraps net.ErrClosed so that
+	// ErrClosed: the object was closed. It reads "closed", for callers
+	// to say which object and where, and wraps net.ErrClosed so that
 	// callers of the upper layers can test one error.
-	ErrClosed = fmt.Errorf("verbs object closed: %w", net.ErrClosed)
+	ErrClosed error = closedError{}
 	// ErrBusy: a parent still has live children; close them first.
 	ErrBusy = errors.New("object has live children")
 	// ErrInvalid: an argument breaks a rule stated in the call's doc.
@@ -98,3 +99,10 @@ func (e *PostError) Error() string {
 }
 
 func (e *PostError) Unwrap() error { return e.Err }
+
+// closedError is ErrClosed: its text is one word, unlike net.ErrClosed's
+// "use of closed network connection", which names no object.
+type closedError struct{}
+
+func (closedError) Error() string { return "closed" }
+func (closedError) Unwrap() error { return net.ErrClosed }
