@@ -21,9 +21,8 @@ const (
 	// polls the CQ from the waiting goroutine (run to completion): the
 	// lowest latency at queue depth 1 when the waiter has a core to
 	// itself. When goroutines outnumber cores, pollers and waiters step
-	// back to PollAdaptive's behaviour; with 16 goroutines on 2 cores
-	// Busy then costs about 1.4× Adaptive's time per request (5× before
-	// it stepped back; docs/performance.md).
+	// back to PollAdaptive's behaviour (docs/guide.md has what that
+	// costs).
 	PollBusy
 	// PollEvent never spins: it parks on the completion channel whenever
 	// the CQ is empty. The least CPU, the most latency.

@@ -73,6 +73,10 @@ const (
 	refillCauses
 )
 
+// MaxSharedReceives bounds WithSharedReceives: the receives one shared
+// receive queue may post.
+const MaxSharedReceives = 1 << srqIndexBits
+
 // A receive of an SRQ has a wr_id of its own kind: bit 63 set, then the
 // SRQ, the entry's generation and its index. Connection wr_ids (ops.go)
 // never set bit 63: slots stay below 2^20.
@@ -84,8 +88,6 @@ const (
 	srqIndexBits = 20
 	srqGenMask   = 1<<20 - 1
 	maxSRQs      = 16 // message sizes an engine serves at once
-	// MaxSharedReceives bounds WithSharedReceives.
-	MaxSharedReceives = 1 << srqIndexBits
 )
 
 func isSRQ(wrID uint64) bool { return wrID&srqMark != 0 }

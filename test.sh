@@ -3,7 +3,8 @@
 #   1. static checks (gofmt, go vet, CGO_ENABLED=0 build, darwin vet,
 #      staticcheck with and without cgo, golangci-lint's depguard);
 #   2. host tests with -race (soft provider; verbs tests skip: no device),
-#      the nested module metrics/promrdma's too;
+#      the nested module metrics/promrdma's too, then docs/guide.md's
+#      getting started followed in a clean directory (test/guide/run.sh);
 #   3. the verbs tests on Soft-RoCE (rdma_rxe) inside a qemu VM, with
 #      RDMA_TEST_REQUIRE_DEVICE=1 so a skip is a failure;
 #   4. an RC test between two VMs.
@@ -57,6 +58,9 @@ host_passed=$(grep -c -- '--- PASS: ' "$hostlog")
 host_skipped=$(grep -c -- '--- SKIP: ' "$hostlog")
 echo "host: $host_passed passed, $host_skipped skipped (tests that need an RDMA device run in the VM below)"
 rm -f "$hostlog"
+
+step "docs/guide.md's getting started, followed in a clean directory"
+test/guide/run.sh
 
 if [ "${SKIP_VM:-0}" = 1 ]; then
   step "SKIP_VM=1: VM tests skipped"

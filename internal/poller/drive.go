@@ -46,7 +46,7 @@ const (
 // Drive polls the CQ from the calling goroutine, dispatching every
 // completion to the handler, until *flag is not zero, ctx ends, the
 // poller stops, or goroutines wait for a P (see "More goroutines than
-// cores" in the package doc). It reports whether it drove at all: it
+// cores" in docs/poller.md). It reports whether it drove at all: it
 // does not when the poller is not Busy, has stopped, is holding after a
 // backlog, or another goroutine drives. Whenever *flag is still zero
 // after Drive, the caller should block as it would otherwise (after

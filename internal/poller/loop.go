@@ -190,7 +190,7 @@ func (p *Poller) loop(ls *loopState) error {
 // half of its Ps spinning for work, this keeps pollers from taking the
 // cores that the goroutines they wake need: on 2 cores, two pollers
 // spinning beside a stream's writer, reader and transport took half the
-// machine and cost a third of its throughput (see the package doc).
+// machine and cost a third of its throughput (see docs/poller.md).
 var spinners atomic.Int32
 
 // maxSpinners is GOMAXPROCS/2, at least 1.
@@ -256,7 +256,7 @@ func (p *Poller) poll(ls *loopState, spins int) (int, error) {
 // Goroutines that the handler readies (futures' waiters) go to this P's
 // runnext slot, where no other P may take them for a while; so the first
 // time the CQ is found empty after a burst of completions the poller
-// yields once, and the waiters run at once (see the package doc).
+// yields once, and the waiters run at once (see docs/poller.md).
 func (p *Poller) spin(ls *loopState, window int64) error {
 	var idle int    // consecutive empty polls
 	var since int64 // when the CQ was first seen empty

@@ -29,7 +29,7 @@ const (
 	// does; under a backlog it is Adaptive for a millisecond. With 16
 	// goroutines on 2 cores this took Busy from about 5× Adaptive's time
 	// per request to about 1.4×. See "Run to completion" and "More
-	// goroutines than cores" in the package doc.
+	// goroutines than cores" in docs/poller.md.
 	Busy
 	// Event never spins: it polls until the CQ is empty, arms, polls once
 	// more and parks until the next event.
@@ -58,7 +58,7 @@ func ParseMode(s string) (Mode, error) {
 	return 0, fmt.Errorf("poller: %w: unknown mode %q (want adaptive, busy or event)", verbs.ErrInvalid, s)
 }
 
-// Defaults, chosen from the measurements in the package documentation.
+// Defaults, chosen from the measurements in docs/poller.md.
 const (
 	DefaultBatch = 64
 	MinBatch     = 32
@@ -117,7 +117,7 @@ type Config struct {
 	// Lock says whether the poller's goroutine is locked to its OS
 	// thread. The zero value, LockAuto, locks a Busy poller and leaves
 	// Adaptive and Event pollers on ordinary goroutines: see "Threads" in
-	// the package documentation for why.
+	// docs/poller.md for why.
 	Lock ThreadLock
 	// CPUs pins the poller's OS thread to this set of CPUs
 	// (sched_setaffinity; Linux only, ErrNotSupported elsewhere), as
