@@ -31,7 +31,8 @@ type Port struct {
 	PhysState string    // the physical state as sysfs writes it, e.g. "5: LinkUp"
 	LinkLayer string    // "InfiniBand" or "Ethernet" (RoCE and the soft device)
 	// LID is the port's InfiniBand local identifier; 0 on Ethernet. The
-	// soft device shows the TCP port its wire listens on.
+	// soft device shows the TCP port its wire listens on, 0 before it
+	// listens.
 	LID       uint16
 	ActiveMTU MTU        // the MTU in use; 0 if unknown
 	MaxMTU    MTU        // the largest MTU the port supports; 0 if unknown
