@@ -70,8 +70,8 @@ func (c *Conn) expose(pb *pool.Buffer, off, n int, access Access, granted int, l
 	if err := pb.Ref(); err != nil {
 		return RemoteRegion{}, fmt.Errorf("rdma: expose: %w", err)
 	}
-	acc := access
-	if acc&(RemoteWrite|RemoteAtomic) != 0 {
+	acc := verbs.Access(access) // the same bits (region.go)
+	if access&(RemoteWrite|RemoteAtomic) != 0 {
 		acc |= verbs.AccessLocalWrite
 	}
 	mem := pb.Bytes()[off : off+n]

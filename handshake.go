@@ -267,7 +267,7 @@ func bound(ctx context.Context, tc net.Conn, d time.Duration) (release func() bo
 // hello that describes it.
 func (c *Conn) prepare() (hello, error) {
 	eng, cfg := c.eng, c.cfg
-	if err := c.qp.ToInit(verbs.InitAttr{Port: eng.port.Port, Access: RemoteRead | RemoteWrite | RemoteAtomic}); err != nil {
+	if err := c.qp.ToInit(verbs.InitAttr{Port: eng.port.Port, Access: verbs.Access(RemoteRead | RemoteWrite | RemoteAtomic)}); err != nil {
 		return hello{}, err
 	}
 	if err := c.postReceives(); err != nil {

@@ -17,24 +17,6 @@ import (
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
-type (
-	// Device describes an RDMA device: name, provider, node GUID,
-	// transport, ports and whether this build can use it.
-	Device = verbs.DeviceInfo
-	// Port describes one port of a device: state, link layer, MTU, GIDs.
-	Port = verbs.PortInfo
-	// GIDEntry is one used entry of a port's GID table with its type.
-	GIDEntry = verbs.GIDEntry
-	// GID is a 128-bit global identifier (an IP address on RoCE).
-	GID = verbs.GID
-	// GUID is a 64-bit EUI-64 identifier.
-	GUID = verbs.GUID
-	// MTU is an InfiniBand MTU enum; MTU.Bytes gives the size.
-	MTU = verbs.MTU
-	// PortState is the logical state of a port.
-	PortState = verbs.PortState
-)
-
 var (
 	// ErrNotSupported: the build, provider or device cannot do this.
 	ErrNotSupported = verbs.ErrNotSupported
@@ -373,7 +355,9 @@ func Devices() ([]Device, error) {
 		if err != nil {
 			return nil, err
 		}
-		all = append(all, devs...)
+		for _, d := range devs {
+			all = append(all, deviceFrom(d))
+		}
 	}
 	return all, nil
 }

@@ -8,15 +8,22 @@ import (
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
-// Access is a set of rights a peer gets on exposed memory.
-type Access = verbs.Access
+// Access is a set of rights a peer gets on exposed memory (Expose,
+// RequestRegion): RemoteRead, RemoteWrite and RemoteAtomic, or'd
+// together. The empty set grants nothing and both refuse it. The bits
+// are the verbs access flags, which RequestRegion sends on the wire.
+type Access uint32
 
 // Remote access rights for Expose and RequestRegion.
 const (
-	RemoteRead   Access = verbs.AccessRemoteRead
-	RemoteWrite  Access = verbs.AccessRemoteWrite
-	RemoteAtomic Access = verbs.AccessRemoteAtomic
+	RemoteRead   Access = 1 << 2 // the peer may Read the region
+	RemoteWrite  Access = 1 << 1 // the peer may Write to the region
+	RemoteAtomic Access = 1 << 3 // the peer may CompareAndSwap and FetchAndAdd on the region
 )
+
+// String names the rights as the verbs flags do, e.g.
+// "REMOTE_WRITE|REMOTE_READ", and the empty set "none".
+func (a Access) String() string { return verbs.Access(a).String() }
 
 // RemoteRegion names memory in the peer: Len bytes at the peer's virtual
 // address Addr, reachable with RKey. An rkey is not a secret: whoever has
