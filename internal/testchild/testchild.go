@@ -85,8 +85,8 @@ func Start(ctx context.Context, t testing.TB, role string, env ...string) *Child
 	return c
 }
 
-// stop ends the child and reaps it. Its errors are what killing a child
-// gives (the process is gone, "signal: killed"), not the test's.
+// stop ends the child and reaps it, once. Its errors are what killing a
+// child gives (the process is gone, "signal: killed"), not the test's.
 func (c *Child) stop() {
 	c.once.Do(func() {
 		c.stdin.Close()
@@ -116,10 +116,13 @@ func (c *Child) Expect(t testing.TB, want string) {
 // parent.
 func (c *Child) Stdin() io.Writer { return c.stdin }
 
-// Kill kills the child with SIGKILL now, as a crash would.
+// Kill kills the child with SIGKILL now, as a crash would, and reaps
+// it: when Kill returns the process is gone and its pipes are closed,
+// so a test can count what it has left open.
 func (c *Child) Kill(t testing.TB) {
 	t.Helper()
 	c.Signal(t, os.Kill)
+	c.stop()
 }
 
 // Signal sends sig to the child.
