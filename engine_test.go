@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 // acceptDial dials ln from dial and returns both ends, closed when the
@@ -127,7 +128,7 @@ func testEngineHandle(t *testing.T, opts []rdma.Option) {
 // Rule: a connection tells that it ended, and why, without an operation
 // posted: Done closes and Err matches ErrPeerClosed when the peer closes.
 func TestConnDone(t *testing.T) {
-	c, s := pair(t, rdma.WithProvider(rdma.ProviderSoft))
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
 	select {
 	case <-s.Done():
 		t.Fatal("done before anything ended")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-rdma/rdma"
 	"github.com/go-rdma/rdma/internal/poller"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 // threadCPUs is the CPU set of OS thread tid (0: the caller's), read
@@ -37,7 +38,7 @@ func TestPollerCPUs(t *testing.T) {
 	want := allowed[len(allowed)-1:] // a strict subset on a multi-CPU machine
 	for _, m := range []rdma.PollMode{rdma.PollAdaptive, rdma.PollBusy, rdma.PollEvent} {
 		t.Run(m.String(), func(t *testing.T) {
-			c, s := pair(t, rdma.WithProvider(rdma.ProviderSoft), rdma.WithPollMode(m), rdma.WithPollerCPUs(want...))
+			c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft), rdma.WithPollMode(m), rdma.WithPollerCPUs(want...))
 			for _, conn := range []*rdma.Conn{c, s} {
 				tid := rdma.ConnPollerThread(conn)
 				require.NotZero(t, tid)
