@@ -249,22 +249,18 @@ func TestMessageWithoutCredit(t *testing.T) {
 	require.True(t, errors.Is(c.Err(), rdma.ErrPeerClosed), "sender: %v", c.Err())
 }
 
-// enginePairs opens n connections from ce to a listener on se.
+// enginePairs opens n connections from ce to a listener on se, closed
+// when the test ends (unless the test closed them itself).
 func enginePairs(t *testing.T, ce, se *rdma.Engine, n int) (clients, servers []*rdma.Conn) {
 	t.Helper()
 	ln, err := se.Listen("rdma", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	dial := func(ctx context.Context, address string) (*rdma.Conn, error) {
+		return ce.Dial(ctx, "rdma", address)
+	}
 	for range n {
-		acc := make(chan *rdma.Conn, 1)
-		go func() { s, _ := ln.Accept(ctx); acc <- s }()
-		c, err := ce.Dial(ctx, "rdma", ln.Addr().String())
-		require.NoError(t, err)
-		s := <-acc
-		require.NotNil(t, s)
-		t.Cleanup(func() { c.Close(); s.Close() })
+		c, s := rdmatest.Connect(t, ln, dial)
 		clients, servers = append(clients, c), append(servers, s)
 	}
 	return clients, servers
