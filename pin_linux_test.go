@@ -64,20 +64,9 @@ func TestPollerCPUsEveryCQ(t *testing.T) {
 	ln, err := e.Listen("rdma", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	accepted := make(chan *rdma.Conn, 1)
-	go func() {
-		s, err := ln.Accept(ctx)
-		assert.NoError(t, err)
-		accepted <- s
-	}()
-	c, err := e.Dial(ctx, "rdma", ln.Addr().String())
-	require.NoError(t, err)
-	defer c.Close()
-	s := <-accepted
-	require.NotNil(t, s)
-	defer s.Close()
+	rdmatest.Connect(t, ln, func(ctx context.Context, address string) (*rdma.Conn, error) {
+		return e.Dial(ctx, "rdma", address)
+	})
 
 	tids := rdma.EnginePollerThreads(e)
 	require.GreaterOrEqual(t, len(tids), 2, "the engine made one CQ")
@@ -103,17 +92,9 @@ func TestPollerCPUsEngineKey(t *testing.T) {
 		ln, err := rdma.Listen("rdma", "127.0.0.1:0", opts...)
 		require.NoError(t, err)
 		defer ln.Close()
-		accepted := make(chan *rdma.Conn, 1)
-		go func() {
-			s, _ := ln.Accept(ctx)
-			accepted <- s
-		}()
-		c, err := rdma.Dial(ctx, "rdma", ln.Addr().String(), opts...)
-		require.NoError(t, err)
-		t.Cleanup(func() { c.Close() })
-		s := <-accepted
-		require.NotNil(t, s)
-		t.Cleanup(func() { s.Close() })
+		c, _ := rdmatest.Connect(t, ln, func(ctx context.Context, address string) (*rdma.Conn, error) {
+			return rdma.Dial(ctx, "rdma", address, opts...)
+		})
 		return c
 	}
 	a, b := dialOn(allowed[0]), dialOn(allowed[1])
