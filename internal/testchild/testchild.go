@@ -69,8 +69,8 @@ type Child struct {
 // its stdout is read with ReadLine or Expect, its stdin stays open until
 // the test ends, and its stderr is this process's, so what a failing
 // child says shows in the test's output. When the test ends the child's
-// stdin is closed and the child is killed and waited for; a child that
-// was meant to end on its own has done so by then.
+// stdin is closed and the child is killed and reaped; how it exited is
+// not checked, so a role reports a failure on stdout or stderr.
 func Start(ctx context.Context, t testing.TB, role string, env ...string) *Child {
 	t.Helper()
 	cmd := Command(ctx, role, env...)
