@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 // Rule: a batch posts many operations as one chain with only the last
@@ -14,7 +15,7 @@ import (
 func TestBatch(t *testing.T) { eachProvider(t, testBatch) }
 
 func testBatch(t *testing.T, opts []rdma.Option) {
-	c, s := pair(t, opts...)
+	c, s := rdmatest.Pair(t, opts...)
 	target, _ := s.Alloc(64 << 10)
 	defer target.Release()
 	region, err := s.Expose(target, rdma.RemoteWrite|rdma.RemoteRead)

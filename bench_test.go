@@ -30,11 +30,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/go-rdma/rdma"
 	"github.com/go-rdma/rdma/internal/ibv"
 	"github.com/go-rdma/rdma/internal/mem"
 	"github.com/go-rdma/rdma/internal/soft"
 	"github.com/go-rdma/rdma/internal/verbs"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 var benchSizes = []int{8, 4 << 10, 64 << 10, 1 << 20}
@@ -101,25 +104,21 @@ func (l *latencies) report(b *testing.B) {
 	b.ReportMetric(at(0.99), "p99-us")
 }
 
-// benchPair connects a pair through the public API.
+// benchPair connects a pair through the package-level Listen and Dial,
+// so both ends share the process's engine (one pool, one set of pollers),
+// unlike rdmatest.Pair's engine per end: what docs/async.md and
+// docs/performance.md measured, and what benchstat compares across
+// commits.
 func benchPair(b *testing.B, maxMsg int, extra ...rdma.Option) (c, s *rdma.Conn) {
 	b.Helper()
 	opts := append(benchOptions(), rdma.WithMaxMessage(maxMsg), rdma.WithQueueDepth(128, 128))
 	opts = append(opts, extra...)
 	ln, err := rdma.Listen("rdma", "127.0.0.1:0", opts...)
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	defer ln.Close()
-	ch := make(chan *rdma.Conn, 1)
-	go func() { c, _ := ln.Accept(context.Background()); ch <- c }()
-	c, err = rdma.Dial(context.Background(), "rdma", ln.Addr().String(), opts...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s = <-ch
-	b.Cleanup(func() { c.Close(); s.Close() })
-	return c, s
+	return rdmatest.Connect(b, ln, func(ctx context.Context, address string) (*rdma.Conn, error) {
+		return rdma.Dial(ctx, "rdma", address, opts...)
+	})
 }
 
 // BenchmarkAllocRelease: a 64 B buffer from the pool and back, what

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 // Rule: with a Busy poller, Wait runs to completion: the waiting
@@ -22,7 +23,7 @@ func testBusyRunToCompletion(t *testing.T, opts []rdma.Option) {
 	t.Run("onesided", func(t *testing.T) { testOneSided(t, opts) })
 
 	t.Run("pingpong", func(t *testing.T) {
-		c, s := pair(t, opts...)
+		c, s := rdmatest.Pair(t, opts...)
 		const rounds = 200
 		b, err := c.Alloc(64)
 		if err != nil {
@@ -74,7 +75,7 @@ func testBusyRunToCompletion(t *testing.T, opts []rdma.Option) {
 	})
 
 	t.Run("concurrent", func(t *testing.T) {
-		c, s := pair(t, opts...)
+		c, s := rdmatest.Pair(t, opts...)
 		const waiters, per = 6, 40
 		const total = (waiters + 1) * per // one more goroutine selects on Done
 		received := make(chan error, 1)

@@ -8,55 +8,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
-// pair connects a Conn pair over a fresh listener with opts.
-// pair connects a client to a server, each on an engine of its own, as
-// two processes would be: their pools and pollers are apart.
-func pair(t *testing.T, opts ...rdma.Option) (client, server *rdma.Conn) {
-	t.Helper()
-	se, err := rdma.OpenEngine(opts...)
-	require.NoError(t, err)
-	ce, err := rdma.OpenEngine(opts...)
-	require.NoError(t, err)
-	ln, err := se.Listen("rdma", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	type res struct {
-		c   *rdma.Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		c, err := ln.Accept(ctx)
-		ch <- res{c, err}
-	}()
-	client, err = ce.Dial(ctx, "rdma", ln.Addr().String())
-	require.NoError(t, err)
-	r := <-ch
-	require.NoError(t, r.err)
-	require.NoError(t, ln.Close())
-	t.Cleanup(func() {
-		assert.NoError(t, client.Close(), "client close")
-		assert.NoError(t, r.c.Close(), "server close")
-		assert.NoError(t, ce.Close())
-		assert.NoError(t, se.Close())
-	})
-	return client, r.c
-}
-
+// wait waits (bounded) for f to resolve and requires it to succeed.
 func wait(t *testing.T, f *rdma.Future) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := f.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, f.Wait(ctx))
 }
 
 // Rule: Send delivers the bytes in a pool buffer to the peer's Recv,
@@ -64,7 +27,7 @@ func wait(t *testing.T, f *rdma.Future) {
 func TestSendRecv(t *testing.T) { eachProvider(t, testSendRecv) }
 
 func testSendRecv(t *testing.T, opts []rdma.Option) {
-	c, s := pair(t, opts...)
+	c, s := rdmatest.Pair(t, opts...)
 	for _, n := range []int{1, 64, 4096, 60000} {
 		b, err := c.Alloc(n)
 		if err != nil {
@@ -95,7 +58,7 @@ func testSendRecv(t *testing.T, opts []rdma.Option) {
 func TestOneSided(t *testing.T) { eachProvider(t, testOneSided) }
 
 func testOneSided(t *testing.T, opts []rdma.Option) {
-	c, s := pair(t, opts...)
+	c, s := rdmatest.Pair(t, opts...)
 	target, err := s.Alloc(8192)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 // Rule: a peer that never takes a message gets no more than it has
@@ -18,7 +19,7 @@ import (
 func TestCreditsBackPressure(t *testing.T) { eachProvider(t, testCreditsBackPressure) }
 
 func testCreditsBackPressure(t *testing.T, opts []rdma.Option) {
-	c, s := pair(t, append(opts, rdma.WithQueueDepth(128, 16))...)
+	c, s := rdmatest.Pair(t, append(opts, rdma.WithQueueDepth(128, 16))...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b, err := c.Alloc(64)
@@ -54,7 +55,7 @@ func testCreditsBackPressure(t *testing.T, opts []rdma.Option) {
 func TestCreditsReturn(t *testing.T) { eachProvider(t, testCreditsReturn) }
 
 func testCreditsReturn(t *testing.T, opts []rdma.Option) {
-	c, s := pair(t, append(opts, rdma.WithQueueDepth(8, 4))...)
+	c, s := rdmatest.Pair(t, append(opts, rdma.WithQueueDepth(8, 4))...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const n = 2000

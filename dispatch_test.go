@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 // Rule: with a RecvHandler, a server with many connections keeps no
@@ -52,21 +53,13 @@ func testRecvHandler(t *testing.T, opts []rdma.Option) {
 
 	before := runtime.NumGoroutine()
 	var clients, servers []*rdma.Conn
+	dial := func(ctx context.Context, address string) (*rdma.Conn, error) {
+		return ce.Dial(ctx, "rdma", address, rdma.WithQueueDepth(8, 4))
+	}
 	for range conns {
-		acc := make(chan *rdma.Conn, 1)
-		go func() { s, _ := ln.Accept(ctx); acc <- s }()
-		c, err := ce.Dial(ctx, "rdma", ln.Addr().String(), rdma.WithQueueDepth(8, 4))
-		require.NoError(t, err)
-		s := <-acc
-		require.NotNil(t, s)
+		c, s := rdmatest.Connect(t, ln, dial)
 		clients, servers = append(clients, c), append(servers, s)
 	}
-	defer func() {
-		for i := range clients {
-			assert.NoError(t, clients[i].Close())
-			assert.NoError(t, servers[i].Close())
-		}
-	}()
 	require.ErrorIs(t, servers[0].Recv().Err(), rdma.ErrInvalid)
 	b, err := ce.Alloc(8)
 	require.NoError(t, err)

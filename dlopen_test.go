@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/internal/testchild"
 )
 
 // noLibMessage is what the "nolib" child sends itself over auto.
@@ -120,8 +120,7 @@ func runNoLibChild(t *testing.T, env ...string) noLibReport {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), "RDMA_TEST_CHILD=nolib", "RDMA_PROVIDER="), env...)
+	cmd := testchild.Command(ctx, "nolib", append([]string{"RDMA_PROVIDER="}, env...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

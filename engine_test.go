@@ -9,26 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/rdmatest"
 )
-
-// acceptDial dials ln from dial and returns both ends, closed when the
-// test ends.
-func acceptDial(t *testing.T, ln *rdma.Listener, dial func(ctx context.Context, addr string) (*rdma.Conn, error)) (client, server *rdma.Conn) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	acc := make(chan *rdma.Conn, 1)
-	go func() { s, _ := ln.Accept(ctx); acc <- s }()
-	c, err := dial(ctx, ln.Addr().String())
-	require.NoError(t, err)
-	s := <-acc
-	require.NotNil(t, s)
-	t.Cleanup(func() {
-		assert.NoError(t, c.Close())
-		assert.NoError(t, s.Close())
-	})
-	return c, s
-}
 
 // Rule: the package-level Dial and Listen of one process share one
 // engine per device port: one pool, so a buffer received on one
@@ -48,8 +30,8 @@ func testSharedEngine(t *testing.T, opts []rdma.Option) {
 	dial := func(ctx context.Context, addr string) (*rdma.Conn, error) {
 		return rdma.Dial(ctx, "rdma", addr, opts...)
 	}
-	client, proxyIn := acceptDial(t, front, dial)
-	proxyOut, backend := acceptDial(t, back, dial)
+	client, proxyIn := rdmatest.Connect(t, front, dial)
+	proxyOut, backend := rdmatest.Connect(t, back, dial)
 	require.Equal(t, front.PoolStats(), proxyOut.PoolStats(), "one pool")
 
 	msg, err := client.Alloc(5)
@@ -91,7 +73,7 @@ func testEngineHandle(t *testing.T, opts []rdma.Option) {
 	ln, err := e.Listen("rdma", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
-	c, s := acceptDial(t, ln, func(ctx context.Context, addr string) (*rdma.Conn, error) {
+	c, s := rdmatest.Connect(t, ln, func(ctx context.Context, addr string) (*rdma.Conn, error) {
 		return e.Dial(ctx, "rdma", addr, rdma.WithQueueDepth(16, 16))
 	})
 	assert.Equal(t, e.Device(), c.Device())
@@ -127,7 +109,7 @@ func testEngineHandle(t *testing.T, opts []rdma.Option) {
 // Rule: a connection tells that it ended, and why, without an operation
 // posted: Done closes and Err matches ErrPeerClosed when the peer closes.
 func TestConnDone(t *testing.T) {
-	c, s := pair(t, rdma.WithProvider(rdma.ProviderSoft))
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
 	select {
 	case <-s.Done():
 		t.Fatal("done before anything ended")

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 // Rule: each kind of failure a user meets has a sentinel, and the error
@@ -32,7 +33,7 @@ func TestErrorSentinels(t *testing.T) {
 	require.ErrorIs(t, err, rdma.ErrPoolLimit)
 	assert.NotContains(t, err.Error(), "Options.MaxBytes", "the error names an option the user never set")
 
-	c, s := pair(t, rdma.WithProvider(rdma.ProviderSoft))
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
 	buf, err := c.Alloc(8)
 	require.NoError(t, err)
 	defer buf.Release()
@@ -133,7 +134,7 @@ func TestDialerTimeout(t *testing.T) {
 // received and completed, and expvar serves them once the application
 // publishes them.
 func TestStats(t *testing.T) {
-	c, s := pair(t, rdma.WithProvider(rdma.ProviderSoft))
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	b, err := c.Alloc(100)

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 // records is a slog.Handler that keeps what it is given.
@@ -58,7 +59,7 @@ func (r *records) find(msg string) []string {
 func TestLifecycleEvents(t *testing.T) {
 	var rec records
 	log := slog.New(&rec)
-	c, s := pair(t, rdma.WithProvider(rdma.ProviderSoft), rdma.WithLogger(log))
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft), rdma.WithLogger(log))
 	require.Len(t, rec.find("rdma: connected"), 2)
 	require.NoError(t, c.Close())
 	<-s.Done()

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 // These tests play careless and hostile peers against the public API
@@ -44,7 +45,7 @@ func requestFrame(id uint32, size uint64) []byte {
 // goroutines, and is cut off once it has more in flight than the
 // protocol allows.
 func TestRequestFlood(t *testing.T) {
-	c, s := pair(t, rdma.WithProvider(rdma.ProviderSoft))
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
 	rdma.Deafen(c) // it never hears the answers
 	base := runtime.NumGoroutine()
 	r := s.Recv()
@@ -70,7 +71,7 @@ func TestRequestFlood(t *testing.T) {
 // and the peer's accounting returns to zero (-race checks the
 // accounting's locking).
 func TestRequestRegionConcurrent(t *testing.T) {
-	c, s := pair(t, rdma.WithProvider(rdma.ProviderSoft), rdma.WithRegionLimit(8<<20))
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft), rdma.WithRegionLimit(8<<20))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -114,7 +115,7 @@ func TestRequestRegionConcurrent(t *testing.T) {
 // Rule: a RequestRegion whose context ends as the grant arrives loses
 // nothing: the grant goes back to the peer, whose limit recovers.
 func TestRequestRegionAbandoned(t *testing.T) {
-	c, s := pair(t, rdma.WithProvider(rdma.ProviderSoft), rdma.WithRegionLimit(8<<20))
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft), rdma.WithRegionLimit(8<<20))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	gaveUp := 0
@@ -145,7 +146,7 @@ func TestRequestRegionAbandoned(t *testing.T) {
 // answered and the peer's close is still noticed. A peer that sends
 // past the bound is cut off, not waited for.
 func TestRegionQueue(t *testing.T) {
-	c, s := pair(t, rdma.WithProvider(rdma.ProviderSoft))
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	b, err := c.Alloc(64)
@@ -174,7 +175,7 @@ func TestRegionQueue(t *testing.T) {
 	failedWith(t, r, rdma.ErrPeerClosed)
 
 	// A hostile peer that ignores the bound is cut off at once.
-	c2, s2 := pair(t, rdma.WithProvider(rdma.ProviderSoft))
+	c2, s2 := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
 	r2 := s2.Recv()
 	for range 20 {
 		rdma.SendControl(c2, rdma.CtrlRegion, make([]byte, 20))
@@ -186,7 +187,7 @@ func TestRegionQueue(t *testing.T) {
 // RequestRegion; memory this side exposed stays exposed until its own
 // Revoke.
 func TestPeerCannotRevokeExpose(t *testing.T) {
-	c, s := pair(t, rdma.WithProvider(rdma.ProviderSoft))
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	b, err := s.Alloc(4096)
@@ -211,7 +212,7 @@ func testPeerCloseErrors(t *testing.T, opts []rdma.Option) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // rxe under TCG: tens of seconds
 	defer cancel()
 	for round := range 10 {
-		c, s := pair(t, opts...)
+		c, s := rdmatest.Pair(t, opts...)
 		b, err := s.Alloc(1 << 20)
 		require.NoError(t, err)
 		region, err := s.Expose(b, rdma.RemoteWrite)
@@ -285,7 +286,7 @@ func testLastMessageBeforeClose(t *testing.T, opts []rdma.Option) {
 func TestRegionLifetime(t *testing.T) { eachProvider(t, testRegionLifetime) }
 
 func testRegionLifetime(t *testing.T, opts []rdma.Option) {
-	c, s := pair(t, append(opts, rdma.WithRegionLifetime(time.Hour))...)
+	c, s := rdmatest.Pair(t, append(opts, rdma.WithRegionLifetime(time.Hour))...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	src, err := c.Alloc(64)
@@ -302,7 +303,7 @@ func testRegionLifetime(t *testing.T, opts []rdma.Option) {
 	require.ErrorIs(t, err, rdma.ErrInvalid)
 
 	// The granter's own bound applies when the request asks for more.
-	c2, s2 := pair(t, append(opts, rdma.WithRegionLifetime(100*time.Millisecond))...)
+	c2, s2 := rdmatest.Pair(t, append(opts, rdma.WithRegionLifetime(100*time.Millisecond))...)
 	src2, err := c2.Alloc(64)
 	require.NoError(t, err)
 	defer src2.Release()
@@ -325,7 +326,7 @@ func testRegionLifetime(t *testing.T, opts []rdma.Option) {
 func TestOrderlyRevoke(t *testing.T) { eachProvider(t, testOrderlyRevoke) }
 
 func testOrderlyRevoke(t *testing.T, opts []rdma.Option) {
-	c, s := pair(t, opts...)
+	c, s := rdmatest.Pair(t, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	src, err := c.Alloc(4096)
@@ -371,7 +372,7 @@ func testOrderlyRevoke(t *testing.T, opts []rdma.Option) {
 // Rule: a peer that does not answer a revoke within its bound is cut
 // off, and the memory is deregistered then.
 func TestRevokeUnanswered(t *testing.T) {
-	c, s := pair(t, rdma.WithProvider(rdma.ProviderSoft))
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rdma.Deafen(c)
@@ -391,7 +392,7 @@ func TestRevokeUnanswered(t *testing.T) {
 func TestRecvCancel(t *testing.T) { eachProvider(t, testRecvCancel) }
 
 func testRecvCancel(t *testing.T, opts []rdma.Option) {
-	c, s := pair(t, opts...)
+	c, s := rdmatest.Pair(t, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	b, err := c.Alloc(1)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-rdma/rdma"
 	"github.com/go-rdma/rdma/internal/leak"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 // gcUntil runs the GC until ch is closed, for at most 10 s: the safety
@@ -184,7 +185,7 @@ func receiveReleaseAndDrop(t *testing.T, c, s *rdma.Conn) int {
 func TestReleaseThenDropNoDoubleRelease(t *testing.T) {
 	mark := leak.Now()
 	defer func() { leak.Take(mark) }() // the sentinels, lost on purpose
-	c, s := pair(t)
+	c, s := rdmatest.Pair(t)
 	inUse := func() int { return c.PoolStats().BuffersInUse }
 	base := inUse()
 
@@ -230,7 +231,7 @@ const leakChildEnv = "RDMA_TEST_LEAK_CHILD"
 // Alloc'd or received.
 func TestLeakCheckNamesSite(t *testing.T) {
 	if os.Getenv(leakChildEnv) == "1" {
-		c, s := pair(t)
+		c, s := rdmatest.Pair(t)
 		sites := loseBuffers(t, c, s)
 		fmt.Printf("lost-at %s\n", strings.Join(sites, " "))
 		return

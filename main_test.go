@@ -11,12 +11,19 @@ import (
 
 	"github.com/go-rdma/rdma"
 	"github.com/go-rdma/rdma/internal/leak"
+	"github.com/go-rdma/rdma/internal/testchild"
 )
 
 func TestMain(m *testing.M) {
-	if role := os.Getenv("RDMA_TEST_CHILD"); role != "" {
-		os.Exit(child(role))
-	}
+	// The roles the tests start this binary in, as a second process.
+	testchild.Main(map[string]func() int{
+		"dialer":        dialerChild,
+		"many":          manyChild,
+		"hold":          holdChild,
+		"nolib":         noLibChild,
+		"stream-writer": streamWriterChild,
+		"stream-sink":   streamSinkChild,
+	})
 	// A Buffer a test never releases fails the run (exit 99) and is
 	// reported with the place that allocated it.
 	goleak.VerifyTestMain(leak.Checked(m), goleak.IgnoreCurrent()) // the goroutines made at init (ants' default pool)
@@ -57,21 +64,9 @@ func requireDevice(t *testing.T) {
 	t.Skip("no usable verbs device; ./test.sh runs these tests on rxe in a VM")
 }
 
-// child runs a role in a child process (see TestPeerKilled): it dials
-// $RDMA_TEST_ADDR, sends three messages, says "ready" and waits to be
-// killed.
-func child(role string) int {
-	switch role {
-	case "many":
-		return manyChild()
-	case "hold":
-		return holdChild()
-	case "nolib":
-		return noLibChild()
-	case "dialer":
-	default:
-		return 2
-	}
+// dialerChild is the child of TestPeerKilled: it dials $RDMA_TEST_ADDR,
+// sends three messages, says "ready" and waits to be killed.
+func dialerChild() int {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c, err := rdma.Dial(ctx, "rdma", os.Getenv("RDMA_TEST_ADDR"), rdma.WithProvider(os.Getenv("RDMA_TEST_PROVIDER")))

@@ -1,15 +1,12 @@
 package rdma_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/internal/testchild"
 )
 
 // Rule: when a process holding 1,000 connections is SIGKILLed, every
@@ -43,20 +41,8 @@ func testManyConnsPeerKilled(t *testing.T, opts []rdma.Option) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "RDMA_TEST_CHILD=hold", "RDMA_TEST_ADDR="+ln.Addr().String(),
+	child := testchild.Start(ctx, t, "hold", "RDMA_TEST_ADDR="+ln.Addr().String(),
 		fmt.Sprintf("RDMA_TEST_N=%d", n), "RDMA_TEST_PROVIDER="+provider)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	killed := false
-	defer func() {
-		if !killed {
-			cmd.Process.Kill()
-		}
-		cmd.Wait()
-	}()
 	conns := make([]*rdma.Conn, 0, n)
 	defer func() {
 		for _, c := range conns {
@@ -68,9 +54,7 @@ func testManyConnsPeerKilled(t *testing.T, opts []rdma.Option) {
 		require.NoError(t, err)
 		conns = append(conns, c)
 	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "ready", strings.TrimSpace(line))
+	child.Expect(t, "ready")
 
 	// On each connection: a Recv that nothing answers, and more sends
 	// than the child, which never reads, has credits for.
@@ -85,8 +69,7 @@ func testManyConnsPeerKilled(t *testing.T, opts []rdma.Option) {
 			futures = append(futures, c.Send(bufs[i]))
 		}
 	}
-	require.NoError(t, cmd.Process.Kill())
-	killed = true
+	child.Kill(t)
 	start := time.Now()
 	for i, f := range futures {
 		if err := f.Wait(ctx); err != nil && !errors.Is(err, rdma.ErrPeerClosed) {

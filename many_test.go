@@ -1,16 +1,13 @@
 package rdma_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -21,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/internal/testchild"
 )
 
 // manyConns opens n connections from one engine to a listener on another
@@ -250,16 +248,8 @@ func TestManyConnsTwoProcesses(t *testing.T) {
 	require.NoError(t, err)
 	defer ln.Close()
 
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "RDMA_TEST_CHILD=many", "RDMA_TEST_ADDR="+ln.Addr().String(), fmt.Sprintf("RDMA_TEST_N=%d", n))
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe() // the child ends when this closes
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	defer cmd.Wait()
-	defer stdin.Close()
+	// The child keeps its connections until the test ends.
+	child := testchild.Start(ctx, t, "many", "RDMA_TEST_ADDR="+ln.Addr().String(), fmt.Sprintf("RDMA_TEST_N=%d", n))
 
 	start := time.Now()
 	var conns []*rdma.Conn
@@ -291,15 +281,13 @@ func TestManyConnsTwoProcesses(t *testing.T) {
 			t.Fatal("not every connection's message arrived")
 		}
 	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "done", strings.TrimSpace(line))
+	child.Expect(t, "done")
 }
 
 // manyChild dials $RDMA_TEST_N connections to $RDMA_TEST_ADDR and keeps
 // them all open; on each it takes the region the server sends, WRITEs
 // the connection's index there and SENDs it. It says "done" when every
-// operation completed and exits when its stdin closes.
+// operation completed and exits when its stdin closes (the test ended).
 func manyChild() int {
 	n, _ := strconv.Atoi(os.Getenv("RDMA_TEST_N"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

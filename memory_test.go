@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 // Rule: no byte an earlier owner wrote ever shows through a new buffer,
@@ -25,18 +26,11 @@ func testNoStaleBytes(t *testing.T, opts []rdma.Option) {
 	defer cancel()
 	// Two peers of one listener share its pool.
 	var peers, served [2]*rdma.Conn
+	dial := func(ctx context.Context, address string) (*rdma.Conn, error) {
+		return rdma.Dial(ctx, "rdma", address, opts...)
+	}
 	for i := range peers {
-		accepted := make(chan *rdma.Conn, 1)
-		go func() {
-			c, _ := ln.Accept(ctx)
-			accepted <- c
-		}()
-		peers[i], err = rdma.Dial(ctx, "rdma", ln.Addr().String(), opts...)
-		require.NoError(t, err)
-		defer peers[i].Close()
-		served[i] = <-accepted
-		require.NotNil(t, served[i])
-		defer served[i].Close()
+		peers[i], served[i] = rdmatest.Connect(t, ln, dial)
 	}
 	zero := func(t *testing.T, b *rdma.Buffer) {
 		t.Helper()

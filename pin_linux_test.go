@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-rdma/rdma"
 	"github.com/go-rdma/rdma/internal/poller"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 // threadCPUs is the CPU set of OS thread tid (0: the caller's), read
@@ -37,7 +38,7 @@ func TestPollerCPUs(t *testing.T) {
 	want := allowed[len(allowed)-1:] // a strict subset on a multi-CPU machine
 	for _, m := range []rdma.PollMode{rdma.PollAdaptive, rdma.PollBusy, rdma.PollEvent} {
 		t.Run(m.String(), func(t *testing.T) {
-			c, s := pair(t, rdma.WithProvider(rdma.ProviderSoft), rdma.WithPollMode(m), rdma.WithPollerCPUs(want...))
+			c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft), rdma.WithPollMode(m), rdma.WithPollerCPUs(want...))
 			for _, conn := range []*rdma.Conn{c, s} {
 				tid := rdma.ConnPollerThread(conn)
 				require.NotZero(t, tid)
@@ -63,20 +64,9 @@ func TestPollerCPUsEveryCQ(t *testing.T) {
 	ln, err := e.Listen("rdma", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	accepted := make(chan *rdma.Conn, 1)
-	go func() {
-		s, err := ln.Accept(ctx)
-		assert.NoError(t, err)
-		accepted <- s
-	}()
-	c, err := e.Dial(ctx, "rdma", ln.Addr().String())
-	require.NoError(t, err)
-	defer c.Close()
-	s := <-accepted
-	require.NotNil(t, s)
-	defer s.Close()
+	rdmatest.Connect(t, ln, func(ctx context.Context, address string) (*rdma.Conn, error) {
+		return e.Dial(ctx, "rdma", address)
+	})
 
 	tids := rdma.EnginePollerThreads(e)
 	require.GreaterOrEqual(t, len(tids), 2, "the engine made one CQ")
@@ -102,17 +92,9 @@ func TestPollerCPUsEngineKey(t *testing.T) {
 		ln, err := rdma.Listen("rdma", "127.0.0.1:0", opts...)
 		require.NoError(t, err)
 		defer ln.Close()
-		accepted := make(chan *rdma.Conn, 1)
-		go func() {
-			s, _ := ln.Accept(ctx)
-			accepted <- s
-		}()
-		c, err := rdma.Dial(ctx, "rdma", ln.Addr().String(), opts...)
-		require.NoError(t, err)
-		t.Cleanup(func() { c.Close() })
-		s := <-accepted
-		require.NotNil(t, s)
-		t.Cleanup(func() { s.Close() })
+		c, _ := rdmatest.Connect(t, ln, func(ctx context.Context, address string) (*rdma.Conn, error) {
+			return rdma.Dial(ctx, "rdma", address, opts...)
+		})
 		return c
 	}
 	a, b := dialOn(allowed[0]), dialOn(allowed[1])

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-rdma/rdma"
 	"github.com/go-rdma/rdma/internal/poller"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 // Rule: Devices never fails on a machine without devices; it lists what
@@ -91,7 +92,7 @@ func TestProviderChoice(t *testing.T) {
 // its provider unless WithPollSpin says otherwise.
 func TestPollSpin(t *testing.T) {
 	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
-		c, _ := pair(t, opts...)
+		c, _ := rdmatest.Pair(t, opts...)
 		want := poller.DefaultSpin
 		if c.Provider() == rdma.ProviderSoft {
 			want = 10 * time.Microsecond
@@ -99,7 +100,7 @@ func TestPollSpin(t *testing.T) {
 		if got := rdma.ConnPollerConfig(c).Spin; got != want {
 			t.Errorf("default spin %v, want %v", got, want)
 		}
-		c, _ = pair(t, append(opts, rdma.WithPollSpin(123*time.Microsecond))...)
+		c, _ = rdmatest.Pair(t, append(opts, rdma.WithPollSpin(123*time.Microsecond))...)
 		if got := rdma.ConnPollerConfig(c).Spin; got != 123*time.Microsecond {
 			t.Errorf("WithPollSpin(123µs): spin %v", got)
 		}

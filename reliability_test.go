@@ -1,18 +1,20 @@
 package rdma_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"net"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/internal/testchild"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 // Rule: when the peer process is killed with SIGKILL mid-transfer, every
@@ -22,29 +24,15 @@ func TestPeerKilled(t *testing.T) { eachProvider(t, testPeerKilled) }
 
 func testPeerKilled(t *testing.T, opts []rdma.Option) {
 	ln, err := rdma.Listen("rdma", "127.0.0.1:0", opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	provider := ln.Provider()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "RDMA_TEST_CHILD=dialer", "RDMA_TEST_ADDR="+ln.Addr().String(), "RDMA_TEST_PROVIDER="+provider)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer cmd.Process.Kill()
+	child := testchild.Start(ctx, t, "dialer", "RDMA_TEST_ADDR="+ln.Addr().String(), "RDMA_TEST_PROVIDER="+provider)
 
 	c, err := ln.Accept(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var recvs []*rdma.Future
 	for i := 0; i < 8; i++ {
 		recvs = append(recvs, c.Recv())
@@ -52,22 +40,15 @@ func testPeerKilled(t *testing.T, opts []rdma.Option) {
 	// The child consumes no message: past its credits (its posted
 	// receives) our sends wait in the send queue's queue.
 	buf, err := c.Alloc(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var sends []*rdma.Future
 	for i := 0; i < 100; i++ {
 		sends = append(sends, c.Send(buf))
 	}
 	buf.Release() // safe: the sends hold the memory until they resolve
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "ready" {
-		t.Fatalf("child said %q, %v", line, err)
-	}
+	child.Expect(t, "ready")
 	for _, f := range recvs[:3] {
-		if err := f.Wait(ctx); err != nil {
-			t.Fatalf("receive from the child: %v", err)
-		}
+		require.NoError(t, f.Wait(ctx), "receive from the child")
 		f.Buffer().Release()
 	}
 	pending := 0
@@ -76,74 +57,49 @@ func testPeerKilled(t *testing.T, opts []rdma.Option) {
 			pending++
 		}
 	}
-	if pending == 0 {
-		t.Fatal("no send pending before the kill; the test proves nothing")
-	}
+	require.NotZero(t, pending, "no send pending before the kill; the test proves nothing")
 	start := time.Now()
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
+	child.Kill(t)
 	bound, cancelBound := context.WithTimeout(ctx, 20*time.Second)
 	defer cancelBound()
 	failed := 0
 	for i, f := range append(recvs[3:], sends...) {
-		if err := f.Wait(bound); errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("a future did not resolve within 20 s of the kill")
-		} else if err != nil {
+		err := f.Wait(bound)
+		require.NotErrorIs(t, err, context.DeadlineExceeded, "a future did not resolve within 20 s of the kill")
+		if err != nil {
 			failed++
 			// Whatever the first symptom (the socket's end, retries
 			// exceeded, a flush): the peer went away, named, with the
 			// completion's status kept where a completion failed (the
 			// posted receives; sends past the credits never reached
 			// the device).
-			if !errors.Is(err, rdma.ErrPeerClosed) || !strings.Contains(err.Error(), c.RemoteAddr().String()) {
-				t.Errorf("a future of the dead peer's connection failed with %v, want ErrPeerClosed naming %v", err, c.RemoteAddr())
-			}
+			assert.ErrorIs(t, err, rdma.ErrPeerClosed, "a future of the dead peer's connection")
+			assert.Contains(t, err.Error(), c.RemoteAddr().String(), "the error names the dead peer")
 			var ce *rdma.CompletionError
-			if i < len(recvs)-3 && !errors.As(err, &ce) {
-				t.Errorf("a receive: %v: no *CompletionError in the chain", err)
+			if i < len(recvs)-3 {
+				assert.ErrorAs(t, err, &ce, "a receive: no *CompletionError in the chain")
 			}
 		}
 	}
 	// The child keeps its default 64 receives posted and consumes none,
 	// so at most 64 sends could succeed; the rest, and the 5 receives
 	// the child never sent, must have failed.
-	if want := len(sends) - 64 + len(recvs) - 3; failed < want {
-		t.Errorf("%d futures failed, want at least %d", failed, want)
-	}
+	assert.GreaterOrEqual(t, failed, len(sends)-64+len(recvs)-3, "futures failed")
 	t.Logf("%d pending futures failed %v after SIGKILL (%s)", failed, time.Since(start).Round(time.Millisecond), provider)
-	if err := c.Send(buf).Err(); err == nil {
-		t.Error("send on the dead connection did not fail")
-	}
-	if err := c.Close(); err != nil {
-		t.Errorf("close: %v", err)
-	}
-	if st := ln.PoolStats(); st.BuffersInUse != 0 {
-		t.Errorf("%d pool buffers in use after close", st.BuffersInUse)
-	}
+	assert.Error(t, c.Send(buf).Err(), "send on the dead connection")
+	assert.NoError(t, c.Close(), "close")
+	assert.Zero(t, ln.PoolStats().BuffersInUse, "pool buffers in use after close")
 
 	// The listener still serves new peers.
-	acc := make(chan *rdma.Conn, 1)
-	go func() { c, _ := ln.Accept(ctx); acc <- c }()
-	c2, err := rdma.Dial(ctx, "rdma", ln.Addr().String(), opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Close()
-	s2 := <-acc
-	if s2 == nil {
-		t.Fatal("no second connection accepted")
-	}
-	defer s2.Close()
-	b2, _ := c2.Alloc(16)
+	c2, s2 := rdmatest.Connect(t, ln, func(ctx context.Context, address string) (*rdma.Conn, error) {
+		return rdma.Dial(ctx, "rdma", address, opts...)
+	})
+	b2, err := c2.Alloc(16)
+	require.NoError(t, err)
 	defer b2.Release()
 	r := s2.Recv()
-	if err := c2.Send(b2).Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c2.Send(b2).Wait(ctx))
+	require.NoError(t, r.Wait(ctx))
 	r.Buffer().Release()
 }
 
@@ -153,7 +109,7 @@ func testPeerKilled(t *testing.T, opts []rdma.Option) {
 func TestCloseUnderLoad(t *testing.T) { eachProvider(t, testCloseUnderLoad) }
 
 func testCloseUnderLoad(t *testing.T, opts []rdma.Option) {
-	c, s := pair(t, opts...)
+	c, s := rdmatest.Pair(t, opts...)
 	target, _ := s.Alloc(1 << 20)
 	defer target.Release()
 	small, _ := c.Alloc(64)
@@ -228,7 +184,7 @@ func testCloseUnderLoad(t *testing.T, opts []rdma.Option) {
 func TestWaitCancelled(t *testing.T) { eachProvider(t, testWaitCancelled) }
 
 func testWaitCancelled(t *testing.T, opts []rdma.Option) {
-	c, s := pair(t, opts...)
+	c, s := rdmatest.Pair(t, opts...)
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	r := s.Recv()
@@ -271,7 +227,7 @@ func testWaitCancelled(t *testing.T, opts []rdma.Option) {
 func TestRequestRegion(t *testing.T) { eachProvider(t, testRequestRegion) }
 
 func testRequestRegion(t *testing.T, opts []rdma.Option) {
-	c, s := pair(t, append(opts, rdma.WithRegionLimit(1<<20))...)
+	c, s := rdmatest.Pair(t, append(opts, rdma.WithRegionLimit(1<<20))...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	r, err := c.RequestRegion(ctx, 64<<10, rdma.RemoteWrite|rdma.RemoteRead)
@@ -315,7 +271,7 @@ func testRequestRegion(t *testing.T, opts []rdma.Option) {
 func TestBadInput(t *testing.T) { eachProvider(t, testBadInput) }
 
 func testBadInput(t *testing.T, opts []rdma.Option) {
-	c, s := pair(t, opts...)
+	c, s := rdmatest.Pair(t, opts...)
 	target, _ := s.Alloc(4096)
 	defer target.Release()
 	region, err := s.Expose(target, rdma.RemoteWrite|rdma.RemoteRead|rdma.RemoteAtomic)
@@ -423,7 +379,7 @@ func testMessagesBeforeClose(t *testing.T, opts []rdma.Option) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for i := range rounds {
-		c, s := pair(t, append(opts, rdma.WithPollMode(rdma.PollEvent))...)
+		c, s := rdmatest.Pair(t, append(opts, rdma.WithPollMode(rdma.PollEvent))...)
 		b, err := c.Alloc(8)
 		if err != nil {
 			t.Fatal(err)
@@ -448,7 +404,7 @@ func testMessagesBeforeClose(t *testing.T, opts []rdma.Option) {
 // complete its receives any more: a pending Recv fails at once, and so
 // does a new one.
 func TestPollerStopped(t *testing.T) {
-	_, s := pair(t, rdma.WithProvider(rdma.ProviderSoft), rdma.WithPollMode(rdma.PollEvent))
+	_, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft), rdma.WithPollMode(rdma.PollEvent))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	broke := errors.New("poller broke")

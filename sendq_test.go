@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 // Rule: posting past a full send queue never blocks the caller: the
@@ -16,7 +17,7 @@ import (
 func TestPostsNeverBlock(t *testing.T) { eachProvider(t, testPostsNeverBlock) }
 
 func testPostsNeverBlock(t *testing.T, opts []rdma.Option) {
-	c, s := pair(t, append(opts, rdma.WithQueueDepth(4, 16))...)
+	c, s := rdmatest.Pair(t, append(opts, rdma.WithQueueDepth(4, 16))...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b, err := c.Alloc(8)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 // stream sends n messages carrying (id, seq) from c to s and checks that
@@ -59,7 +60,7 @@ func testSRQRefill(t *testing.T, opts []rdma.Option) {
 	for _, path := range []string{"event", "poll"} {
 		t.Run(path, func(t *testing.T) {
 			defer rdma.SetSRQRefill(path == "event", path == "poll")()
-			c, s := pair(t, append(opts, rdma.WithQueueDepth(64, 32), rdma.WithSharedReceives(128), rdma.WithMaxMessage(1024))...)
+			c, s := rdmatest.Pair(t, append(opts, rdma.WithQueueDepth(64, 32), rdma.WithSharedReceives(128), rdma.WithMaxMessage(1024))...)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			require.NoError(t, streamMessages(ctx, c, s, 1, 2000, nil))
@@ -207,7 +208,7 @@ func TestSRQPoolLimit(t *testing.T) {
 func TestIdleCreditsReturn(t *testing.T) { eachProvider(t, testIdleCreditsReturn) }
 
 func testIdleCreditsReturn(t *testing.T, opts []rdma.Option) {
-	c, s := pair(t, append(opts, rdma.WithMaxMessage(1024))...)
+	c, s := rdmatest.Pair(t, append(opts, rdma.WithMaxMessage(1024))...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for round := range 2 {
@@ -222,7 +223,7 @@ func testIdleCreditsReturn(t *testing.T, opts []rdma.Option) {
 // ErrProtocol: a peer cannot take more of the shared receive queue than
 // it was given.
 func TestMessageWithoutCredit(t *testing.T) {
-	c, s := pair(t, rdma.WithProvider(rdma.ProviderSoft))
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// A first exchange gets receives posted for the peer.
@@ -248,22 +249,18 @@ func TestMessageWithoutCredit(t *testing.T) {
 	require.True(t, errors.Is(c.Err(), rdma.ErrPeerClosed), "sender: %v", c.Err())
 }
 
-// enginePairs opens n connections from ce to a listener on se.
+// enginePairs opens n connections from ce to a listener on se, closed
+// when the test ends (unless the test closed them itself).
 func enginePairs(t *testing.T, ce, se *rdma.Engine, n int) (clients, servers []*rdma.Conn) {
 	t.Helper()
 	ln, err := se.Listen("rdma", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	dial := func(ctx context.Context, address string) (*rdma.Conn, error) {
+		return ce.Dial(ctx, "rdma", address)
+	}
 	for range n {
-		acc := make(chan *rdma.Conn, 1)
-		go func() { s, _ := ln.Accept(ctx); acc <- s }()
-		c, err := ce.Dial(ctx, "rdma", ln.Addr().String())
-		require.NoError(t, err)
-		s := <-acc
-		require.NotNil(t, s)
-		t.Cleanup(func() { c.Close(); s.Close() })
+		c, s := rdmatest.Connect(t, ln, dial)
 		clients, servers = append(clients, c), append(servers, s)
 	}
 	return clients, servers

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 // TestStatsClosed: an engine's counters keep what its closed connections
@@ -27,16 +28,9 @@ func TestStatsClosed(t *testing.T) {
 	defer cancel()
 
 	for round := 1; round <= 2; round++ {
-		accepted := make(chan *rdma.Conn, 1)
-		go func() {
-			s, err := ln.Accept(ctx)
-			assert.NoError(t, err)
-			accepted <- s
-		}()
-		c, err := ce.Dial(ctx, "rdma", ln.Addr().String())
-		require.NoError(t, err)
-		s := <-accepted
-		require.NotNil(t, s)
+		c, s := rdmatest.Connect(t, ln, func(ctx context.Context, address string) (*rdma.Conn, error) {
+			return ce.Dial(ctx, "rdma", address)
+		})
 		b, err := c.Alloc(10)
 		require.NoError(t, err)
 		for range 3 {

@@ -13,20 +13,22 @@ package rdma_test
 // docs/stream.md records the figures.
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/internal/testchild"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 type connPairFunc func(b *testing.B) (c, s net.Conn)
@@ -41,7 +43,7 @@ func benchTransports() []struct {
 	}{
 		{"tcp", tcpPair},
 		{"rdma-" + benchProvider(), func(b *testing.B) (net.Conn, net.Conn) {
-			c, s := streamPair(b, benchOptions()...)
+			c, s := rdmatest.StreamPair(b, benchOptions()...)
 			return c, s
 		}},
 	}
@@ -87,7 +89,7 @@ func BenchmarkStreamThroughput(b *testing.B) {
 			for i := 0; i < conns; i++ {
 				c, s := tcpPair(b)
 				tcp[0], tcp[1] = append(tcp[0], c), append(tcp[1], s)
-				sc, ss := streamPair(b, benchOptions()...)
+				sc, ss := rdmatest.StreamPair(b, benchOptions()...)
 				stream[0], stream[1] = append(stream[0], sc), append(stream[1], ss)
 			}
 			m := max(b.N/rounds, 16)
@@ -220,18 +222,10 @@ func BenchmarkStreamPingPong(b *testing.B) {
 	}
 }
 
-// The sink child of BenchmarkStreamCrossProcess runs from init, before
-// TestMain, when RDMA_STREAM_CHILD is "sink".
-func init() {
-	if os.Getenv("RDMA_STREAM_CHILD") == "sink" {
-		os.Exit(sinkChild())
-	}
-}
-
-// sinkChild listens for TCP and for the stream on loopback, prints both
-// addresses, and serves every connection with sink until its stdin
-// closes.
-func sinkChild() int {
+// streamSinkChild is the child of BenchmarkStreamCrossProcess: it
+// listens for TCP and for the stream on loopback, prints both addresses,
+// and serves every connection with sink until its stdin closes.
+func streamSinkChild() int {
 	tl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		fmt.Println("listen:", err)
@@ -285,29 +279,10 @@ func sink(c net.Conn) {
 // addresses; it is killed when b ends.
 func startSink(b *testing.B) (tcpAddr, streamAddr string) {
 	b.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "RDMA_STREAM_CHILD=sink")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		stdin.Close()
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	line, err := bufio.NewReader(out).ReadString('\n')
+	child := testchild.Start(context.Background(), b, "stream-sink")
+	line := child.ReadLine(b)
 	f := strings.Fields(line)
-	if err != nil || len(f) != 2 {
-		b.Fatalf("sink child said %q, %v", line, err)
-	}
+	require.Len(b, f, 2, "sink child said %q", line)
 	return f[0], f[1]
 }
 

@@ -1,7 +1,6 @@
 package rdma_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,20 +15,18 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/internal/testchild"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
-// The stream tests' child process (see TestStreamPeerKilled) runs from
-// init, before TestMain, when RDMA_STREAM_CHILD is set.
-func init() {
-	if os.Getenv("RDMA_STREAM_CHILD") == "writer" {
-		os.Exit(streamChild())
-	}
-}
-
-// streamChild dials $RDMA_TEST_ADDR, writes 256 KiB, says "ready", then
-// writes until it is killed (it is blocked by flow control long before).
-func streamChild() int {
+// streamWriterChild is the child of TestStreamPeerKilled: it dials
+// $RDMA_TEST_ADDR, writes 256 KiB, says "ready", then writes until it is
+// killed (it is blocked by flow control long before).
+func streamWriterChild() int {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c, err := rdma.DialStream(ctx, "rdma", os.Getenv("RDMA_TEST_ADDR"), rdma.WithProvider(os.Getenv("RDMA_TEST_PROVIDER")))
@@ -59,38 +55,21 @@ func streamChild() int {
 func TestStreamPeerKilled(t *testing.T) { eachProvider(t, testStreamPeerKilled) }
 
 func testStreamPeerKilled(t *testing.T, opts []rdma.Option) {
-	ln, err := rdma.ListenStream("rdma", "127.0.0.1:0", opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, err := rdma.ListenStream("rdma", "127.0.0.1:0", opts...)
+	require.NoError(t, err)
+	ln := l.(*rdma.StreamListener)
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "RDMA_STREAM_CHILD=writer", "RDMA_TEST_ADDR="+ln.Addr().String(),
-		"RDMA_TEST_PROVIDER="+ln.(*rdma.StreamListener).Listener().Provider())
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer cmd.Process.Kill()
-	c, err := ln.(*rdma.StreamListener).AcceptContext(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	child := testchild.Start(ctx, t, "stream-writer", "RDMA_TEST_ADDR="+ln.Addr().String(),
+		"RDMA_TEST_PROVIDER="+ln.Listener().Provider())
+	c, err := ln.AcceptContext(ctx)
+	require.NoError(t, err)
 	defer c.Close()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "ready" {
-		t.Fatalf("child said %q, %v", line, err)
-	}
+	child.Expect(t, "ready")
 	// The stream flows.
-	if _, err := io.ReadFull(c, make([]byte, 100<<10)); err != nil {
-		t.Fatal(err)
-	}
+	_, err = io.ReadFull(c, make([]byte, 100<<10))
+	require.NoError(t, err)
 	// A writer the child never reads from: it blocks once the window is
 	// used up.
 	wrote := make(chan error, 1)
@@ -98,9 +77,7 @@ func testStreamPeerKilled(t *testing.T, opts []rdma.Option) {
 		_, err := c.Write(make([]byte, 64<<20))
 		wrote <- err
 	}()
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
+	child.Kill(t)
 	start := time.Now()
 	// Bound the test, not the stream: a hang is a failure.
 	c.SetDeadline(time.Now().Add(20 * time.Second))
@@ -109,23 +86,18 @@ func testStreamPeerKilled(t *testing.T, opts []rdma.Option) {
 	for rerr == nil {
 		_, rerr = c.Read(buf)
 	}
-	if rerr == io.EOF || errors.Is(rerr, os.ErrDeadlineExceeded) {
-		t.Fatalf("Read after the peer was killed: %v, want a reset", rerr)
-	}
-	if !errors.Is(rerr, syscall.ECONNRESET) {
-		t.Errorf("Read error %v does not match ECONNRESET", rerr)
-	}
+	require.NotErrorIs(t, rerr, io.EOF, "Read after the peer was killed: want a reset")
+	require.NotErrorIs(t, rerr, os.ErrDeadlineExceeded, "Read after the peer was killed: want a reset")
+	assert.ErrorIs(t, rerr, syscall.ECONNRESET, "Read error")
 	var oe *net.OpError
-	if !errors.As(rerr, &oe) || oe.Op != "read" {
-		t.Errorf("Read error %T is not a *net.OpError for read", rerr)
+	if assert.ErrorAs(t, rerr, &oe, "Read error is not a *net.OpError") {
+		assert.Equal(t, "read", oe.Op, "Read error's Op")
 	}
 	werr := <-wrote
-	if werr == nil || errors.Is(werr, os.ErrDeadlineExceeded) {
-		t.Fatalf("blocked Write after the peer was killed: %v", werr)
-	}
-	if _, err := c.Write([]byte("x")); err == nil {
-		t.Fatal("Write after the peer was killed succeeded")
-	}
+	require.Error(t, werr, "blocked Write after the peer was killed")
+	require.NotErrorIs(t, werr, os.ErrDeadlineExceeded, "blocked Write after the peer was killed")
+	_, err = c.Write([]byte("x"))
+	require.Error(t, err, "Write after the peer was killed succeeded")
 	t.Logf("read: %v; write: %v; %v after SIGKILL", rerr, werr, time.Since(start).Round(time.Millisecond))
 }
 
@@ -135,7 +107,7 @@ func testStreamPeerKilled(t *testing.T, opts []rdma.Option) {
 func TestStreamCloseUnblocks(t *testing.T) { eachProvider(t, testStreamCloseUnblocks) }
 
 func testStreamCloseUnblocks(t *testing.T, opts []rdma.Option) {
-	c, s := streamPair(t, opts...)
+	c, s := rdmatest.StreamPair(t, opts...)
 	readErr := make(chan error, 1)
 	go func() {
 		_, err := c.Read(make([]byte, 10))
@@ -212,7 +184,7 @@ func testStreamCloseUnblocks(t *testing.T, opts []rdma.Option) {
 func TestStreamDeadlines(t *testing.T) { eachProvider(t, testStreamDeadlines) }
 
 func testStreamDeadlines(t *testing.T, opts []rdma.Option) {
-	c, s := streamPair(t, opts...)
+	c, s := rdmatest.StreamPair(t, opts...)
 	c.SetDeadline(time.Now().Add(-time.Second))
 	for name, f := range map[string]func() error{
 		"read":  func() error { _, err := c.Read(make([]byte, 1)); return err },
@@ -293,7 +265,7 @@ func testStreamManyConns(t *testing.T, opts []rdma.Option) {
 	}
 	// Warm up what lives for the process (the soft provider's listener
 	// comes and goes with its users; caches of device lists stay).
-	warm, ws := streamPair(t, opts...)
+	warm, ws := rdmatest.StreamPair(t, opts...)
 	warm.Close()
 	ws.Close()
 	fds := countFDs(t)

@@ -17,23 +17,16 @@ import (
 	"golang.org/x/net/nettest"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 // inVM reports whether the tests run in the emulated VM, where sizes are
 // scaled down.
 func inVM() bool { return os.Getenv("RDMA_VM") == "1" }
 
-// streamPair connects two stream conns over a fresh listener.
-func streamPair(t testing.TB, opts ...rdma.Option) (client, server *rdma.StreamConn) {
-	t.Helper()
-	c, s, stop, err := makeStreamPipe(opts)()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	return c.(*rdma.StreamConn), s.(*rdma.StreamConn)
-}
-
+// makeStreamPipe makes stream pairs for nettest, which calls it in
+// subtests of its own with no t to give rdmatest.StreamPair, and closes
+// each pair at the end of its subtest.
 func makeStreamPipe(opts []rdma.Option) nettest.MakePipe {
 	return func() (c1, c2 net.Conn, stop func(), err error) {
 		ln, err := rdma.ListenStream("rdma", "127.0.0.1:0", opts...)
@@ -83,7 +76,7 @@ func TestStreamNettest(t *testing.T) {
 func TestStreamBasic(t *testing.T) { eachProvider(t, testStreamBasic) }
 
 func testStreamBasic(t *testing.T, opts []rdma.Option) {
-	c, s := streamPair(t, opts...)
+	c, s := rdmatest.StreamPair(t, opts...)
 	size := 8 << 20
 	if inVM() {
 		size = 1 << 20
@@ -179,7 +172,7 @@ func TestStreamSmallWindow(t *testing.T) {
 		for _, depth := range []int{7, 8, 11} {
 			t.Run(fmt.Sprint("depth", depth), func(t *testing.T) {
 				o := append(opts[:len(opts):len(opts)], rdma.WithQueueDepth(depth, depth), rdma.WithMaxMessage(64))
-				c, s := streamPair(t, o...)
+				c, s := rdmatest.StreamPair(t, o...)
 				size := 200 << 10
 				if inVM() {
 					size = 8 << 10

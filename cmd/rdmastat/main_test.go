@@ -14,45 +14,15 @@ import (
 	"time"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/rdmatest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// pair connects two soft engines and closes everything at the end.
-func pair(t *testing.T) (client, server *rdma.Conn) {
-	t.Helper()
-	se, err := rdma.OpenEngine(rdma.WithProvider(rdma.ProviderSoft))
-	require.NoError(t, err)
-	ce, err := rdma.OpenEngine(rdma.WithProvider(rdma.ProviderSoft))
-	require.NoError(t, err)
-	ln, err := se.Listen("rdma", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	accepted := make(chan *rdma.Conn, 1)
-	go func() {
-		c, err := ln.Accept(ctx)
-		assert.NoError(t, err)
-		accepted <- c
-	}()
-	client, err = ce.Dial(ctx, "rdma", ln.Addr().String())
-	require.NoError(t, err)
-	server = <-accepted
-	require.NotNil(t, server)
-	require.NoError(t, ln.Close())
-	t.Cleanup(func() {
-		assert.NoError(t, client.Close())
-		assert.NoError(t, server.Close())
-		assert.NoError(t, ce.Close())
-		assert.NoError(t, se.Close())
-	})
-	return client, server
-}
-
 // live is a process to watch: a soft connection pair with messages going
 // from client to server until the test ends, and its expvar endpoint.
 func live(t *testing.T) (url string, client, server *rdma.Conn) {
-	client, server = pair(t)
+	client, server = rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)
 	go func() {

@@ -230,13 +230,13 @@ func BenchmarkWrite64KInProcess(b *testing.B) {
 // ≥ 0.7.
 func BenchmarkWrite64KCrossProcess(b *testing.B) {
 	m := max(b.N/rounds, 64)
-	sink := startChild(b, fmt.Sprintf("sink:%d:%d", benchSize, m))
+	sink := startChild(b, "sink", fmt.Sprintf("SOFT_TEST_SIZE=%d", benchSize), fmt.Sprintf("SOFT_TEST_ROUND=%d", m))
 	nc, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", sink.ep.Port))
 	must(b, err)
 	b.Cleanup(func() { nc.Close() })
 	buf := mapMem(b, benchSize)
 
-	c := startChild(b, "qp:0")
+	c := startChild(b, "qp")
 	s := newSide(b, sideOpt{size: benchSize, channel: true})
 	c.connect(b, s, connOpt{})
 	wr := verbs.SendWR{Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{s.sge(0, benchSize)}, RemoteAddr: c.ep.Addr, RKey: c.ep.RKey}

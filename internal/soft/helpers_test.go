@@ -1,7 +1,6 @@
 package soft
 
 import (
-	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -9,14 +8,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/go-rdma/rdma/internal/mem"
+	"github.com/go-rdma/rdma/internal/testchild"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
-		childMain()
-		return
-	}
+	testchild.Main(childRoles())
 	goleak.VerifyTestMain(m)
 }
 

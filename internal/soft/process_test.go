@@ -3,6 +3,7 @@ package soft
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -10,23 +11,23 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/go-rdma/rdma/internal/mem"
+	"github.com/go-rdma/rdma/internal/testchild"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
 // The tests below re-execute the test binary as a second process, a peer
-// on the other side of the loopback TCP transport. childEnv selects the
-// child's role: "qp:<receives>" serves one RC QP with a 4 MiB MR and that
-// many receives posted; "sink:<size>:<m>" is a plain TCP sink for the
-// baseline benchmark.
-const childEnv = "SOFT_TEST_CHILD"
+// on the other side of the loopback TCP transport (see childRoles): "qp"
+// serves one RC QP with a 4 MiB MR and $SOFT_TEST_RECVS receives posted;
+// "sink" is a plain TCP sink for the baseline benchmark.
 
 const childMR = 4 << 20
 
@@ -41,30 +42,29 @@ type endpoint struct {
 	Port int // sink: TCP port
 }
 
-func childMain() {
-	role := os.Getenv(childEnv)
-	args := strings.Split(role, ":")
-	num := func(i int) int {
-		n := 0
-		if i < len(args) {
-			n, _ = strconv.Atoi(args[i])
+// childRoles are the roles of the child processes, for TestMain.
+func childRoles() map[string]func() int {
+	return map[string]func() int{
+		"qp":   childRole(func() error { return childQP(envInt("SOFT_TEST_RECVS")) }),
+		"sink": childRole(func() error { return childSink(envInt("SOFT_TEST_SIZE"), max(envInt("SOFT_TEST_ROUND"), 1)) }),
+	}
+}
+
+// childRole makes f a role: its error, said on stderr, is exit code 1.
+func childRole(f func() error) func() int {
+	return func() int {
+		if err := f(); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			return 1
 		}
-		return n
+		return 0
 	}
-	var err error
-	switch args[0] {
-	case "qp":
-		err = childQP(num(1))
-	case "sink":
-		err = childSink(num(1), max(num(2), 1))
-	default:
-		err = fmt.Errorf("unknown role %q", role)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
+}
+
+// envInt is $name as a number, 0 if unset.
+func envInt(name string) int {
+	n, _ := strconv.Atoi(os.Getenv(name))
+	return n
 }
 
 func childQP(nrecv int) error {
@@ -129,40 +129,18 @@ func childQP(nrecv int) error {
 	return nil
 }
 
+// child is a peer process and the endpoint it said it has.
 type child struct {
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Reader
-	ep  endpoint
+	*testchild.Child
+	ep endpoint
 }
 
-func startChild(t testing.TB, role string) *child {
+// startChild starts role with env, on the TCP transport whatever this
+// process's, and reads the endpoint it prints first.
+func startChild(t testing.TB, role string, env ...string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+role, EnvTransport+"=")
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	must(t, err)
-	out, err := cmd.StdoutPipe()
-	must(t, err)
-	must(t, cmd.Start())
-	c := &child{cmd: cmd, in: in, out: bufio.NewReader(out)}
-	t.Cleanup(func() {
-		c.in.Close()
-		done := make(chan struct{})
-		go func() { c.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			c.cmd.Process.Kill()
-			<-done
-		}
-	})
-	line, err := c.out.ReadBytes('\n')
-	if err != nil {
-		t.Fatalf("child: %v", err)
-	}
-	must(t, json.Unmarshal(line, &c.ep))
+	c := &child{Child: testchild.Start(context.Background(), t, role, append(env, EnvTransport+"=")...)}
+	require.NoError(t, json.Unmarshal([]byte(c.ReadLine(t)), &c.ep), "child %q: its endpoint", role)
 	return c
 }
 
@@ -171,10 +149,8 @@ func startChild(t testing.TB, role string) *child {
 func (c *child) connect(t testing.TB, s *side, co connOpt) {
 	t.Helper()
 	p := s.ctx.Info().Ports[0]
-	must(t, json.NewEncoder(c.in).Encode(endpoint{LID: p.LID, GID: p.GIDs[0].GID.String(), QPN: s.qp.QPN()}))
-	if line, err := c.out.ReadString('\n'); err != nil || line != "ready\n" {
-		t.Fatalf("child: %q %v", line, err)
-	}
+	require.NoError(t, json.NewEncoder(c.Stdin()).Encode(endpoint{LID: p.LID, GID: p.GIDs[0].GID.String(), QPN: s.qp.QPN()}))
+	c.Expect(t, "ready")
 	must(t, s.qp.ToInit(verbs.InitAttr{Port: 1}))
 	dest := verbs.Address{Port: 1, LID: c.ep.LID, GID: verbs.GIDFromIP(netip.MustParseAddr(c.ep.GID)), HopLimit: 64}
 	must(t, s.qp.ToRTR(verbs.RTRAttr{PathMTU: verbs.MTU4096, DestQPN: c.ep.QPN, Dest: dest, MaxDestRdAtomic: 16}))
@@ -184,13 +160,8 @@ func (c *child) connect(t testing.TB, s *side, co connOpt) {
 	must(t, s.qp.ToRTS(verbs.RTSAttr{Timeout: co.timeout, RetryCount: co.retry, RNRRetry: co.rnrRetry, MaxRdAtomic: 16}))
 }
 
-func (c *child) signal(t testing.TB, sig syscall.Signal) {
-	t.Helper()
-	must(t, c.cmd.Process.Signal(sig))
-}
-
 func TestCrossProcess(t *testing.T) {
-	c := startChild(t, "qp:16")
+	c := startChild(t, "qp", "SOFT_TEST_RECVS=16")
 	s := newSide(t, sideOpt{size: childMR})
 	c.connect(t, s, connOpt{rnrRetry: 7})
 	// WRITE 1 MiB, READ it back into another place, compare.
@@ -269,7 +240,7 @@ func checkAllFail(t *testing.T, s *side, n int, start time.Time, limit time.Dura
 
 func TestPeerKilled(t *testing.T) {
 	t.Run("in flight", func(t *testing.T) {
-		c := startChild(t, "qp:0")
+		c := startChild(t, "qp")
 		s := newSide(t, sideOpt{size: childMR, caps: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1}})
 		c.connect(t, s, connOpt{})
 		s.post(verbs.SendWR{ID: 0, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{s.sge(0, 8)}, RemoteAddr: c.ep.Addr, RKey: c.ep.RKey})
@@ -286,7 +257,7 @@ func TestPeerKilled(t *testing.T) {
 			s.post(verbs.SendWR{ID: uint64(i), Opcode: op, Flags: verbs.SendSignaled, SGL: []verbs.SGE{s.sge(0, 256<<10)}, RemoteAddr: c.ep.Addr, RKey: c.ep.RKey})
 		}
 		start := time.Now()
-		c.signal(t, syscall.SIGKILL)
+		c.Signal(t, syscall.SIGKILL)
 		checkAllFail(t, s, n, start, 10*time.Second)
 		for i, wc := range poll(t, s.rcq, 3) {
 			if wc.WRID != uint64(500+i) || wc.Status != verbs.WCWRFlushErr {
@@ -295,7 +266,7 @@ func TestPeerKilled(t *testing.T) {
 		}
 	})
 	t.Run("waiting on RNR", func(t *testing.T) {
-		c := startChild(t, "qp:0")
+		c := startChild(t, "qp")
 		s := newSide(t, sideOpt{})
 		c.connect(t, s, connOpt{rnrRetry: 7})
 		for i := range 8 {
@@ -303,7 +274,7 @@ func TestPeerKilled(t *testing.T) {
 		}
 		runtimeYield(20) // let the first RNR NAKs come back; not required
 		start := time.Now()
-		c.signal(t, syscall.SIGKILL)
+		c.Signal(t, syscall.SIGKILL)
 		checkAllFail(t, s, 8, start, 10*time.Second)
 	})
 }
@@ -311,15 +282,14 @@ func TestPeerKilled(t *testing.T) {
 // TestPeerStopped: a peer that stops answering (a stopped process, a host
 // gone without a reset) fails the outstanding WRs after the QP's timeout.
 func TestPeerStopped(t *testing.T) {
-	c := startChild(t, "qp:0")
+	c := startChild(t, "qp")
 	s := newSide(t, sideOpt{})
 	c.connect(t, s, connOpt{timeout: 10, retry: 1}) // 4 ms × 2: the 200 ms floor
 	s.post(verbs.SendWR{ID: 0, Opcode: verbs.OpRead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{s.sge(0, 64)}, RemoteAddr: c.ep.Addr, RKey: c.ep.RKey})
 	pollOK(t, s.scq)
-	c.signal(t, syscall.SIGSTOP)
-	t.Cleanup(func() { c.cmd.Process.Signal(syscall.SIGKILL) })
+	c.Signal(t, syscall.SIGSTOP)
 	var ws syscall.WaitStatus
-	if _, err := syscall.Wait4(c.cmd.Process.Pid, &ws, syscall.WUNTRACED, nil); err != nil || !ws.Stopped() {
+	if _, err := syscall.Wait4(c.Pid(), &ws, syscall.WUNTRACED, nil); err != nil || !ws.Stopped() {
 		t.Fatalf("child not stopped: %v %v", ws, err)
 	}
 	start := time.Now()

@@ -2,8 +2,6 @@ package promrdma_test
 
 import (
 	"context"
-	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/go-rdma/rdma"
 	"github.com/go-rdma/rdma/metrics/promrdma"
+	"github.com/go-rdma/rdma/rdmatest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
@@ -19,42 +18,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// pair connects two soft engines and closes everything at the end.
-func pair(t *testing.T) (client, server *rdma.Conn) {
-	t.Helper()
-	se, err := rdma.OpenEngine(rdma.WithProvider(rdma.ProviderSoft))
-	require.NoError(t, err)
-	ce, err := rdma.OpenEngine(rdma.WithProvider(rdma.ProviderSoft))
-	require.NoError(t, err)
-	ln, err := se.Listen("rdma", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	accepted := make(chan *rdma.Conn, 1)
-	go func() {
-		c, err := ln.Accept(ctx)
-		assert.NoError(t, err)
-		accepted <- c
-	}()
-	client, err = ce.Dial(ctx, "rdma", ln.Addr().String())
-	require.NoError(t, err)
-	server = <-accepted
-	require.NotNil(t, server)
-	require.NoError(t, ln.Close())
-	t.Cleanup(func() {
-		// A test may have closed them already.
-		if err := client.Close(); !errors.Is(err, net.ErrClosed) {
-			assert.NoError(t, err)
-		}
-		if err := server.Close(); !errors.Is(err, net.ErrClosed) {
-			assert.NoError(t, err)
-		}
-		assert.NoError(t, ce.Close())
-		assert.NoError(t, se.Close())
-	})
-	return client, server
-}
 
 // traffic sends messages from c to s until the test ends.
 func traffic(t *testing.T, c, s *rdma.Conn) {
@@ -137,7 +100,7 @@ func serve(t *testing.T, c prometheus.Collector) string {
 }
 
 func TestCollectorScrape(t *testing.T) {
-	c, s := pair(t)
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
 	traffic(t, c, s)
 	url := serve(t, promrdma.NewCollector())
 	soft := map[string]string{"provider": "soft"}
@@ -188,7 +151,7 @@ func TestCollectorScrape(t *testing.T) {
 }
 
 func TestCollectorConnections(t *testing.T) {
-	c, s := pair(t)
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
 	traffic(t, c, s)
 	url := serve(t, promrdma.NewCollector(promrdma.WithConnections()))
 	client := map[string]string{"local": c.LocalAddr().String(), "remote": c.RemoteAddr().String(), "op": "send"}
@@ -213,7 +176,7 @@ func TestCollectorConnections(t *testing.T) {
 // TestCollectorClosed: the engine counters keep what a connection counted
 // after it closes; only the connections gauge falls.
 func TestCollectorClosed(t *testing.T) {
-	c, s := pair(t)
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	b, err := c.Alloc(64)
