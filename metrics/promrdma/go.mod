@@ -3,7 +3,7 @@ module github.com/go-rdma/rdma/metrics/promrdma
 go 1.26.0
 
 require (
-	github.com/go-rdma/rdma v0.0.0
+	github.com/go-rdma/rdma v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.74.0
@@ -24,6 +24,6 @@ require (
 )
 
 // The collector is built and tested with the library of this checkout.
-// A replace applies only to this module's own builds; v0.0.0 stands for
-// go-rdma until it is tagged, when the require names the release.
+// A replace applies only to this module's own builds: a user's build
+// takes the release the require names.
 replace github.com/go-rdma/rdma => ../..
