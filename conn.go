@@ -100,6 +100,7 @@ type Conn struct {
 	creditWant    int          // credits it waits for; under srq.mu
 	creditWaiting bool         // among srq.waiters; under srq.mu
 	peerWants     atomic.Bool  // the peer asked for credits and gave none back since
+	peerShort     atomic.Bool  // the peer's last ask found too little room: give back each take at once
 	beaconDone    atomic.Bool  // the beacon flushed: every message that came is delivered
 
 	// The control channel's state (control.go, expose.go, grant.go).

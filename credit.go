@@ -23,8 +23,12 @@ import (
 //     (WithQueueDepth's receive depth) as far as the SRQ's headroom goes;
 //     else what was asked, in turn with the others waiting.
 //   - As the application takes messages, the receiver gives their
-//     credits back (a batch is an eighth of the cap), while the peer
-//     wants them and no other connection waits for credits.
+//     credits back in batches of an eighth of the cap, while the peer
+//     wants them and no other connection waits for credits. An ask
+//     gives back at once what was taken and not given back yet, and
+//     when even that leaves the ask short (the connection's messages
+//     are not taken yet), each later take is given back at once: a
+//     sender that waits is never left waiting for a batch to fill.
 //   - A sender that has sent nothing for creditIdle gives back what it
 //     holds (ctrlBack), so idle connections hold none and the SRQ
 //     serves the active ones.
@@ -160,29 +164,56 @@ func (c *Conn) arrived() bool {
 	return true
 }
 
+// creditBatch is how many taken messages' credits go back in one frame:
+// an eighth of the cap. Each frame costs a wake, a write and a read on
+// both sides, so with many connections, each seeing a message at a time,
+// the batch bounds the rate (docs/connections.md); but the stream's
+// window counts on no more than a batch less one being out of the
+// peer's hands (recvSlack), and a larger batch halves it. A sender that
+// waits for credits never waits for a batch to fill: its ask gives back
+// what was taken (onCreditAsk).
+func (c *Conn) creditBatch() int64 { return max(1, int64(c.cfg.rqDepth/8)) }
+
 // tookLocked accounts for a message the application took: its credit
 // goes back to the peer in a batch, or at once when the peer has none
-// left. Caller holds rmu.
+// left or its last ask was short. Caller holds rmu.
 func (c *Conn) tookLocked() {
 	c.creditHeld.Add(-1)
 	taken := c.creditTaken.Add(1)
-	// A batch is an eighth of the cap; at once when the peer has none.
-	// Larger batches while the peer still holds credits deadlocked the
-	// stream: a chain of messages needs more credits than the peer holds.
-	if taken >= max(1, int64(c.cfg.rqDepth/8)) || c.creditOut.Load() == 0 {
-		k := int(taken)
-		c.creditTaken.Store(0)
-		c.srq.held.Add(-int64(k))
-		if c.peerWants.Load() && c.err() == nil {
-			c.srq.regrant(c, k)
-		}
+	if taken >= c.creditBatch() || c.creditOut.Load() == 0 || c.peerShort.Load() {
+		c.peerShort.Store(false)
+		c.giveTakenLocked(true)
 	}
 }
 
-// onCreditAsk serves the peer's request for credits.
+// giveTakenLocked gives the peer back the credits of the messages taken
+// since the last time, when regrant is set and the peer wants them; else
+// it only makes them room for an ask to give. Caller holds rmu.
+func (c *Conn) giveTakenLocked(regrant bool) {
+	k := c.creditTaken.Swap(0)
+	if k == 0 {
+		return
+	}
+	c.srq.held.Add(-k)
+	if regrant && c.peerWants.Load() && c.err() == nil {
+		c.srq.regrant(c, int(k))
+	}
+}
+
+// onCreditAsk serves the peer's request for credits. The peer waits, so
+// the credits of messages taken count at once, without waiting for their
+// batch; if the ask is still short, every take is given back at once
+// until the next ask.
 func (c *Conn) onCreditAsk(want uint32) {
 	c.peerWants.Store(true)
-	c.srq.ask(c, int(min(want, maxAsk)))
+	w := int(min(want, maxAsk))
+	// Under rmu, with the takes: a take between the flush and the mark
+	// would keep its credit until a batch fills.
+	c.rmu.Lock()
+	c.giveTakenLocked(false)
+	c.peerShort.Store(w > c.creditRoom())
+	c.rmu.Unlock()
+	c.srq.ask(c, w)
 }
 
 // onCreditBack takes back credits the peer did not use.

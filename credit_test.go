@@ -83,3 +83,68 @@ func testCreditsReturn(t *testing.T, opts []rdma.Option) {
 	}
 	require.NoError(t, <-errc)
 }
+
+// Rule: a sender waiting for credits is never left waiting for the
+// receiver's batch of taken messages to fill. A chain that needs the
+// whole cap, posted after one message was taken (its credit not given
+// back yet: a batch is an eighth of the cap), once waited for ever: the
+// ask found no room, and the one taken credit stayed with the receiver.
+func TestCreditsWholeCapChain(t *testing.T) { eachProvider(t, testCreditsWholeCapChain) }
+
+func testCreditsWholeCapChain(t *testing.T, opts []rdma.Option) {
+	const cap = 16
+	c, s := rdmatest.Pair(t, append(opts, rdma.WithQueueDepth(2*cap, cap))...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := c.Alloc(64)
+	require.NoError(t, err)
+	defer b.Release()
+	recv := s.Recv()
+	require.NoError(t, c.Send(b).Wait(ctx))
+	require.NoError(t, recv.Wait(ctx))
+	recv.Buffer().Release()
+
+	batch := c.NewBatch()
+	for range cap {
+		batch.Send(b)
+	}
+	sent := batch.Post()
+	for i := range cap {
+		f := s.Recv()
+		require.NoError(t, f.Wait(ctx), "message %d of the chain", i)
+		f.Buffer().Release()
+	}
+	require.NoError(t, sent.Wait(ctx))
+}
+
+// Rule: beyond what it asks for, a connection gets no more than its share
+// of the shared receive queue, so that credits given ahead do not leave
+// the other connections waiting. 16 connections with a cap of 64 on an
+// SRQ of 256 once gave the first ones 32, 28, 24 ... credits and left
+// the last ones to wait for the first ones' idle credits to come back.
+func TestCreditsShare(t *testing.T) {
+	const conns, depth = 16, 256
+	opts := []rdma.Option{rdma.WithProvider(rdma.ProviderSoft), rdma.WithQueueDepth(8, 64)}
+	se, err := rdma.OpenEngine(append(opts, rdma.WithSharedReceives(depth))...)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, se.Close()) }()
+	ce, err := rdma.OpenEngine(opts...)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, ce.Close()) }()
+	clients, servers := enginePairs(t, ce, se, conns)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i, c := range clients {
+		b, err := c.Alloc(64)
+		require.NoError(t, err)
+		require.NoError(t, c.Send(b).Wait(ctx), "conn %d", i)
+		require.NoError(t, b.Release())
+	}
+	for i, s := range servers {
+		f := s.Recv()
+		require.NoError(t, f.Wait(ctx), "conn %d", i)
+		f.Buffer().Release()
+		st := s.Stats()
+		assert.LessOrEqual(t, st.CreditsOut, int64(depth/conns), "conn %d holds more than its share of the SRQ", i)
+	}
+}

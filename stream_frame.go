@@ -47,10 +47,10 @@ const (
 	streamHelloSize = 16 // magic, version u16, flags u16, reserved u32
 )
 
-// recvSlack is how many taken receives a Conn with depth receives may
-// leave unposted: it re-posts them in batches (Conn.refillLocked). The
-// stream's window leaves room for them; TestStreamRecvSlack checks that
-// the two agree.
+// recvSlack is how many credits of taken messages a Conn with depth
+// receives may keep from its peer: it gives them back in batches
+// (Conn.creditBatch). The stream's window leaves room for them;
+// TestStreamRecvSlack checks that the two agree.
 func recvSlack(depth int) int { return max(1, depth/8) - 1 }
 
 // streamWindow is the window of data messages a peer keeping depth
