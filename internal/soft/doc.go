@@ -85,7 +85,8 @@
 // outstanding WR, sends and receives, of the QPs connected to it: at once
 // when its connection drops (a killed process), or after the QP's timeout
 // (4.096 µs·2^Timeout per try, RetryCount+1 tries, bounded to
-// [200 ms, 4 s]) when it stops answering; a connection that stalls in the
+// [2 s, 4 s], so that a slow peer does not trip it)
+// when it stops answering; a connection that stalls in the
 // middle of a frame for 5 s is dropped.
 //
 // # Performance

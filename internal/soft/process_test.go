@@ -284,7 +284,7 @@ func TestPeerKilled(t *testing.T) {
 func TestPeerStopped(t *testing.T) {
 	c := startChild(t, "qp")
 	s := newSide(t, sideOpt{})
-	c.connect(t, s, connOpt{timeout: 10, retry: 1}) // 4 ms × 2: the 200 ms floor
+	c.connect(t, s, connOpt{timeout: 10, retry: 1}) // 4 ms × 2: the 2 s floor
 	s.post(verbs.SendWR{ID: 0, Opcode: verbs.OpRead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{s.sge(0, 64)}, RemoteAddr: c.ep.Addr, RKey: c.ep.RKey})
 	pollOK(t, s.scq)
 	c.Signal(t, syscall.SIGSTOP)
@@ -299,6 +299,32 @@ func TestPeerStopped(t *testing.T) {
 	checkAllFail(t, s, 4, start, 5*time.Second)
 	if wc := s.qp; QPError(wc) == nil || !strings.Contains(QPError(wc).Error(), "no response") {
 		t.Fatalf("QP error %v", QPError(wc))
+	}
+}
+
+// TestPeerSlow: a peer that stalls for longer than the hardware timeout
+// go-rdma asks for (timeout 14, retry 7: 0.54 s), as a process on an
+// emulated CPU does, but answers in the end, fails nothing. On the rxe
+// VM's emulated CPU such a stall once failed both sides of rdmacat's
+// soft connection with RETRY_EXC_ERR; soft's timeout now has a 2 s floor.
+func TestPeerSlow(t *testing.T) {
+	c := startChild(t, "qp")
+	s := newSide(t, sideOpt{})
+	c.connect(t, s, connOpt{timeout: 14, retry: 7})
+	s.post(verbs.SendWR{ID: 0, Opcode: verbs.OpRead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{s.sge(0, 64)}, RemoteAddr: c.ep.Addr, RKey: c.ep.RKey})
+	pollOK(t, s.scq) // the transport's connection is up
+	c.Signal(t, syscall.SIGSTOP)
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(c.Pid(), &ws, syscall.WUNTRACED, nil); err != nil || !ws.Stopped() {
+		t.Fatalf("child not stopped: %v %v", ws, err)
+	}
+	s.post(verbs.SendWR{ID: 1, Opcode: verbs.OpRead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{s.sge(0, 64)}, RemoteAddr: c.ep.Addr, RKey: c.ep.RKey})
+	// The stall itself, not a wait for an event: the peer is stopped for
+	// about twice the hardware timeout before it answers.
+	time.Sleep(time.Second)
+	c.Signal(t, syscall.SIGCONT)
+	if wc := pollOK(t, s.scq); wc.WRID != 1 {
+		t.Fatalf("completion %+v", wc)
 	}
 }
 

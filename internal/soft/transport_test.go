@@ -288,7 +288,7 @@ func TestBadResponses(t *testing.T) {
 		{"silence", func(t *testing.T, nc net.Conn, req header) {}, VendorErrTimeout},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			a, f := fakeResponder(t, 10) // 4 ms × 2 tries: the 200 ms floor
+			a, f := fakeResponder(t, 10) // 4 ms × 2 tries: the 2 s floor
 			a.post(read(a), verbs.SendWR{ID: 2, Opcode: verbs.OpWrite, SGL: []verbs.SGE{a.sge(0, 8)}, RemoteAddr: 4096, RKey: 5})
 			nc := f.accept(wireVersion)
 			req, _ := readRaw(t, nc)
