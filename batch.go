@@ -97,7 +97,9 @@ func (b *Batch) add(err error, o op, wr verbs.SendWR) {
 // the first failure. An empty batch resolves at once. A batch goes out
 // whole or not at all: one with more messages (SEND, SEND_WITH_IMM,
 // WRITE_WITH_IMM) than the peer takes at once (its receive depth, see
-// WithQueueDepth) fails with ErrInvalid at once, holding no buffer.
+// WithQueueDepth) fails with ErrInvalid, and one past the room left
+// under the connection's WithSendQueueLimit fails with ErrQueueFull,
+// both at once and holding no buffer.
 func (b *Batch) Post() *Future {
 	c := b.c
 	defer b.reset()
