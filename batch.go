@@ -77,7 +77,7 @@ func (b *Batch) addRDMA(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, 
 // Post reports it.
 func (b *Batch) add(err error, o op, wr verbs.SendWR) {
 	if err == nil && len(b.wrs) >= b.c.cfg.sqDepth {
-		err = fmt.Errorf("rdma: batch of more than %d operations (the send queue depth): %w", b.c.cfg.sqDepth, ErrInvalid)
+		err = fmt.Errorf("rdma: conn %v: batch of more than %d operations (the send queue depth): %w", b.c.remote, b.c.cfg.sqDepth, ErrInvalid)
 	}
 	if err == nil {
 		err = b.c.hold(&o)
@@ -94,7 +94,12 @@ func (b *Batch) add(err error, o op, wr verbs.SendWR) {
 
 // Post posts the batch as one chain and empties it. The future resolves
 // when the last operation completes, which covers all of them, or with
-// the first failure. An empty batch resolves at once.
+// the first failure. An empty batch resolves at once. A batch goes out
+// whole or not at all: one with more messages (SEND, SEND_WITH_IMM,
+// WRITE_WITH_IMM) than the peer takes at once (its receive depth, see
+// WithQueueDepth) fails with ErrInvalid, and one past the room left
+// under the connection's WithSendQueueLimit fails with ErrQueueFull,
+// both at once and holding no buffer.
 func (b *Batch) Post() *Future {
 	c := b.c
 	defer b.reset()
@@ -105,6 +110,11 @@ func (b *Batch) Post() *Future {
 	n := len(b.wrs)
 	if n == 0 {
 		return newResolved(nil)
+	}
+	if need, most := needCredits(b.wrs), c.creditCap(); need > most {
+		// The chain would wait for credits for ever, and all behind it.
+		b.unhold()
+		return newResolved(fmt.Errorf("rdma: conn %v: batch of %d messages: %w: the peer takes at most %d at once (its receive depth)", c.remote, need, ErrInvalid, most))
 	}
 	f := &Future{drv: c.drv}
 	total := 0

@@ -62,6 +62,7 @@ type Conn struct {
 	idleTimer  *time.Timer   // gives unused credits back (credit.go)
 	beacon     bool          // the beacon is posted (failBeacon)
 	pending    []queuedPost  // chains waiting for room, oldest first
+	pendingWRs int           // the WRs of pending
 	queuedSeq  uint64        // seq of the last chain queued
 	drainedSeq uint64        // seq of the last chain that left pending
 	posted     uint64        // send WRs the QP accepted
@@ -378,7 +379,10 @@ func (c *Conn) Done() <-chan struct{} { return c.ctx.Done() }
 func (c *Conn) Err() error { return c.err() }
 
 // Send sends the bytes of b as one message; the peer gets them from Recv.
-// b may be released before the future resolves.
+// b may be released before the future resolves. Send never blocks: past
+// the connection's WithSendQueueLimit of operations issued and not
+// completed (a peer that does not read) the future fails at once with
+// ErrQueueFull.
 func (c *Conn) Send(b Local) *Future { return c.sendOp(verbs.OpSend, b, 0) }
 
 // SendWithImm sends b with a 32-bit immediate value that the peer's Recv

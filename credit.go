@@ -50,6 +50,27 @@ const creditIdle = time.Second
 // maxAsk bounds a request for credits; the receiver caps it anyway.
 const maxAsk = 1 << 16
 
+// recvCap is the credit cap this side announces in its hello: the most
+// credits it can give the peer at once, its receive depth, or its SRQ's
+// depth when that is smaller (every credit is backed by a posted
+// receive).
+func (c *Conn) recvCap() int {
+	if c.srq != nil {
+		return min(c.cfg.rqDepth, c.srq.depth)
+	}
+	return c.cfg.rqDepth
+}
+
+// creditCap is the most credits the peer gives at once: a chain that
+// needs more could never go out. Connections without a control channel
+// (rdma_cm) send without credits.
+func (c *Conn) creditCap() int {
+	if c.ctrl == nil {
+		return maxCredits
+	}
+	return int(c.peer.RecvDepth)
+}
+
 // needCredits counts the WRs of wrs that take a receive at the peer.
 func needCredits(wrs []verbs.SendWR) int {
 	n := 0

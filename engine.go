@@ -238,6 +238,9 @@ func (c *config) check() error {
 	if len(c.cpus) > 0 && c.threadLock == poller.LockNever {
 		return fmt.Errorf("rdma: %w: pinned pollers (WithPollerCPUs %s) are locked to their threads; WithPollerThreadLock(false) contradicts it", ErrInvalid, poller.FormatCPUs(c.cpus))
 	}
+	if c.sqLimit > 0 && c.sqLimit < c.sqDepth {
+		return fmt.Errorf("rdma: %w: send queue limit %d is below the send depth %d (WithSendQueueLimit, WithQueueDepth)", ErrInvalid, c.sqLimit, c.sqDepth)
+	}
 	if n := c.sqDepth + c.rqDepth; n > cqEntries {
 		return fmt.Errorf("rdma: %w: queue depths %d/%d need %d completion queue entries per connection; the most is %d", ErrInvalid, c.sqDepth, c.rqDepth, n, cqEntries)
 	}

@@ -279,7 +279,7 @@ func (c *Conn) prepare() (hello, error) {
 	}
 	c.gidIndex = uint8(gid.Index)
 	me := hello{QPN: c.qp.QPN(), PSN: randPSN(), LID: eng.port.LID, MTU: uint8(eng.port.ActiveMTU), GID: gid.GID,
-		RecvDepth: uint32(cfg.rqDepth), MaxMsg: uint32(cfg.maxMsg)}
+		RecvDepth: uint32(c.recvCap()), MaxMsg: uint32(cfg.maxMsg)}
 	if me.MTU == 0 {
 		me.MTU = uint8(verbs.MTU1024)
 	}

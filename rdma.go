@@ -62,6 +62,7 @@ type config struct {
 	port        uint8
 	pollMode    PollMode
 	sqDepth     int // send WRs in flight per connection
+	sqLimit     int // send WRs issued and not completed per connection; 0: by the send depth (sendq.go)
 	rqDepth     int // credits per connection: its messages in flight to this side
 	maxMsg      int // largest SEND a connection accepts
 	slabSize    int

@@ -16,12 +16,46 @@ import (
 // others wait ahead of it, waits in a queue of its own, in order,
 // without blocking its caller: its Future comes back unresolved and the
 // operation is posted when completions make room. So no public call
-// blocks a goroutine without a context. The state below is under postMu.
+// blocks a goroutine without a context. The queue is bounded: a
+// connection holds at most WithSendQueueLimit WRs posted or queued, so a
+// peer that never reads costs its sender that much memory, and past it
+// a post fails at once (ErrQueueFull). The state below is under postMu.
 //
 // posted and completed count send WRs over the connection's life; a send
 // queue completes in order, so completed >= n means the first n posted
 // WRs are done. waitSent uses that for fences (Revoke, ReleaseRegion)
 // and for Close.
+
+// ErrQueueFull: the connection holds its WithSendQueueLimit of
+// operations issued and not completed; the post failed at once.
+var ErrQueueFull = errors.New("send queue full")
+
+// defaultSendQueueLimit is the send queue limit without
+// WithSendQueueLimit, at the send depth sqDepth.
+func defaultSendQueueLimit(sqDepth int) int { return max(4096, 8*sqDepth) }
+
+// WithSendQueueLimit bounds the operations a connection holds issued and
+// not completed, posted or waiting for room or credits (each operation
+// of a Batch counts): by default 8 times the send depth, at least 4,096.
+// n must be at least the send depth (WithQueueDepth), so that a Batch of
+// the send depth fits an idle connection.
+//
+// A post past the limit fails at once with an error matching
+// ErrQueueFull, and holds no buffer: nothing was posted or queued. The
+// operations held go out as the send queue and the peer make room, so
+// room comes back when one of them resolves: to wait for room, wait (under
+// a context) on the Future of an earlier operation of the connection and
+// post again. A peer that never reads holds the sender at the limit, and
+// no more memory than that.
+func WithSendQueueLimit(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("rdma: %w: send queue limit %d (want at least the send depth)", ErrInvalid, n)
+		}
+		c.sqLimit = n
+		return nil
+	}
+}
 
 // queuedPost is a chain waiting for room, with copies of its WRs, SGEs
 // and ops (the caller reuses its own).
@@ -43,6 +77,13 @@ func (c *Conn) submitLocked(wrs []verbs.SendWR, ops []op) error {
 	if len(c.pending) == 0 && c.roomLocked(wrs) {
 		return c.postLocked(wrs, ops)
 	}
+	// Posted and not completed, and queued: a direct post never passes
+	// the limit (at least the send depth), so only a queued one checks.
+	if held := c.cfg.sqDepth - c.sqFree + c.pendingWRs; held+len(wrs) > c.sendQueueLimit() {
+		c.dropAll(ops)
+		return fmt.Errorf("rdma: conn %v: %w: %d operations issued and not completed (WithSendQueueLimit %d); post again once one of them resolves",
+			c.remote, ErrQueueFull, held, c.sendQueueLimit())
+	}
 	if c.sqFree < len(wrs) {
 		c.st.queueWaits.Add(1)
 	} else {
@@ -58,7 +99,16 @@ func (c *Conn) submitLocked(wrs []verbs.SendWR, ops []op) error {
 	c.queuedSeq++
 	q.seq = c.queuedSeq
 	c.pending = append(c.pending, q)
+	c.pendingWRs += len(q.wrs)
 	return nil
+}
+
+// sendQueueLimit is the connection's WithSendQueueLimit.
+func (c *Conn) sendQueueLimit() int {
+	if c.cfg.sqLimit > 0 {
+		return c.cfg.sqLimit
+	}
+	return defaultSendQueueLimit(c.cfg.sqDepth)
 }
 
 // drainLocked posts the queued chains that fit, oldest first. Caller
@@ -68,6 +118,7 @@ func (c *Conn) drainLocked() {
 		q := c.pending[0]
 		c.pending[0] = queuedPost{}
 		c.pending = c.pending[1:]
+		c.pendingWRs -= len(q.wrs)
 		if len(c.pending) == 0 {
 			c.pending = nil // let the backing array go
 		}
@@ -101,7 +152,7 @@ func (c *Conn) failPendingLocked(err error) {
 		resolveAll(q.ops, err)
 		c.drainedSeq = q.seq
 	}
-	c.pending = nil
+	c.pending, c.pendingWRs = nil, 0
 	c.notifyLocked()
 }
 

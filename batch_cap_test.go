@@ -1,0 +1,141 @@
+package rdma_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/rdmatest"
+)
+
+// Rule: a Batch with more messages than the peer gives credits for at
+// once is refused at Post with ErrInvalid, holding no buffer; nothing
+// behind it waits. A 100-SEND batch at the default depths (send 128,
+// credits 64) once delivered nothing and wedged a WRITE behind it.
+func TestBatchPastCreditCap(t *testing.T) { eachProvider(t, testBatchPastCreditCap) }
+
+func testBatchPastCreditCap(t *testing.T, opts []rdma.Option) {
+	c, s := rdmatest.Pair(t, opts...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	target, err := s.Alloc(64)
+	require.NoError(t, err)
+	defer target.Release()
+	region, err := s.Expose(target, rdma.RemoteWrite)
+	require.NoError(t, err)
+	b, err := c.Alloc(64)
+	require.NoError(t, err)
+	defer b.Release()
+	inUse := c.PoolStats().BuffersInUse
+
+	batch := c.NewBatch()
+	for range 100 {
+		batch.Send(b)
+	}
+	f := batch.Post()
+	require.True(t, f.Resolved(), "a batch the peer can never take must be refused at Post")
+	require.ErrorIs(t, f.Err(), rdma.ErrInvalid)
+	assert.Contains(t, f.Err().Error(), "100 messages")
+	assert.Contains(t, f.Err().Error(), "64")
+	assert.Contains(t, f.Err().Error(), c.RemoteAddr().String(), "the error names the conn")
+	assert.Equal(t, inUse, c.PoolStats().BuffersInUse, "the refused batch holds buffers")
+
+	// What comes after it goes out.
+	require.NoError(t, c.Write(b, region).Wait(ctx), "a WRITE after the refused batch")
+	// A batch of the whole cap is delivered.
+	for range 64 {
+		batch.SendWithImm(b, 7)
+	}
+	sent := batch.Post()
+	for i := range 64 {
+		r := s.Recv()
+		require.NoError(t, r.Wait(ctx), "message %d of the whole-cap batch", i)
+		require.NoError(t, r.Buffer().Release())
+	}
+	require.NoError(t, sent.Wait(ctx))
+	assert.Equal(t, inUse, c.PoolStats().BuffersInUse)
+}
+
+// Rule: the credit cap a peer announces is what it can give at once: its
+// receive depth, or its shared receive queue's depth when that is
+// smaller. A batch past it is refused at Post; one within it is
+// delivered. With an SRQ of 16 a 32-SEND batch (credits 64) once waited
+// for ever.
+func TestBatchPastSharedReceives(t *testing.T) {
+	opts := []rdma.Option{rdma.WithProvider(rdma.ProviderSoft)}
+	se, err := rdma.OpenEngine(append(opts, rdma.WithSharedReceives(16))...)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, se.Close()) }()
+	ce, err := rdma.OpenEngine(opts...)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, ce.Close()) }()
+	clients, servers := enginePairs(t, ce, se, 1)
+	c, s := clients[0], servers[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := c.Alloc(64)
+	require.NoError(t, err)
+	defer b.Release()
+
+	batch := c.NewBatch()
+	for range 32 {
+		batch.Send(b)
+	}
+	f := batch.Post()
+	require.True(t, f.Resolved(), "a batch past the peer's SRQ must be refused at Post")
+	require.ErrorIs(t, f.Err(), rdma.ErrInvalid)
+	assert.Contains(t, f.Err().Error(), "32 messages")
+
+	for range 16 {
+		batch.Send(b)
+	}
+	sent := batch.Post()
+	for i := range 16 {
+		r := s.Recv()
+		require.NoError(t, r.Wait(ctx), "message %d", i)
+		require.NoError(t, r.Buffer().Release())
+	}
+	require.NoError(t, sent.Wait(ctx))
+}
+
+// Rule: a WRITE queued behind a chain that waits for credits goes out
+// once the credits come (the receiver takes its messages).
+func TestWriteBehindCreditWait(t *testing.T) { eachProvider(t, testWriteBehindCreditWait) }
+
+func testWriteBehindCreditWait(t *testing.T, opts []rdma.Option) {
+	const cap = 16
+	c, s := rdmatest.Pair(t, append(opts, rdma.WithQueueDepth(4*cap, cap))...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	target, err := s.Alloc(64)
+	require.NoError(t, err)
+	defer target.Release()
+	region, err := s.Expose(target, rdma.RemoteWrite)
+	require.NoError(t, err)
+	b, err := c.Alloc(64)
+	require.NoError(t, err)
+	defer b.Release()
+
+	batch := c.NewBatch()
+	for range cap {
+		batch.Send(b)
+	}
+	first := batch.Post()
+	require.NoError(t, first.Wait(ctx), "the first whole-cap batch had the credits")
+	for range cap {
+		batch.Send(b)
+	}
+	second := batch.Post() // waits: the receiver took nothing yet
+	write := c.Write(b, region)
+	for i := range 2 * cap {
+		r := s.Recv()
+		require.NoError(t, r.Wait(ctx), "message %d", i)
+		require.NoError(t, r.Buffer().Release())
+	}
+	require.NoError(t, second.Wait(ctx))
+	require.NoError(t, write.Wait(ctx), "the WRITE behind the batch")
+}

@@ -1,0 +1,136 @@
+package rdma_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/rdmatest"
+)
+
+// Rule: a connection holds at most its send queue limit of operations
+// issued and not completed; past it a post fails at once with
+// ErrQueueFull, naming the conn and the limit, and drops its reference
+// to the buffer. 200,000 Sends to a peer that never reads once left
+// 199,984 pending and about 100 MB more heap.
+func TestSendQueueLimit(t *testing.T) { eachProvider(t, testSendQueueLimit) }
+
+func testSendQueueLimit(t *testing.T, opts []rdma.Option) {
+	const limit = 4096 // the default at the default send depth of 128
+	n := 200000
+	if testing.Short() {
+		n = 20000
+	}
+	c, s := rdmatest.Pair(t, opts...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := c.Alloc(64)
+	require.NoError(t, err)
+	defer b.Release()
+	inUse := c.PoolStats().BuffersInUse
+
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var pending []*rdma.Future
+	full, ok := 0, 0
+	var fullErr error
+	for i := range n {
+		f := c.Send(b)
+		if !f.Resolved() {
+			pending = append(pending, f)
+			continue
+		}
+		if f.Err() == nil {
+			ok++
+			continue
+		}
+		require.ErrorIs(t, f.Err(), rdma.ErrQueueFull, "send %d", i)
+		full++
+		fullErr = f.Err()
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	// Those in flight when issued may have completed since.
+	waiting := 0
+	for _, f := range pending {
+		if !f.Resolved() {
+			waiting++
+		}
+	}
+	t.Logf("%d sends: %d pending, %d done, %d refused; heap %+d KiB", n, waiting, n-full-waiting, full, (int64(after.HeapAlloc)-int64(before.HeapAlloc))>>10)
+	require.LessOrEqual(t, waiting, limit, "operations pending past the limit")
+	require.GreaterOrEqual(t, full, n-limit-128, "posts past the limit must fail at once")
+	require.Error(t, fullErr)
+	assert.Contains(t, fullErr.Error(), fmt.Sprint(limit))
+	assert.Contains(t, fullErr.Error(), c.RemoteAddr().String(), "the error names the conn")
+	assert.Less(t, int64(after.HeapAlloc)-int64(before.HeapAlloc), int64(16<<20), "heap growth")
+
+	// Nothing queued is lost: the peer reads, and every pending send
+	// goes out; the queue takes posts again.
+	for i := range ok + len(pending) {
+		r := s.Recv()
+		require.NoError(t, r.Wait(ctx), "message %d", i)
+		require.NoError(t, r.Buffer().Release())
+	}
+	for i, f := range pending {
+		require.NoError(t, f.Wait(ctx), "pending send %d", i)
+	}
+	require.NoError(t, c.Send(b).Wait(ctx), "a send after the queue drained")
+	r := s.Recv()
+	require.NoError(t, r.Wait(ctx))
+	require.NoError(t, r.Buffer().Release())
+	assert.Equal(t, inUse, c.PoolStats().BuffersInUse, "pool accounting")
+}
+
+// Rule: a batch that does not fit the room left under the limit fails
+// whole, at once, with ErrQueueFull; pending operations fail with
+// ErrClosed at Close and the pool balances.
+func TestSendQueueLimitBatch(t *testing.T) {
+	const limit = 64
+	c, _ := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft), rdma.WithQueueDepth(32, 8), rdma.WithSendQueueLimit(limit))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := c.Alloc(64)
+	require.NoError(t, err)
+	defer b.Release()
+	inUse := c.PoolStats().BuffersInUse
+	var pending []*rdma.Future
+	for range limit + 8 { // 8 go out with the credits; the rest wait
+		f := c.Send(b)
+		if f.Resolved() && f.Err() != nil {
+			require.ErrorIs(t, f.Err(), rdma.ErrQueueFull)
+			continue
+		}
+		pending = append(pending, f)
+	}
+	batch := c.NewBatch()
+	for range 8 {
+		batch.Send(b)
+	}
+	f := batch.Post()
+	require.True(t, f.Resolved(), "a batch past the limit must fail at once")
+	require.ErrorIs(t, f.Err(), rdma.ErrQueueFull)
+	require.NoError(t, c.Close())
+	for _, f := range pending {
+		if err := f.Wait(ctx); err != nil {
+			require.ErrorIs(t, err, rdma.ErrClosed)
+		}
+	}
+	assert.Equal(t, inUse, c.PoolStats().BuffersInUse, "pool accounting")
+}
+
+// Rule: WithSendQueueLimit takes a limit of at least the send depth (a
+// batch of the send depth must fit).
+func TestSendQueueLimitOption(t *testing.T) {
+	_, err := rdma.OpenEngine(rdma.WithProvider(rdma.ProviderSoft), rdma.WithSendQueueLimit(0))
+	require.ErrorIs(t, err, rdma.ErrInvalid)
+	_, err = rdma.OpenEngine(rdma.WithProvider(rdma.ProviderSoft), rdma.WithQueueDepth(128, 16), rdma.WithSendQueueLimit(64))
+	require.ErrorIs(t, err, rdma.ErrInvalid)
+}
