@@ -102,6 +102,7 @@ type Conn struct {
 	creditWaiting bool         // among srq.waiters; under srq.mu
 	peerWants     atomic.Bool  // the peer asked for credits and gave none back since
 	peerShort     atomic.Bool  // the peer's last ask found too little room: give back each take at once
+	recalled      atomic.Bool  // a recall went to the peer, unanswered and with no grant since
 	beaconDone    atomic.Bool  // the beacon flushed: every message that came is delivered
 
 	// The control channel's state (control.go, expose.go, grant.go).
@@ -131,6 +132,8 @@ type Conn struct {
 	returnCreditsJob func()       // c.returnCredits, bound once: a method value allocates
 	askJob           func()       // c.askCredits
 	backJob          func()       // c.returnUnused
+	recallJob        func()       // c.sendRecall
+	recallQueued     atomic.Bool  // recallJob is queued
 	creditBack       atomic.Int64 // unused credits to give back
 	askQueued        atomic.Bool  // askJob is queued
 	backQueued       atomic.Bool  // backJob is queued
@@ -225,13 +228,13 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 		exposed: map[uint32]*exposure{}, requests: map[uint32]*request{},
 		reqSlots: make(chan struct{}, maxRegionRequests), regionSlots: make(chan struct{}, maxQueuedRegions),
 		revokeSlots: make(chan struct{}, maxRevokes), regions: make(chan RemoteRegion, maxQueuedRegions),
-		jobs: make(chan func(), maxRegionRequests+5)}
+		jobs: make(chan func(), maxRegionRequests+6)}
 	if err := eng.slots.add(c); err != nil {
 		eng.release()
 		return nil, err
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.returnCreditsJob, c.askJob, c.backJob = c.returnCredits, c.askCredits, c.returnUnused
+	c.returnCreditsJob, c.askJob, c.backJob, c.recallJob = c.returnCredits, c.askCredits, c.returnUnused, c.sendRecall
 	c.sqFree = cfg.sqDepth
 	c.sent = newRing(cfg.sqDepth)
 	var err error

@@ -26,6 +26,7 @@ const (
 	ctrlCredit   = 11 // credits: the peer may send n u32 more messages (credit.go)
 	ctrlAsk      = 12 // the sender asks for n u32 credits for messages it has waiting
 	ctrlBack     = 13 // the sender gives back n u32 credits it did not use
+	ctrlRecall   = 14 // the receiver asks for the credits the sender has no message for (others wait)
 	maxCtrl      = 1024
 )
 
@@ -207,6 +208,12 @@ func (c *Conn) readControl(r *bufio.Reader) {
 		case ctrlBack:
 			if v, ok := c.word(p, "credit return"); ok && c.srq != nil {
 				c.onCreditBack(v)
+			}
+		case ctrlRecall:
+			if len(p) != 0 {
+				c.protocolErr("malformed credit recall")
+			} else {
+				c.onRecall()
 			}
 		case ctrlCloseAck:
 			c.closeAckOnce.Do(func() { close(c.closeAck) })

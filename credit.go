@@ -32,6 +32,12 @@ import (
 //   - A sender that has sent nothing for creditIdle gives back what it
 //     holds (ctrlBack), so idle connections hold none and the SRQ
 //     serves the active ones.
+//   - When connections wait and the SRQ has no receive left to give,
+//     the receiver recalls (ctrlRecall) the credits of the others, and
+//     a sender with no message waiting gives back what it holds at once.
+//     So credits follow demand: a waiting connection gets credits within
+//     a round trip or two of the control channel (recallGap), however
+//     many connections finished their bursts holding credits.
 //
 // A connection holds at most its cap of the SRQ, credits and messages
 // not yet taken together, so a peer that floods, or an application
@@ -44,7 +50,10 @@ import (
 // overflows.
 const maxCredits = 1 << 30
 
-// creditIdle is how long a sender keeps credits it does not use.
+// creditIdle is how long a sender keeps credits it does not use when no
+// one recalls them. Shorter costs a sparse sender an ask per message:
+// 100 ms cut 1,024 round-robin connections (BenchmarkAggregateRate) to
+// a quarter of their rate.
 const creditIdle = time.Second
 
 // maxAsk bounds a request for credits; the receiver caps it anyway.
@@ -162,7 +171,38 @@ func (c *Conn) returnUnused() {
 	}
 }
 
+// onRecall serves the receiver's recall: others wait for credits. What
+// this side holds beyond the messages waiting for credits goes back now;
+// a chain waiting for more credits than it holds keeps them, since its
+// ask is out.
+func (c *Conn) onRecall() {
+	c.postMu.Lock()
+	defer c.postUnlock()
+	if c.credits > 0 && len(c.pending) == 0 && c.err() == nil {
+		c.creditBack.Add(int64(c.credits))
+		c.credits = 0
+		c.backNow = true
+	}
+}
+
 // The receiving side.
+
+// sendRecall asks the peer for the credits it does not use.
+func (c *Conn) sendRecall() {
+	c.recallQueued.Store(false)
+	c.writeControl(ctrlRecall, nil)
+}
+
+// recall asks c's peer for its unused credits, once until it answers or
+// is given more. Caller holds srq.mu.
+func (c *Conn) recall() {
+	if c.err() != nil || c.creditWaiting || c.creditOut.Load() <= 0 || c.recalled.Swap(true) {
+		return
+	}
+	if !c.recallQueued.Swap(true) {
+		c.later(c.recallJob)
+	}
+}
 
 // creditRoom is how many more credits c may give: its cap less the
 // credits out, the messages not yet taken and those taken whose credits
@@ -227,6 +267,7 @@ func (c *Conn) giveTakenLocked(regrant bool) {
 // until the next ask.
 func (c *Conn) onCreditAsk(want uint32) {
 	c.peerWants.Store(true)
+	c.recalled.Store(false)
 	w := int(min(want, maxAsk))
 	// Under rmu, with the takes: a take between the flush and the mark
 	// would keep its credit until a batch fills.
@@ -244,6 +285,7 @@ func (c *Conn) onCreditBack(n uint32) {
 		return
 	}
 	c.peerWants.Store(false)
+	c.recalled.Store(false)
 	c.srq.giveBack(c, int(n))
 }
 

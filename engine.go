@@ -191,7 +191,7 @@ func openEngine(cfg config, prov verbs.Provider, dev string) (*engine, error) {
 		ctx.Close()
 		return nil, fmt.Errorf("rdma: %w", err)
 	}
-	e.pool, err = pool.New(e.pd, pool.Options{SlabSize: cfg.slabSize, MaxBytes: cfg.maxPool})
+	e.pool, err = pool.New(e.pd, pool.Options{SlabSize: cfg.slabSize, MaxBytes: cfg.maxPool, Decay: poolDecay})
 	if err != nil {
 		e.pd.Close()
 		ctx.Close()
@@ -607,6 +607,27 @@ func (x *Engine) Alloc(n int) (*Buffer, error) {
 
 // PoolStats reports the engine's buffer pool.
 func (x *Engine) PoolStats() PoolStats { return PoolStats(x.e.pool.Stats()) }
+
+// poolDecay is how long pool memory stays registered idle before the
+// engine gives it back by itself: a slab idle from one look to the next,
+// so between one and two of these.
+const poolDecay = time.Second
+
+// Trim gives back the engine's idle memory now: every slab of its buffer
+// pool without a buffer in use, and every cached large buffer, is
+// deregistered and unmapped. The engine does the same by itself for
+// memory idle for a second or two (keeping one slab while buffers are
+// in use), and Trim only makes it happen now. Receives posted on the
+// shared receive queue are in use: a posted receive cannot be taken
+// back. They follow the load down as messages use them (no more are
+// posted than the credits out need) and all go when the queue's last
+// connection closes. The error reports failed deregistrations.
+func (x *Engine) Trim() error {
+	if err := x.e.pool.Trim(); err != nil {
+		return fmt.Errorf("rdma: engine %s: trim: %w", x.Device(), err)
+	}
+	return nil
+}
 
 // Provider is "verbs" or "soft".
 func (x *Engine) Provider() string { return x.e.prov.Name() }

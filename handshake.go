@@ -24,7 +24,7 @@ import (
 
 const (
 	handshakeMagic   = "GO-RDMA\x00"
-	handshakeVersion = 3
+	handshakeVersion = 4
 	maxReason        = 512
 )
 

@@ -270,7 +270,9 @@ func WithMaxMessage(n int) Option {
 // so the memory of posted receives follows the aggregate message rate:
 // at most n times WithMaxMessage per message size an engine serves,
 // whatever the number of connections. Past it, senders wait for credits,
-// in turn.
+// in turn, and the credits that connections hold and do not use are
+// recalled for them. A posted receive cannot be taken back: when the
+// load falls, fewer are posted again as messages use them.
 func WithSharedReceives(n int) Option {
 	return func(c *config) error {
 		if n < 1 || n > MaxSharedReceives {

@@ -47,14 +47,15 @@ type sharedRecv struct {
 	held    atomic.Int64 // messages here whose credits are not given back yet
 	low     atomic.Int64 // refill when posted falls below this
 
-	entries []srqEntry // by index; a receive's buffer until it completes
-	free    indexStack // indices of entries free to post
-	mu      sync.Mutex // posting, grants, waiters
-	waiters []*Conn    // connections waiting for credits, oldest first
-	wrs     []verbs.RecvWR
-	sges    []verbs.SGE
-	retry   *time.Timer // a refill cut short by the pool limit tries again
-	closed  bool
+	entries  []srqEntry // by index; a receive's buffer until it completes
+	free     indexStack // indices of entries free to post
+	mu       sync.Mutex // posting, grants, waiters
+	waiters  []*Conn    // connections waiting for credits, oldest first
+	wrs      []verbs.RecvWR
+	sges     []verbs.SGE
+	retry    *time.Timer // a refill cut short by the pool limit, or a recall, tries again
+	recallAt time.Time   // the last recall of idle credits
+	closed   bool
 
 	refills [refillCauses]atomic.Uint64 // refills by cause, for tests and Stats
 }
@@ -208,9 +209,34 @@ func (s *sharedRecv) refillLocked(cause int) {
 	if p >= low && low > 0 {
 		s.q.SetLimit(int(low))
 	}
-	if short && (len(s.waiters) > 0 || s.posted.Load() < s.low.Load()) {
+	switch {
+	case len(s.waiters) > 0:
+		// No receive is left for them: the credits of the others come
+		// back as far as they are not used.
+		s.recallLocked()
+	case short && s.posted.Load() < s.low.Load():
 		s.retry.Reset(srqRetry)
 	}
+}
+
+// recallGap is the least time between two recalls of an SRQ's credits:
+// one walks the engine's connections.
+const recallGap = time.Millisecond
+
+// recallLocked asks every connection on s that holds credits and does
+// not wait for more to give back those it does not use, at most once a
+// recallGap; the retry timer looks again while connections wait. Caller
+// holds mu.
+func (s *sharedRecv) recallLocked() {
+	if now := time.Now(); now.Sub(s.recallAt) >= recallGap {
+		s.recallAt = now
+		for _, c := range s.e.slots.all() {
+			if c.srq == s {
+				c.recall()
+			}
+		}
+	}
+	s.retry.Reset(max(srqRetry, recallGap))
 }
 
 // postLocked posts up to k receives in chains of up to 64 and returns
@@ -276,6 +302,9 @@ func (s *sharedRecv) grantLocked(c *Conn, k int) int {
 	}
 	s.granted.Add(int64(k))
 	c.creditOut.Add(int64(k))
+	if c.recalled.Load() {
+		c.recalled.Store(false) // it may be recalled again
+	}
 	c.owe(k)
 	return k
 }

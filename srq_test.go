@@ -265,3 +265,36 @@ func enginePairs(t *testing.T, ce, se *rdma.Engine, n int) (clients, servers []*
 	}
 	return clients, servers
 }
+
+// Rule: registered memory follows the load down. Once a burst on many
+// connections is over and they close, the engine gives its pool's idle
+// memory back by itself within seconds, and at once on Trim. A server
+// of 1,000 connections once kept 84 MiB registered after they all
+// closed, with nothing in use.
+func TestMemoryFollowsLoad(t *testing.T) {
+	opts := []rdma.Option{rdma.WithProvider(rdma.ProviderSoft)}
+	se, err := rdma.OpenEngine(opts...)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, se.Close()) }()
+	ce, err := rdma.OpenEngine(opts...)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, ce.Close()) }()
+	clients, accepted := enginePairs(t, ce, se, 40)
+	servers := peers(t, clients, accepted)
+	burst(t, clients, servers, 100)
+	t.Logf("after the burst: server pool %+v, SRQ %+v", se.PoolStats(), rdma.SharedRecvStats(servers[0]))
+	for i := range clients {
+		require.NoError(t, clients[i].Close())
+		require.NoError(t, servers[i].Close())
+	}
+	for _, e := range []*rdma.Engine{se, ce} {
+		require.Eventually(t, func() bool { return e.PoolStats().BuffersInUse == 0 }, 10*time.Second, time.Millisecond,
+			"buffers in use after every connection closed: %+v", e.PoolStats())
+	}
+	t.Logf("closed: server pool %+v, client pool %+v", se.PoolStats(), ce.PoolStats())
+	require.NoError(t, ce.Trim())
+	assert.Zero(t, ce.PoolStats().BytesRegistered, "registered after Trim: %+v", ce.PoolStats())
+	require.Eventually(t, func() bool { return se.PoolStats().BytesRegistered == 0 }, 10*time.Second, 10*time.Millisecond,
+		"registered with nothing in use, no Trim: %+v", se.PoolStats())
+	t.Logf("later: server pool %+v", se.PoolStats())
+}

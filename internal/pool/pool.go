@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/go-rdma/rdma/internal/mem"
@@ -58,6 +59,14 @@ type Options struct {
 	// the cache, so every large buffer is deregistered and unmapped when
 	// it is freed.
 	LargeCache int
+	// Decay, when positive, gives memory back as the load falls: a
+	// size-class slab that has held no buffer in use, or a cached large
+	// buffer that has not been reused, from one look to the next (a
+	// Decay apart) is deregistered and unmapped; while buffers are in
+	// use one idle slab stays, as headroom. The timer runs only while
+	// something idle is registered. Zero means only Trim and the
+	// MaxBytes bound give memory back.
+	Decay time.Duration
 }
 
 // Stats is a snapshot of a pool's accounting.
@@ -88,6 +97,7 @@ type slab struct {
 	next  int          // bump offset for runs; under Pool.slabMu
 	used  atomic.Int32 // buffers of this slab holding a reference
 	freed atomic.Bool  // deregistration started; set exactly once
+	idle  atomic.Bool  // idle at the last decay look and not used since
 }
 
 // class is one size class. Its free list and current run are guarded by
@@ -112,6 +122,10 @@ type Pool struct {
 	maxBytes   int64
 	largeCache int
 	classes    []class
+
+	decay      time.Duration
+	decayTimer *time.Timer // runs decayLook; armed while something is idle
+	decayArmed atomic.Bool
 
 	closed atomic.Bool
 
@@ -175,6 +189,11 @@ func New(reg Registrar, opts Options) (*Pool, error) {
 		largeCache: lc,
 		cache:      make([]*Buffer, 0, lc),
 		drained:    make(chan struct{}),
+		decay:      opts.Decay,
+	}
+	if p.decay > 0 {
+		p.decayTimer = time.AfterFunc(time.Hour, p.decayLook)
+		p.decayTimer.Stop()
 	}
 	n := bits.Len(uint(size)) - minClassShift // classes 64 B .. size
 	p.classes = make([]class, n)
@@ -256,7 +275,9 @@ func (p *Pool) takeLocked(c *class) (*Buffer, error) {
 	} else {
 		return nil, nil
 	}
-	b.slab.used.Add(1)
+	if b.slab.used.Add(1) == 1 && b.slab.idle.Load() {
+		b.slab.idle.Store(false) // in use again: the decay keeps it
+	}
 	c.inUse++
 	return b, nil
 }
@@ -446,8 +467,11 @@ func (p *Pool) put(b *Buffer) {
 	if !p.closed.Load() {
 		b.next = c.free
 		c.free = b
-		s.used.Add(-1)
+		idle := s.used.Add(-1) == 0
 		c.mu.Unlock()
+		if idle {
+			p.armDecay()
+		}
 		return
 	}
 	// Closed: Close freed the slabs that were idle when it ran, while
@@ -465,8 +489,10 @@ func (p *Pool) putLarge(b *Buffer) {
 	p.largeInUse--
 	p.largeBytes -= int64(len(b.mem))
 	if !p.closed.Load() && len(p.cache) < p.largeCache {
+		b.slab.idle.Store(false)
 		p.cache = append(p.cache, b)
 		p.largeMu.Unlock()
+		p.armDecay()
 		return
 	}
 	p.largeMu.Unlock()
@@ -495,21 +521,75 @@ func (p *Pool) unlockAll() {
 // every cached large buffer, and returns them for freeSlab. The caller
 // holds slabMu.
 func (p *Pool) trimLocked() []*slab {
-	p.lockAll()
-	defer p.unlockAll()
-	if p.closed.Load() {
-		return nil
+	out, _ := p.detachLocked(false)
+	return out
+}
+
+// armDecay starts the decay timer, if it is not running: something has
+// become idle.
+func (p *Pool) armDecay() {
+	if p.decay > 0 && !p.decayArmed.Load() && p.decayArmed.CompareAndSwap(false, true) {
+		p.decayTimer.Reset(p.decay)
 	}
-	var out []*slab
+}
+
+// decayLook frees what stayed idle since the last look and marks what is
+// idle now; it runs on the decay timer, which it rearms while something
+// idle is left.
+func (p *Pool) decayLook() {
+	p.slabMu.Lock()
+	out, left := p.detachLocked(true)
+	p.freeAll(out)
+	p.slabMu.Unlock()
+	if left {
+		p.decayTimer.Reset(p.decay)
+	}
+}
+
+// detachLocked detaches slabs and cached large buffers for freeSlab:
+// without decay every idle one; with decay those marked idle at the
+// last look and not used since (keeping one slab while buffers are in
+// use), marking the idle ones left. It reports whether any idle one is
+// left, and records that as decayArmed while no put can run. The caller
+// holds slabMu.
+func (p *Pool) detachLocked(decay bool) (out []*slab, left bool) {
+	p.lockAll()
+	defer func() {
+		if decay {
+			p.decayArmed.Store(left)
+		}
+		p.unlockAll()
+	}()
+	if p.closed.Load() {
+		return nil, false
+	}
+	headroom := 0
+	if decay {
+		inUse := p.largeInUse
+		for i := range p.classes {
+			inUse += p.classes[i].inUse
+		}
+		if inUse > 0 {
+			headroom = 1
+		}
+	}
 	keep := p.slabs[:0]
 	for _, s := range p.slabs {
 		// With every class lock held no Get or put is running, so
 		// used is stable.
-		if s.used.Load() == 0 {
+		switch {
+		case s.used.Load() != 0:
+			keep = append(keep, s)
+		case decay && (!s.idle.Load() || headroom > 0):
+			if s.idle.Load() {
+				headroom--
+			}
+			s.idle.Store(true)
+			keep = append(keep, s)
+			left = true
+		default:
 			s.freed.Store(true)
 			out = append(out, s)
-		} else {
-			keep = append(keep, s)
 		}
 	}
 	clear(p.slabs[len(keep):])
@@ -534,13 +614,20 @@ func (p *Pool) trimLocked() []*slab {
 			}
 		}
 	}
-	for i, b := range p.cache {
+	cached := p.cache[:0]
+	for _, b := range p.cache {
+		if decay && !b.slab.idle.Load() {
+			b.slab.idle.Store(true)
+			cached = append(cached, b)
+			left = true
+			continue
+		}
 		b.slab.freed.Store(true)
 		out = append(out, b.slab)
-		p.cache[i] = nil
 	}
-	p.cache = p.cache[:0]
-	return out
+	clear(p.cache[len(cached):])
+	p.cache = cached
+	return out, left
 }
 
 // Trim deregisters and unmaps every size-class slab that holds no buffer
@@ -599,6 +686,9 @@ func (p *Pool) Stats() Stats {
 func (p *Pool) Close() error {
 	p.closeMu.Lock()
 	defer p.closeMu.Unlock()
+	if p.decayTimer != nil {
+		p.decayTimer.Stop() // a look that runs anyway finds the pool closed
+	}
 	// Wait for registrations in progress, then stop everything: every
 	// Get and put checks closed under a lock held here.
 	p.slabMu.Lock()

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -895,4 +896,28 @@ func TestZeroToCapacity(t *testing.T) {
 			mustRelease(t, b)
 		}
 	}
+}
+
+// Rule: with Decay, memory follows the load down. A slab idle from one
+// look to the next and a cached large buffer not reused are freed; a
+// slab in use stays, and so does one idle slab while buffers are in
+// use. Once nothing is in use everything goes.
+func TestDecay(t *testing.T) {
+	const decay = 20 * time.Millisecond
+	p, _ := newPool(t, pool.Options{SlabSize: 64 * kib, Decay: decay})
+	keep := mustGet(t, p, 64*kib) // slab 1, in use throughout
+	var idle []*pool.Buffer
+	for range 3 {
+		idle = append(idle, mustGet(t, p, 64*kib)) // slabs 2-4
+	}
+	mustRelease(t, mustGet(t, p, 100*kib)) // a cached large buffer
+	for _, b := range idle {
+		mustRelease(t, b)
+	}
+	require.Equal(t, 5, p.Stats().Slabs)
+	require.Eventually(t, func() bool { return p.Stats().Slabs == 2 }, 10*time.Second, time.Millisecond,
+		"idle slabs left: the one in use and one of headroom should stay; %+v", p.Stats())
+	mustRelease(t, keep)
+	require.Eventually(t, func() bool { return p.Stats().BytesRegistered == 0 }, 10*time.Second, time.Millisecond,
+		"nothing in use and memory still registered: %+v", p.Stats())
 }
