@@ -67,6 +67,7 @@ type PeerInfo struct {
 //
 // It is a Listener option: Dial refuses it with ErrInvalid (a dialer
 // checks the listener through its tls.Config, e.g. VerifyConnection).
+// It cannot be combined with WithRDMACM (ErrNotSupported).
 func WithAcceptCheck(check func(PeerInfo) error) Option {
 	return func(c *config) error {
 		if check == nil {
@@ -101,6 +102,8 @@ func (c *config) checkSecurity(dialing bool) error {
 	switch {
 	case c.tls != nil && c.cm:
 		return fmt.Errorf("rdma: %w: WithTLS with WithRDMACM: rdma_cm has no TCP channel to run TLS on (see docs/security.md)", ErrNotSupported)
+	case c.acceptCheck != nil && c.cm:
+		return fmt.Errorf("rdma: %w: WithAcceptCheck with WithRDMACM: rdma_cm set-ups have no hello to check (see docs/security.md)", ErrNotSupported)
 	case c.acceptCheck != nil && dialing:
 		return fmt.Errorf("rdma: %w: WithAcceptCheck is a Listener option; a dialer checks the listener through its tls.Config", ErrInvalid)
 	case c.tls != nil && !dialing && len(c.tls.Certificates) == 0 && c.tls.GetCertificate == nil && c.tls.GetConfigForClient == nil:
