@@ -157,7 +157,7 @@ func (l *Listener) serve(tc net.Conn, e *list.Element, slots chan struct{}) {
 	peer, err := readPeerHello(l.eng, tc, br)
 	l.dropWaiting(e)
 	if err == nil {
-		if err = l.checkPeer(tc, peer); err != nil {
+		if err = l.checkPeer(tc); err != nil {
 			writeRefusal(tc, err.Error())
 		}
 	}

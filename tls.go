@@ -51,8 +51,6 @@ type PeerInfo struct {
 	// certificates and, when the listener verified them, their chains
 	// (VerifiedChains); nil without TLS.
 	TLS *tls.ConnectionState
-	// Provider is the peer's provider, "verbs" or "soft".
-	Provider string
 }
 
 // WithAcceptCheck gives a Listener a check of each peer. It is called
@@ -187,13 +185,12 @@ func acceptTLS(ctx context.Context, tc net.Conn, cfg *tls.Config) (*tls.Conn, er
 	return nil, fmt.Errorf("rdma: TLS handshake with %v: %w", tc.RemoteAddr(), err)
 }
 
-// checkPeer runs the listener's accept check on the peer of tc, whose
-// hello is peer.
-func (l *Listener) checkPeer(tc net.Conn, peer *hello) error {
+// checkPeer runs the listener's accept check on the peer of tc.
+func (l *Listener) checkPeer(tc net.Conn) error {
 	if l.cfg.acceptCheck == nil {
 		return nil
 	}
-	info := PeerInfo{RemoteAddr: tc.RemoteAddr(), LocalAddr: tc.LocalAddr(), Provider: providerName(peer.Provider)}
+	info := PeerInfo{RemoteAddr: tc.RemoteAddr(), LocalAddr: tc.LocalAddr()}
 	if t, ok := tc.(*tls.Conn); ok {
 		st := t.ConnectionState()
 		info.TLS = &st
