@@ -152,6 +152,12 @@ func readAnswer(r *bufio.Reader) (*hello, error) {
 func dialHandshake(ctx context.Context, eng *engine, cfg config, tc net.Conn) (*Conn, error) {
 	release := bound(ctx, tc, cfg.setup)
 	defer release()
+	if cfg.tls != nil {
+		var err error
+		if tc, err = startTLS(ctx, tc, cfg.tls); err != nil {
+			return nil, err
+		}
+	}
 	c, err := newConn(eng, cfg, tc.LocalAddr(), tc.RemoteAddr())
 	if err != nil {
 		tc.Close()
@@ -164,6 +170,9 @@ func dialHandshake(ctx context.Context, eng *engine, cfg config, tc net.Conn) (*
 	}
 	br := bufio.NewReaderSize(tc, ctrlReadBuffer)
 	var peer *hello
+	if err == nil && cfg.tls != nil {
+		err = tlsAnswered(tc, br)
+	}
 	if err == nil {
 		peer, err = readAnswer(br)
 	}

@@ -61,6 +61,9 @@ func Listen(network, address string, opts ...Option) (*Listener, error) {
 // shared engine of the device that serves the listening address.
 func listen(eng *engine, cfg config, address string) (*Listener, error) {
 	const network = "rdma"
+	if err := cfg.checkSecurity(false); err != nil {
+		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
+	}
 	if cfg.cm {
 		l, err := listenCM(eng, cfg, address)
 		if err != nil {
@@ -122,6 +125,14 @@ func (l *Listener) waitHello(tc net.Conn) *list.Element {
 	return l.hellos.PushBack(tc)
 }
 
+// dropWaiting takes e off the sockets waiting for their hello; a no-op
+// if it was dropped.
+func (l *Listener) dropWaiting(e *list.Element) {
+	l.hmu.Lock()
+	l.hellos.Remove(e)
+	l.hmu.Unlock()
+}
+
 // serve runs the listener's side of one handshake: the hello first, with
 // nothing made for the peer; then, in one of maxHandshakes slots, the
 // connection.
@@ -131,11 +142,25 @@ func (l *Listener) serve(tc net.Conn, e *list.Element, slots chan struct{}) {
 	defer cancel()
 	release := bound(ctx, tc, l.cfg.setup)
 	defer release()
+	if l.cfg.tls != nil {
+		// Until the session is up the socket counts among those waiting
+		// for their hello: a peer that never finishes TLS costs no more.
+		t, err := acceptTLS(ctx, tc, l.cfg.tls)
+		if err != nil {
+			l.dropWaiting(e)
+			l.logRefused(tc.RemoteAddr(), err)
+			return
+		}
+		tc = t
+	}
 	br := bufio.NewReaderSize(tc, ctrlReadBuffer)
 	peer, err := readPeerHello(l.eng, tc, br)
-	l.hmu.Lock()
-	l.hellos.Remove(e) // a no-op if it was dropped
-	l.hmu.Unlock()
+	l.dropWaiting(e)
+	if err == nil {
+		if err = l.checkPeer(tc); err != nil {
+			writeRefusal(tc, err.Error())
+		}
+	}
 	if err != nil {
 		l.logRefused(tc.RemoteAddr(), err)
 		tc.Close()

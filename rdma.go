@@ -1,6 +1,7 @@
 package rdma
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -77,6 +78,10 @@ type config struct {
 	spin        time.Duration // Adaptive pollers' spin; 0: the provider's default
 	handler     RecvHandler   // messages go to it instead of Recv
 	log         *slog.Logger  // lifecycle and device events (events.go); nil: none
+
+	// Who may connect (tls.go).
+	tls         *tls.Config          // the handshake and control channel over TLS; nil: plain TCP
+	acceptCheck func(PeerInfo) error // a Listener's check of each peer
 }
 
 func defaultConfig() config {

@@ -1,0 +1,202 @@
+package rdma
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+)
+
+// TLS on the TCP bootstrap (docs/security.md): the hello, its answer and
+// every control frame after it travel inside one TLS session on the
+// connection's TCP socket. RDMA traffic itself does not.
+
+// WithTLS runs go-rdma's handshake and control channel over TLS with cfg
+// (crypto/tls); without it they run over plain TCP.
+//
+// On Dial, cfg is a client configuration: a ServerName left empty is
+// taken from the dialed address's host, as tls.Dial does. On Listen, cfg
+// must carry a certificate (Certificates, GetCertificate or
+// GetConfigForClient); for mutual TLS set ClientAuth (e.g.
+// tls.RequireAndVerifyClientCert) and ClientCAs. A peer whose TLS
+// handshake fails is served nothing: the listener makes no queue pair,
+// receive or registered memory for it. Both sides must use TLS: a TLS
+// dialer against a plain listener, or a plain one against a TLS listener,
+// fails at the dial with an error matching ErrRefused that says so.
+//
+// The TLS handshake runs under the handshake's bound
+// (WithHandshakeTimeout) and, on a Listener, counts among the sockets
+// waiting for their hello. It cannot be combined with WithRDMACM
+// (ErrNotSupported): rdma_cm has no TCP channel. cfg must not be changed
+// after it is passed.
+func WithTLS(cfg *tls.Config) Option {
+	return func(c *config) error {
+		if cfg == nil {
+			return fmt.Errorf("rdma: %w: WithTLS(nil)", ErrInvalid)
+		}
+		c.tls = cfg
+		return nil
+	}
+}
+
+// PeerInfo describes a peer to a Listener's accept check: who it is,
+// once its TLS handshake (if any) and its hello came.
+type PeerInfo struct {
+	// RemoteAddr and LocalAddr are the addresses of the peer's TCP
+	// connection.
+	RemoteAddr, LocalAddr net.Addr
+	// TLS is the state of the TLS session (WithTLS), with the peer's
+	// certificates and, when the listener verified them, their chains
+	// (VerifiedChains); nil without TLS.
+	TLS *tls.ConnectionState
+}
+
+// WithAcceptCheck gives a Listener a check of each peer. It is called
+// after the peer's TLS handshake (WithTLS) and a valid hello, and before
+// anything costly is made for it: no queue pair, receive or registered
+// memory exists yet. A non-nil error refuses the peer: the listener
+// closes the socket, and the dialer's Dial fails with an error matching
+// ErrRefused that carries the error's text (up to 512 bytes), so say
+// only what the peer may know. check runs on the peer's own goroutine,
+// possibly for many peers at once; the listener's handshake bound does
+// not interrupt it, so it should not block for long.
+//
+// It is a Listener option: Dial refuses it with ErrInvalid (a dialer
+// checks the listener through its tls.Config, e.g. VerifyConnection).
+// It cannot be combined with WithRDMACM (ErrNotSupported).
+func WithAcceptCheck(check func(PeerInfo) error) Option {
+	return func(c *config) error {
+		if check == nil {
+			return fmt.Errorf("rdma: %w: WithAcceptCheck(nil)", ErrInvalid)
+		}
+		c.acceptCheck = check
+		return nil
+	}
+}
+
+// ConnectionState is the state of the TLS session of the connection's
+// control channel (WithTLS), with the peer's certificates and their
+// verified chains; ok is false without TLS, and on connections set up
+// through rdma_cm.
+func (c *Conn) ConnectionState() (state tls.ConnectionState, ok bool) {
+	tc, ok := c.ctrl.(*tls.Conn)
+	if !ok {
+		return tls.ConnectionState{}, false
+	}
+	return tc.ConnectionState(), true
+}
+
+// ConnectionState is the state of the TLS session of the stream's RDMA
+// connection (Conn.ConnectionState); ok is false without TLS.
+func (s *StreamConn) ConnectionState() (state tls.ConnectionState, ok bool) {
+	return s.c.ConnectionState()
+}
+
+// checkSecurity refuses option combinations that cannot work, on Dial
+// (dialing) or Listen.
+func (c *config) checkSecurity(dialing bool) error {
+	switch {
+	case c.tls != nil && c.cm:
+		return fmt.Errorf("rdma: %w: WithTLS with WithRDMACM: rdma_cm has no TCP channel to run TLS on (see docs/security.md)", ErrNotSupported)
+	case c.acceptCheck != nil && c.cm:
+		return fmt.Errorf("rdma: %w: WithAcceptCheck with WithRDMACM: rdma_cm set-ups have no hello to check (see docs/security.md)", ErrNotSupported)
+	case c.acceptCheck != nil && dialing:
+		return fmt.Errorf("rdma: %w: WithAcceptCheck is a Listener option; a dialer checks the listener through its tls.Config", ErrInvalid)
+	case c.tls != nil && !dialing && len(c.tls.Certificates) == 0 && c.tls.GetCertificate == nil && c.tls.GetConfigForClient == nil:
+		return fmt.Errorf("rdma: %w: WithTLS on a Listener needs a certificate (tls.Config.Certificates or GetCertificate)", ErrInvalid)
+	}
+	return nil
+}
+
+// clientTLSConfig is cfg with its ServerName, if empty, taken from the
+// host of address, as tls.Dial does.
+func clientTLSConfig(cfg *tls.Config, address string) *tls.Config {
+	if cfg == nil || cfg.ServerName != "" {
+		return cfg
+	}
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		host = address
+	}
+	cfg = cfg.Clone()
+	cfg.ServerName = host
+	return cfg
+}
+
+// startTLS runs the dialer's TLS handshake on tc, which bound already
+// limits; it closes tc on failure.
+func startTLS(ctx context.Context, tc net.Conn, cfg *tls.Config) (net.Conn, error) {
+	t := tls.Client(tc, cfg)
+	if err := t.HandshakeContext(ctx); err != nil {
+		tc.Close()
+		return nil, tlsErr(tc.RemoteAddr(), err)
+	}
+	return t, nil
+}
+
+// tlsErr explains a failed TLS handshake with the peer at addr. A plain
+// go-rdma listener answers a ClientHello with a refusal in clear text; a
+// listener that refused the TLS session (no or a bad client certificate)
+// sends an alert: both match ErrRefused.
+func tlsErr(addr net.Addr, err error) error {
+	var rh tls.RecordHeaderError
+	if errors.As(err, &rh) && rh.RecordHeader[0] == answerRefuse {
+		return fmt.Errorf("rdma: TLS handshake with %v: %w: the listener does not use TLS (it answered in plain text)", addr, ErrRefused)
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "remote error" {
+		return fmt.Errorf("rdma: TLS handshake with %v: %w: %w", addr, ErrRefused, err)
+	}
+	return fmt.Errorf("rdma: TLS handshake with %v: %w", addr, err)
+}
+
+// tlsAnswered reports the listener's refusal of the TLS session that
+// comes after the dialer's side of the handshake completed: with TLS 1.3
+// the listener checks the client's certificate after that, and its alert
+// is the first thing the dialer reads. Other errors are left for
+// readAnswer to explain.
+func tlsAnswered(tc net.Conn, br *bufio.Reader) error {
+	if _, err := br.Peek(1); err != nil {
+		var oe *net.OpError
+		if errors.As(err, &oe) && oe.Op == "remote error" {
+			return tlsErr(tc.RemoteAddr(), err)
+		}
+	}
+	return nil
+}
+
+// acceptTLS runs the listener's TLS handshake on tc, which bound already
+// limits. A dialer that does not speak TLS is told so in plain text. It
+// closes tc on failure.
+func acceptTLS(ctx context.Context, tc net.Conn, cfg *tls.Config) (*tls.Conn, error) {
+	t := tls.Server(tc, cfg)
+	err := t.HandshakeContext(ctx)
+	if err == nil {
+		return t, nil
+	}
+	var rh tls.RecordHeaderError
+	if errors.As(err, &rh) && string(rh.RecordHeader[:]) == handshakeMagic[:len(rh.RecordHeader)] {
+		writeRefusal(tc, "rdma: this listener requires TLS (WithTLS)")
+		err = fmt.Errorf("%w: the dialer does not use TLS", err)
+	}
+	tc.Close()
+	return nil, fmt.Errorf("rdma: TLS handshake with %v: %w", tc.RemoteAddr(), err)
+}
+
+// checkPeer runs the listener's accept check on the peer of tc.
+func (l *Listener) checkPeer(tc net.Conn) error {
+	if l.cfg.acceptCheck == nil {
+		return nil
+	}
+	info := PeerInfo{RemoteAddr: tc.RemoteAddr(), LocalAddr: tc.LocalAddr()}
+	if t, ok := tc.(*tls.Conn); ok {
+		st := t.ConnectionState()
+		info.TLS = &st
+	}
+	if err := l.cfg.acceptCheck(info); err != nil {
+		return fmt.Errorf("rdma: the listener's check refused the peer: %w", err)
+	}
+	return nil
+}
