@@ -57,25 +57,26 @@ const (
 type Option func(*config) error
 
 type config struct {
-	provider    string
-	device      string
-	port        uint8
-	pollMode    PollMode
-	sqDepth     int // send WRs in flight per connection
-	rqDepth     int // credits per connection: its messages in flight to this side
-	maxMsg      int // largest SEND a connection accepts
-	slabSize    int
-	maxPool     int64
-	sharedRecvs int           // receives an engine's SRQ keeps posted at most; 0: by size (srqDepth)
-	setup       time.Duration // bound on the handshake
-	maxExpose   int           // bytes a peer may RequestRegion in total
-	regionLife  time.Duration // longest life of a region granted to RequestRegion
-	cm          bool          // set connections up through rdma_cm
-	threadLock  poller.ThreadLock
-	cpus        []int         // pollers' CPUs, sorted, no duplicates (poller.CheckCPUs)
-	spin        time.Duration // Adaptive pollers' spin; 0: the provider's default
-	handler     RecvHandler   // messages go to it instead of Recv
-	log         *slog.Logger  // lifecycle and device events (events.go); nil: none
+	provider       string
+	device         string
+	port           uint8
+	pollMode       PollMode
+	sqDepth        int // send WRs in flight per connection
+	rqDepth        int // credits per connection: its messages in flight to this side
+	maxMsg         int // largest SEND a connection accepts
+	slabSize       int
+	maxPool        int64
+	sharedRecvs    int           // receives an engine's SRQ keeps posted at most; 0: by size (srqDepth)
+	setup          time.Duration // bound on the handshake
+	maxExpose      int           // bytes a peer may RequestRegion in total
+	regionLife     time.Duration // longest life of a region granted to RequestRegion
+	cm             bool          // set connections up through rdma_cm
+	threadLock     poller.ThreadLock
+	cpus           []int         // pollers' CPUs, sorted, no duplicates (poller.CheckCPUs)
+	spin           time.Duration // Adaptive pollers' spin; 0: the provider's default
+	handler        RecvHandler   // messages go to it instead of Recv
+	handlerWorkers int           // RecvHandler calls an engine runs at once; 0: 4 × GOMAXPROCS
+	log            *slog.Logger  // lifecycle and device events (events.go); nil: none
 }
 
 func defaultConfig() config {
