@@ -32,11 +32,11 @@ var (
 
 	// Completion errors; a *CompletionError matches the one for its
 	// status.
-	ErrRemoteAccess  = verbs.ErrRemoteAccess
-	ErrRNRRetry      = verbs.ErrRNRRetryExceeded
-	ErrFlushed       = verbs.ErrFlushed
-	ErrRetryExceeded = verbs.ErrRetryExceeded
-	ErrRemoteOp      = verbs.ErrRemoteOp
+	ErrRemoteAccess  = verbs.ErrRemoteAccess     // the peer refused the access: rkey, bounds or rights (REM_ACCESS_ERR)
+	ErrRNRRetry      = verbs.ErrRNRRetryExceeded // the peer had no receive posted, retries exhausted (RNR_RETRY_EXC_ERR)
+	ErrFlushed       = verbs.ErrFlushed          // the queue pair went to its error state before the work ran (WR_FLUSH_ERR)
+	ErrRetryExceeded = verbs.ErrRetryExceeded    // the peer did not answer, transport retries exhausted (RETRY_EXC_ERR)
+	ErrRemoteOp      = verbs.ErrRemoteOp         // the peer failed to carry the operation out (REM_OP_ERR)
 
 	// ErrBufferReleased: the Buffer was released already; it cannot be
 	// used or released again.
