@@ -6,10 +6,12 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"go/types"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -34,7 +36,7 @@ import (
 // value (`var X = verbs.T{}`) would escape this check; it needs go/types,
 // and there is none today.
 func TestAPINamesNoInternalType(t *testing.T) {
-	for _, dir := range []string{".", filepath.Join("metrics", "promrdma")} {
+	for _, dir := range []string{".", "rdmatest", filepath.Join("metrics", "promrdma")} {
 		t.Run(dir, func(t *testing.T) {
 			if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) && dir != "." {
 				// A separate module, so absent from this module's
@@ -55,14 +57,20 @@ func TestAPINamesNoInternalType(t *testing.T) {
 			}
 			// Guards the check itself: no files would pass it vacuously.
 			require.NotEmpty(t, files, "no Go files in %s", dir)
-			found := internalInAPI(fset, files)
-			assert.Empty(t, found, "the exported API of %s names internal types:\n%s", dir, strings.Join(found, "\n"))
+			// The functional options are the one exception: only the
+			// With functions make them, and what they set is theirs.
+			found := slices.DeleteFunc(internalInAPI(fset, files), func(s string) bool {
+				return strings.HasSuffix(s, ": Option names unexported config") ||
+					strings.HasSuffix(s, ": RegionOption names unexported regionRequest")
+			})
+			assert.Empty(t, found, "the exported API of %s names internal types or unexported names:\n%s", dir, strings.Join(found, "\n"))
 		})
 	}
 }
 
 // Rule: the check catches every kind of exported declaration that can
-// name an internal type, and lets values and unexported names through.
+// name an internal type or an unexported name of the package, and lets
+// values, type parameters and unexported declarations through.
 // Without it, a check that found nothing would look like a clean API.
 func TestAPICheckCatchesInternal(t *testing.T) {
 	const src = `package p
@@ -102,6 +110,12 @@ var Typed verbs.Access = 1
 var ErrAllowed = verbs.ErrClosed
 var hiddenVar verbs.Access
 const Const verbs.PortState = 4
+
+const count = 2
+type Arr [count]int
+func Uses(n int, x unexportedT) {}
+type Box[E any] struct{ V E }
+func Map[K comparable, V any](m map[K]V) []K { return nil }
 `
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, "p.go", src, parser.SkipObjectResolution)
@@ -119,12 +133,17 @@ const Const verbs.PortState = 4
 		"p.go:26:15: Struct.Method names v2.T",
 		"p.go:34:5: Typed names verbs.Access",
 		"p.go:37:7: Const names verbs.PortState",
+		"p.go:40:6: Arr names unexported count",
+		"p.go:41:6: Uses names unexported unexportedT",
 	}
 	assert.Equal(t, want, got)
 }
 
 // internalInAPI lists, as "file:line:col: Decl names pkg.Type", every
-// internal type the exported declarations of files name. An import is
+// internal type the exported declarations of files name, and as "Decl
+// names unexported x" every unexported name of the package they name (a
+// type, or a constant such as an array's length): go doc shows the name
+// and users cannot use it. An import is
 // internal when its path has an internal element; a file's import names
 // are its explicit names, else the last element of the path (every
 // internal package of this module is named after its directory).
@@ -143,8 +162,46 @@ func internalInAPI(fset *token.FileSet, files []*ast.File) []string {
 			}
 			internal[name] = true
 		}
+		// Type parameters are names too, and allowed.
+		tparams := map[string]bool{}
+		ast.Inspect(f, func(n ast.Node) bool {
+			var list *ast.FieldList
+			switch n := n.(type) {
+			case *ast.FuncType:
+				list = n.TypeParams
+			case *ast.TypeSpec:
+				list = n.TypeParams
+			case *ast.FuncDecl:
+				if n.Recv != nil {
+					// func (x *T[P]) M(): P is a type parameter.
+					ast.Inspect(n.Recv.List[0].Type, func(n ast.Node) bool {
+						if ix, ok := n.(*ast.IndexExpr); ok {
+							if id, ok := ix.Index.(*ast.Ident); ok {
+								tparams[id.Name] = true
+							}
+						}
+						if ix, ok := n.(*ast.IndexListExpr); ok {
+							for _, e := range ix.Indices {
+								if id, ok := e.(*ast.Ident); ok {
+									tparams[id.Name] = true
+								}
+							}
+						}
+						return true
+					})
+				}
+			}
+			if list != nil {
+				for _, fl := range list.List {
+					for _, n := range fl.Names {
+						tparams[n.Name] = true
+					}
+				}
+			}
+			return true
+		})
 		check := func(pos token.Pos, decl string, e ast.Node) {
-			for _, sel := range internalSelectors(e, internal) {
+			for _, sel := range internalSelectors(e, internal, tparams) {
 				found = append(found, fmt.Sprintf("%s: %s names %s", fset.Position(pos), decl, sel))
 			}
 		}
@@ -224,9 +281,11 @@ func checkType(name *ast.Ident, typ ast.Expr, check func(token.Pos, string, ast.
 }
 
 // internalSelectors lists the pkg.Name selectors in e whose pkg is an
-// internal import, skipping the unexported fields and methods of nested
-// struct and interface types (users cannot reach them).
-func internalSelectors(e ast.Node, internal map[string]bool) []string {
+// internal import, and as "unexported x" the unexported names of the
+// package in e other than tparams, skipping the unexported fields and
+// methods of nested struct and interface types (users cannot reach them)
+// and the names of parameters and results.
+func internalSelectors(e ast.Node, internal, tparams map[string]bool) []string {
 	var sels []string
 	var walk func(n ast.Node) bool
 	walk = func(n ast.Node) bool {
@@ -235,6 +294,14 @@ func internalSelectors(e ast.Node, internal map[string]bool) []string {
 			if x, ok := n.X.(*ast.Ident); ok && internal[x.Name] {
 				sels = append(sels, x.Name+"."+n.Sel.Name)
 			}
+			return false
+		case *ast.Ident:
+			if !n.IsExported() && !tparams[n.Name] && types.Universe.Lookup(n.Name) == nil {
+				sels = append(sels, "unexported "+n.Name)
+			}
+			return false
+		case *ast.Field: // a parameter or result: its names are no type
+			ast.Inspect(n.Type, walk)
 			return false
 		case *ast.StructType, *ast.InterfaceType:
 			var list *ast.FieldList
@@ -275,4 +342,76 @@ func receiverName(e ast.Expr) string {
 			return ""
 		}
 	}
+}
+
+// Rule: every exported identifier of the root package, rdmatest and
+// metrics/promrdma has a doc comment: a func or method (of an exported
+// type), a type, and a const or var, whose comment may be its group's or
+// the line's own.
+func TestAPIDocumented(t *testing.T) {
+	for _, dir := range []string{".", "rdmatest", filepath.Join("metrics", "promrdma")} {
+		t.Run(dir, func(t *testing.T) {
+			if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) && dir != "." {
+				t.Skipf("no %s in this copy of the module", dir)
+			}
+			fset := token.NewFileSet()
+			names, err := filepath.Glob(filepath.Join(dir, "*.go"))
+			require.NoError(t, err)
+			var missing []string
+			seen := 0
+			for _, name := range names {
+				if strings.HasSuffix(name, "_test.go") {
+					continue
+				}
+				f, err := parser.ParseFile(fset, name, nil, parser.ParseComments|parser.SkipObjectResolution)
+				require.NoError(t, err)
+				missing = append(missing, undocumented(fset, f)...)
+				seen++
+			}
+			require.NotZero(t, seen, "no Go files in %s", dir)
+			assert.Empty(t, missing, "exported identifiers of %s without a doc comment:\n%s", dir, strings.Join(missing, "\n"))
+		})
+	}
+}
+
+// undocumented lists f's exported declarations that have no doc comment.
+func undocumented(fset *token.FileSet, f *ast.File) []string {
+	var out []string
+	miss := func(pos token.Pos, what string) {
+		out = append(out, fmt.Sprintf("%s: %s", fset.Position(pos), what))
+	}
+	for _, d := range f.Decls {
+		switch d := d.(type) {
+		case *ast.FuncDecl:
+			if !d.Name.IsExported() || d.Doc != nil {
+				continue
+			}
+			if d.Recv != nil {
+				if recv := receiverName(d.Recv.List[0].Type); ast.IsExported(recv) {
+					miss(d.Pos(), recv+"."+d.Name.Name)
+				}
+				continue
+			}
+			miss(d.Pos(), d.Name.Name)
+		case *ast.GenDecl:
+			for _, s := range d.Specs {
+				switch s := s.(type) {
+				case *ast.TypeSpec:
+					if s.Name.IsExported() && s.Doc == nil && d.Doc == nil {
+						miss(s.Pos(), s.Name.Name)
+					}
+				case *ast.ValueSpec:
+					if s.Doc != nil || s.Comment != nil || d.Doc != nil {
+						continue
+					}
+					for _, n := range s.Names {
+						if n.IsExported() {
+							miss(n.Pos(), n.Name)
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
 }

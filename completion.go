@@ -27,6 +27,8 @@ type CompletionError struct {
 	wc verbs.WCError
 }
 
+// Error gives the status, the work request id, the queue pair, the
+// opcode and the vendor error.
 func (e *CompletionError) Error() string { return e.wc.Error() }
 
 // Is matches the sentinel of e's status.

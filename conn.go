@@ -24,8 +24,10 @@ import (
 // Conn is a reliable connection (an RC queue pair) to one peer. Its
 // operations return Futures; they are safe to call from many goroutines.
 //
-// Completions are polled by the pollers of the Listener or Dial that made
-// the connection; no OS thread blocks per connection.
+// Completions are polled by the pollers of the connection's engine: the
+// Engine it was made on, or the engine the package-level Dial and Listen
+// share between connections of the same engine settings (see Engine). No
+// OS thread blocks per connection.
 type Conn struct {
 	eng      *engine
 	slot     uint32 // in eng.slots (slots.go)
@@ -1025,7 +1027,7 @@ func (c *Conn) teardown() error {
 	return errors.Join(errs...)
 }
 
-// PoolStats reports the buffer pool the connection shares with its
-// Listener (or owns, when dialed): slabs, registered bytes, buffers in
-// use.
+// PoolStats reports the buffer pool of the connection's engine, which
+// every connection of the engine shares: slabs, registered bytes, buffers
+// in use.
 func (c *Conn) PoolStats() PoolStats { return PoolStats(c.eng.pool.Stats()) }

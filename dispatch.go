@@ -1,20 +1,20 @@
 package rdma
 
 import (
-	"errors"
 	"fmt"
 	"runtime"
-	"time"
-
-	"github.com/panjf2000/ants/v2"
 )
 
 // A handler takes a connection's messages instead of Recv, for servers
 // with many connections: a goroutine blocked in Recv for each of 10,000
 // connections costs 10,000 stacks, a handler costs nothing while its
 // connection is idle. Handlers run on a bounded pool of worker goroutines
-// per engine (github.com/panjf2000/ants/v2), never on a poller; one
-// connection's messages are handled one at a time, in order.
+// per engine, never on a poller; one connection's messages are handled
+// one at a time, in order. The pool is the engine's own: a worker starts
+// when a connection's messages wait and fewer than the bound run, and
+// exits when none wait, so an idle engine runs no worker. It is not a
+// library's such as ants, which starts a default pool from a package
+// variable: importing this package must start nothing.
 
 // RecvHandler handles one message of c: f is a resolved Recv future
 // (Buffer, Len, Imm). The handler owns f's Buffer and must Release it.
@@ -22,7 +22,7 @@ type RecvHandler func(c *Conn, f *Future)
 
 // WithRecvHandler makes every message of the connection (or of every
 // connection a Listener accepts) go to h, run on the engine's worker pool
-// (at most HandlerWorkers at once), instead of to Recv, which then fails
+// (at most WithHandlerWorkers at once), instead of to Recv, which then fails
 // with ErrInvalid. A connection's messages reach h one at a time, in
 // order; a slow h holds back its own connection only, and, when every
 // worker is busy, the start of other connections' handlers. The end of
@@ -37,8 +37,19 @@ func WithRecvHandler(h RecvHandler) Option {
 	}
 }
 
-// HandlerWorkers is the most RecvHandler calls an engine runs at once.
-var HandlerWorkers = 4 * runtime.GOMAXPROCS(0)
+// WithHandlerWorkers bounds the RecvHandler calls an engine runs at once
+// to n (n ≥ 1; default 4 × GOMAXPROCS at the engine's first handler).
+// It is an engine setting: connections with different bounds use
+// different engines, and an Engine's bound is given to OpenEngine.
+func WithHandlerWorkers(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("rdma: %w: handler workers %d (want ≥ 1)", ErrInvalid, n)
+		}
+		c.handlerWorkers = n
+		return nil
+	}
+}
 
 // dispatchLocked schedules c's handler for the messages in c.ready, if it
 // is not running already. Caller holds rmu; it may run on a poller, so it
@@ -68,72 +79,56 @@ func (c *Conn) handle() {
 	}
 }
 
-// dispatch queues c for a worker. The queue is bounded by the receives
-// the engine's connections have posted (a connection is in it at most
-// once), so it never blocks the poller.
+// dispatch queues c for a worker, and starts one if fewer than the
+// engine's bound run. The queue is bounded by the receives the engine's
+// connections have posted (a connection is in it at most once), so it
+// never blocks the poller.
 func (e *engine) dispatch(c *Conn) {
 	e.dmu.Lock()
 	e.runq = append(e.runq, c)
-	if !e.dispatching {
-		e.dispatching = true
+	if e.maxWorkers == 0 {
+		// Here rather than at open: GOMAXPROCS takes the scheduler's
+		// lock, and most engines have no handler.
+		e.maxWorkers = e.cfg.handlerWorkers
+		if e.maxWorkers == 0 {
+			e.maxWorkers = 4 * runtime.GOMAXPROCS(0)
+		}
+	}
+	if e.workers < e.maxWorkers {
+		e.workers++
 		e.dwg.Add(1)
-		go e.dispatcher()
+		go e.worker()
 	}
 	e.dmu.Unlock()
 }
 
-// dispatcher hands queued connections to the worker pool, waiting for a
-// free worker when all are busy; it exits when the queue is empty.
-func (e *engine) dispatcher() {
+// worker runs the handlers of queued connections until the queue is
+// empty, then exits.
+func (e *engine) worker() {
 	defer e.dwg.Done()
 	for {
 		e.dmu.Lock()
 		if len(e.runq) == 0 {
-			e.dispatching = false
+			e.workers--
 			e.dmu.Unlock()
 			return
 		}
 		c := e.runq[0]
 		e.runq[0] = nil
 		e.runq = e.runq[1:]
-		if e.workers == nil {
-			p, err := ants.NewPool(HandlerWorkers, ants.WithExpiryDuration(time.Second))
-			if err != nil { // only for a size below 1
-				e.dmu.Unlock()
-				c.fail(fmt.Errorf("rdma: handler workers: %w", err))
-				continue
-			}
-			e.workers = p
-		}
-		p := e.workers
 		e.dmu.Unlock()
-		if err := p.Submit(c.handle); err != nil {
-			if !errors.Is(err, ants.ErrPoolClosed) {
-				c.fail(fmt.Errorf("rdma: handler workers: %w", err))
-			}
-			c.rmu.Lock()
-			c.handling = false
-			c.rmu.Unlock()
-		}
+		c.handle()
 	}
 }
 
-// stopWorkers waits for the dispatcher and the workers to finish. When a
-// handler is still running (it closed the engine's last connection
-// itself) the pool is released without waiting: its workers exit when
-// their handler returns.
+// stopWorkers waits for the workers to exit: the engine's connections
+// are closed, so their handle returns at once. When a handler is still
+// running (it closed the engine's last connection itself, and so runs
+// this) it does not wait: the workers exit when their handler returns.
 func (e *engine) stopWorkers() error {
-	e.dwg.Wait()
-	e.dmu.Lock()
-	p := e.workers
-	e.workers = nil
-	e.dmu.Unlock()
-	if p == nil {
-		return nil
-	}
 	if e.handlers.Load() > 0 {
-		p.Release()
 		return nil
 	}
-	return p.ReleaseTimeout(5 * time.Second)
+	e.dwg.Wait()
+	return nil
 }

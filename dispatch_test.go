@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,27 +22,29 @@ import (
 func TestRecvHandler(t *testing.T) { eachProvider(t, testRecvHandler) }
 
 func testRecvHandler(t *testing.T, opts []rdma.Option) {
-	const conns, msgs = 200, 5
+	const conns, msgs, handlerWorkers = 200, 5, 3
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var mu sync.Mutex
 	next := map[*rdma.Conn]uint32{}
 	var wg sync.WaitGroup
 	wg.Add(conns * msgs)
-	running, most := 0, 0
+	var running, most atomic.Int32
 	handler := func(c *rdma.Conn, f *rdma.Future) {
 		defer wg.Done()
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
 		mu.Lock()
-		running++
-		most = max(most, running)
 		imm, _ := f.Imm()
 		assert.Equal(t, next[c], imm, "a connection's messages in order")
 		next[c] = imm + 1
-		running--
 		mu.Unlock()
+		runtime.Gosched() // let other workers overlap this one
 		assert.NoError(t, f.Buffer().Release())
 	}
-	se, err := rdma.OpenEngine(opts...)
+	se, err := rdma.OpenEngine(append(opts, rdma.WithHandlerWorkers(handlerWorkers))...)
 	require.NoError(t, err)
 	defer se.Close()
 	ce, err := rdma.OpenEngine(opts...)
@@ -81,6 +84,22 @@ func testRecvHandler(t *testing.T, opts []rdma.Option) {
 		require.NoError(t, f.Wait(ctx))
 	}
 	per := float64(runtime.NumGoroutine()-before) / conns
-	t.Logf("%d connections on both sides: %.2f goroutines each, handlers at most %d at once", conns, per, most)
-	assert.LessOrEqual(t, most, rdma.HandlerWorkers)
+	t.Logf("%d connections on both sides: %.2f goroutines each, handlers at most %d at once", conns, per, most.Load())
+	assert.LessOrEqual(t, most.Load(), int32(handlerWorkers))
+}
+
+// Rule: WithHandlerWorkers takes a bound of at least 1, and it is an
+// engine setting: an Engine's connections cannot ask for another.
+func TestWithHandlerWorkers(t *testing.T) {
+	soft := rdma.WithProvider(rdma.ProviderSoft)
+	_, err := rdma.OpenEngine(soft, rdma.WithHandlerWorkers(0))
+	require.ErrorIs(t, err, rdma.ErrInvalid)
+	e, err := rdma.OpenEngine(soft, rdma.WithHandlerWorkers(2))
+	require.NoError(t, err)
+	defer e.Close()
+	_, err = e.Listen("rdma", "127.0.0.1:0", rdma.WithHandlerWorkers(3))
+	require.ErrorIs(t, err, rdma.ErrInvalid)
+	ln, err := e.Listen("rdma", "127.0.0.1:0", rdma.WithHandlerWorkers(2))
+	require.NoError(t, err, "the engine's own bound")
+	require.NoError(t, ln.Close())
 }

@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/panjf2000/ants/v2"
-
 	"github.com/go-rdma/rdma/internal/poller"
 	"github.com/go-rdma/rdma/internal/pool"
 	"github.com/go-rdma/rdma/internal/verbs"
@@ -39,12 +37,12 @@ type engine struct {
 	evDone chan struct{}
 
 	// RecvHandler dispatch (dispatch.go)
-	dmu         sync.Mutex
-	runq        []*Conn
-	dispatching bool
-	dwg         sync.WaitGroup
-	workers     *ants.Pool
-	handlers    atomic.Int64 // RecvHandler calls running
+	dmu        sync.Mutex
+	runq       []*Conn
+	workers    int            // running
+	maxWorkers int            // WithHandlerWorkers, set at the first dispatch
+	dwg        sync.WaitGroup // the workers
+	handlers   atomic.Int64   // RecvHandler calls running
 
 	// Counters of the closed connections (stats.go)
 	retired closedStats
@@ -80,21 +78,22 @@ const (
 // engineKey is what makes two engines different: the device port and the
 // settings of its pool and pollers.
 type engineKey struct {
-	provider   string
-	device     string
-	port       uint8
-	pollMode   PollMode
-	spin       time.Duration
-	threadLock poller.ThreadLock
-	cpus       string // poller.FormatCPUs: a slice is not comparable
-	slabSize   int
-	maxPool    int64
-	srqDepth   int
+	provider       string
+	device         string
+	port           uint8
+	pollMode       PollMode
+	spin           time.Duration
+	threadLock     poller.ThreadLock
+	cpus           string // poller.FormatCPUs: a slice is not comparable
+	slabSize       int
+	maxPool        int64
+	srqDepth       int
+	handlerWorkers int
 }
 
 func (c *config) engineKey(prov, dev string) engineKey {
 	return engineKey{provider: prov, device: dev, port: c.port, pollMode: c.pollMode, spin: c.spin,
-		threadLock: c.threadLock, cpus: poller.FormatCPUs(c.cpus), slabSize: c.slabSize, maxPool: c.maxPool, srqDepth: c.sharedRecvs}
+		threadLock: c.threadLock, cpus: poller.FormatCPUs(c.cpus), slabSize: c.slabSize, maxPool: c.maxPool, srqDepth: c.sharedRecvs, handlerWorkers: c.handlerWorkers}
 }
 
 // engines are the engines of the package-level Dial and Listen, one per
@@ -519,8 +518,8 @@ func (e *engine) sharedRecv(u *cqUnit, wc *verbs.WorkCompletion) {
 // The package-level Dial and Listen share one engine per provider,
 // device, port and engine settings (WithProvider, WithDevice, WithPort,
 // WithPollMode, WithPollSpin, WithPollerThreadLock, WithPollerCPUs,
-// WithPoolLimit), made on first use and closed with its last connection
-// or listener.
+// WithPoolLimit, WithHandlerWorkers), made on first use and closed with
+// its last connection or listener.
 // OpenEngine gives an engine of one's own: its own pool limit and pollers.
 type Engine struct {
 	e         *engine
@@ -565,7 +564,7 @@ func (x *Engine) connConfig(opts []Option) (config, error) {
 		return config{}, err
 	}
 	if cfg.engineKey("", "") != x.cfg.engineKey("", "") || cfg.provider != x.cfg.provider || cfg.device != x.cfg.device {
-		return config{}, fmt.Errorf("rdma: %w: provider, device, port, poller and pool options configure the engine: give them to OpenEngine", ErrInvalid)
+		return config{}, fmt.Errorf("rdma: %w: provider, device, port, poller, pool and handler-worker options configure the engine: give them to OpenEngine", ErrInvalid)
 	}
 	return cfg, nil
 }

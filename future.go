@@ -65,7 +65,7 @@ func (f *Future) Done() <-chan struct{} {
 // Wait waits for the future to resolve and returns its error. When ctx
 // ends first it returns ctx.Err() at once; the operation goes on.
 //
-// With a Busy poller (WithPollMode(poller.Busy)) Wait polls the CQ from
+// With a Busy poller (WithPollMode(PollBusy)) Wait polls the CQ from
 // the calling goroutine until the future resolves, run to completion, as
 // perftest's loops do: no thread has to wake it. One goroutine polls at a
 // time; other Waits block as usual.

@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 	})
 	// A Buffer a test never releases fails the run (exit 99) and is
 	// reported with the place that allocated it.
-	goleak.VerifyTestMain(leak.Checked(m), goleak.IgnoreCurrent()) // the goroutines made at init (ants' default pool)
+	goleak.VerifyTestMain(leak.Checked(m))
 }
 
 // eachProvider runs f as a subtest per provider: "soft" always, "verbs"

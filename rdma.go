@@ -33,11 +33,11 @@ var (
 
 	// Completion errors; a *CompletionError matches the one for its
 	// status.
-	ErrRemoteAccess  = verbs.ErrRemoteAccess
-	ErrRNRRetry      = verbs.ErrRNRRetryExceeded
-	ErrFlushed       = verbs.ErrFlushed
-	ErrRetryExceeded = verbs.ErrRetryExceeded
-	ErrRemoteOp      = verbs.ErrRemoteOp
+	ErrRemoteAccess  = verbs.ErrRemoteAccess     // the peer refused the access: rkey, bounds or rights (REM_ACCESS_ERR)
+	ErrRNRRetry      = verbs.ErrRNRRetryExceeded // the peer had no receive posted, retries exhausted (RNR_RETRY_EXC_ERR)
+	ErrFlushed       = verbs.ErrFlushed          // the queue pair went to its error state before the work ran (WR_FLUSH_ERR)
+	ErrRetryExceeded = verbs.ErrRetryExceeded    // the peer did not answer, transport retries exhausted (RETRY_EXC_ERR)
+	ErrRemoteOp      = verbs.ErrRemoteOp         // the peer failed to carry the operation out (REM_OP_ERR)
 
 	// ErrBufferReleased: the Buffer was released already; it cannot be
 	// used or released again.
@@ -58,26 +58,27 @@ const (
 type Option func(*config) error
 
 type config struct {
-	provider    string
-	device      string
-	port        uint8
-	pollMode    PollMode
-	sqDepth     int // send WRs in flight per connection
-	sqLimit     int // send WRs issued and not completed per connection; 0: by the send depth (sendq.go)
-	rqDepth     int // credits per connection: its messages in flight to this side
-	maxMsg      int // largest SEND a connection accepts
-	slabSize    int
-	maxPool     int64
-	sharedRecvs int           // receives an engine's SRQ keeps posted at most; 0: by size (srqDepth)
-	setup       time.Duration // bound on the handshake
-	maxExpose   int           // bytes a peer may RequestRegion in total
-	regionLife  time.Duration // longest life of a region granted to RequestRegion
-	cm          bool          // set connections up through rdma_cm
-	threadLock  poller.ThreadLock
-	cpus        []int         // pollers' CPUs, sorted, no duplicates (poller.CheckCPUs)
-	spin        time.Duration // Adaptive pollers' spin; 0: the provider's default
-	handler     RecvHandler   // messages go to it instead of Recv
-	log         *slog.Logger  // lifecycle and device events (events.go); nil: none
+	provider       string
+	device         string
+	port           uint8
+	pollMode       PollMode
+	sqDepth        int // send WRs in flight per connection
+	sqLimit        int // send WRs issued and not completed per connection; 0: by the send depth (sendq.go)
+	rqDepth        int // credits per connection: its messages in flight to this side
+	maxMsg         int // largest SEND a connection accepts
+	slabSize       int
+	maxPool        int64
+	sharedRecvs    int           // receives an engine's SRQ keeps posted at most; 0: by size (srqDepth)
+	setup          time.Duration // bound on the handshake
+	maxExpose      int           // bytes a peer may RequestRegion in total
+	regionLife     time.Duration // longest life of a region granted to RequestRegion
+	cm             bool          // set connections up through rdma_cm
+	threadLock     poller.ThreadLock
+	cpus           []int         // pollers' CPUs, sorted, no duplicates (poller.CheckCPUs)
+	spin           time.Duration // Adaptive pollers' spin; 0: the provider's default
+	handler        RecvHandler   // messages go to it instead of Recv
+	handlerWorkers int           // RecvHandler calls an engine runs at once; 0: 4 × GOMAXPROCS
+	log            *slog.Logger  // lifecycle and device events (events.go); nil: none
 
 	// Who may connect (tls.go).
 	tls         *tls.Config          // the handshake and control channel over TLS; nil: plain TCP

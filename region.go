@@ -71,6 +71,7 @@ func (r RemoteRegion) Slice(off, n int) (RemoteRegion, error) {
 	return RemoteRegion{Addr: r.Addr + uint64(off), Len: n, RKey: r.RKey}, nil
 }
 
+// String shows the region's address, length and rkey.
 func (r RemoteRegion) String() string {
 	return fmt.Sprintf("remote[%#x+%d rkey %#x]", r.Addr, r.Len, r.RKey)
 }

@@ -65,13 +65,13 @@ type srqEntry struct {
 	gen uint32 // under mu while free; read by the completion path after buf
 }
 
-// Refill causes.
+// Refill causes (stats.go).
 const (
-	refillEvent = iota // the SRQ limit event
-	refillPoll         // the check after a poll
-	refillGrant        // a grant or a waiter found too few posted
-	refillRetry        // the pool limit cut a refill short; later
-	refillCauses
+	refillEvent  = RefillEvent
+	refillPoll   = RefillPoll
+	refillGrant  = RefillGrant
+	refillRetry  = RefillRetry
+	refillCauses = RefillCauses
 )
 
 // MaxSharedReceives bounds WithSharedReceives: the receives one shared

@@ -191,11 +191,19 @@ type SRQStats struct {
 	Granted     int64 // credits given and not used yet, over all connections
 	Held        int64 // messages received and not taken yet, or whose credits are not back
 	Waiting     int   // connections waiting for credits
-	// Refills counts refills by what started them: the SRQ limit event,
-	// the check after a poll, a grant that found too few posted, and the
-	// retry after the pool limit cut one short.
-	Refills [refillCauses]uint64
+	// Refills counts refills by what started them, indexed by
+	// RefillEvent, RefillPoll, RefillGrant and RefillRetry.
+	Refills [RefillCauses]uint64
 }
+
+// The indexes of SRQStats.Refills: what started a refill.
+const (
+	RefillEvent  = iota // the SRQ limit event
+	RefillPoll          // the check after a poll
+	RefillGrant         // a grant or a waiting connection found too few receives posted
+	RefillRetry         // the retry after the pool limit cut a refill short
+	RefillCauses        // the number of causes, the length of Refills
+)
 
 // closedStats keeps the counters of an engine's closed connections.
 // Its lock makes a connection's move from the open ones to Closed one

@@ -9,5 +9,5 @@ import (
 // TestMain fails the run if a goroutine outlives the tests: the helpers'
 // cleanups must leave nothing running.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) // the goroutines made at init (ants' default pool)
+	goleak.VerifyTestMain(m)
 }

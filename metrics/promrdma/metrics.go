@@ -110,7 +110,8 @@ var srqMetrics = struct {
 	refills: newMetric("srq", "refills_total", "Refills of the shared receive queue, by what started them.", counter, engineLabels, "message_size", "cause"),
 }
 
-// refillCauses names the indexes of rdma.SRQStats.Refills.
+// refillCauses names the indexes of rdma.SRQStats.Refills (rdma.RefillEvent,
+// rdma.RefillPoll, rdma.RefillGrant, rdma.RefillRetry).
 var refillCauses = []string{"event", "poll", "grant", "retry"}
 
 func addSRQs(s *sums, srqs []rdma.SRQStats, eng []string) {

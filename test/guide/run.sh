@@ -9,7 +9,9 @@
 # release from the module proxy, and here the module under test is this
 # clone, so that line becomes a require of the version plus a replace by
 # the clone, and `go mod tidy` fills go.sum once main.go exists. The
-# guide's port 7471 becomes a free one.
+# guide's port 7471 becomes a free one: the server listens on port 0 and
+# the commands after it use the port it says it serves on (no tool to
+# pick a port, such as python3, which a minbase Debian lacks).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 guide=$repo/docs/guide.md
@@ -34,9 +36,9 @@ for b in "sh setup" "file main.go" "sh run"; do
   if [ -z "$(block $b)" ]; then echo "guide: no block for <!-- guide:$b -->" >&2; exit 1; fi
 done
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=0 # until the server says which port it has
 cd "$work"
-echo "guide: following docs/guide.md in $work (port $port)"
+echo "guide: following docs/guide.md in $work"
 
 # Setup, with the go get of the release made a replace by this clone.
 while IFS= read -r line; do
@@ -71,6 +73,9 @@ while IFS= read -r line; do
       sleep 0.1
     done
     grep -q "serving on" server.out || { cat server.out; echo "guide: the server never served" >&2; exit 1; }
+    port=$(sed -n 's/.*serving on .*:\([0-9][0-9]*\)$/\1/p' server.out | head -n 1)
+    [ -n "$port" ] || { cat server.out; echo "guide: the server did not say its port" >&2; exit 1; }
+    echo "guide: the server is on port $port"
     continue
   fi
   n=$((n + 1))

@@ -17,8 +17,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-// IgnoreCurrent: the goroutines made at init (ants' default pool).
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // startServer builds cmd/examples/server and runs it in its own process.
 // stop sends SIGTERM and returns its exit code and output.

@@ -13,7 +13,7 @@
 //     sender for RemoteWrite and answers with the region. When the data
 //     is larger than -window, the region is two slots of about -window/2
 //     bytes each, and the data goes in windows of one slot each.
-//  3. A pool of -j workers (an ants pool) WRITE_WITH_IMMs the chunks, each
+//  3. At most -j workers at once WRITE_WITH_IMM the chunks, each
 //     from its own registered buffer, with the chunk's index as the
 //     immediate value. Every such write resolves one Recv on the receiver,
 //     whose future has no buffer and whose Imm is the index: that is how

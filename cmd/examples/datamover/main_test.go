@@ -22,11 +22,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(leak.Checked(m),
-		// ants starts a default pool with two housekeeping goroutines when
-		// the package loads; the pools this program makes are released.
-		goleak.IgnoreAnyFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
-		goleak.IgnoreAnyFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"))
+	goleak.VerifyTestMain(leak.Checked(m))
 }
 
 // syncBuffer is a bytes.Buffer that run may write from several goroutines

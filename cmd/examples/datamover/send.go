@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/panjf2000/ants/v2"
-
 	"github.com/go-rdma/rdma"
 )
 
@@ -44,18 +42,14 @@ func (s *sender) run(ctx context.Context, addr string, opts []rdma.Option) (err 
 	}
 	p := &peer{conn: conn}
 	var (
-		sum     chan hashResult   // the sender's checksum, computed alongside
-		free    chan *rdma.Buffer // one registered buffer per worker
-		workers *ants.Pool
+		sum  chan hashResult   // the sender's checksum, computed alongside
+		free chan *rdma.Buffer // one registered buffer per worker
 	)
 	defer func() {
 		if err != nil && parent.Err() == nil && !errors.Is(err, errMismatch) {
 			p.abort(err) // tell the receiver why, if it can still hear it
 		}
 		cancel(err)
-		if workers != nil {
-			workers.ReleaseTimeout(10 * time.Second)
-		}
 		if sum != nil {
 			<-sum
 		}
@@ -98,9 +92,9 @@ func (s *sender) run(ctx context.Context, addr string, opts []rdma.Option) (err 
 		}
 		free <- b
 	}
-	if workers, err = ants.NewPool(s.jobs, ants.WithPreAlloc(true)); err != nil {
-		return err
-	}
+	// At most s.jobs workers at once: a worker takes a place in workers
+	// and gives it back when its chunk is written.
+	workers := make(chan struct{}, s.jobs)
 
 	bar := s.progress("send", size)
 	start := time.Now()
@@ -133,20 +127,16 @@ func (s *sender) run(ctx context.Context, addr string, opts []rdma.Option) (err 
 				break
 			}
 			idx := uint32(nextChunk)
+			workers <- struct{}{}
 			wg.Add(1)
-			err = workers.Submit(func() {
-				defer wg.Done()
+			go func() {
+				defer func() { <-workers; wg.Done() }()
 				if err := s.writeChunk(ctx, conn, free, idx, off, int(n), dst); err != nil {
 					cancel(err)
 					return
 				}
 				bar.add(n)
-			})
-			if err != nil {
-				wg.Done()
-				cancel(err)
-				break
-			}
+			}()
 		}
 	}
 	wg.Wait()

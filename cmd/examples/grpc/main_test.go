@@ -12,8 +12,7 @@ import (
 	"github.com/go-rdma/rdma/internal/leak"
 )
 
-// IgnoreCurrent: the goroutines made at init (ants' default pool).
-func TestMain(m *testing.M) { goleak.VerifyTestMain(leak.Checked(m), goleak.IgnoreCurrent()) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(leak.Checked(m)) }
 
 func TestDemo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

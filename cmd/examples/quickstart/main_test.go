@@ -8,8 +8,7 @@ import (
 	"github.com/go-rdma/rdma/internal/leak"
 )
 
-// IgnoreCurrent: the goroutines made at init (ants' default pool).
-func TestMain(m *testing.M) { goleak.VerifyTestMain(leak.Checked(m), goleak.IgnoreCurrent()) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(leak.Checked(m)) }
 
 // Rule: the README's main example runs every operation and succeeds on
 // the provider this machine has (soft where no device exists).

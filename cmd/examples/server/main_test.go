@@ -17,8 +17,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-// IgnoreCurrent: the goroutines made at init (ants' default pool).
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.IgnoreCurrent()) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // syncBuffer is a bytes.Buffer that run may write from several goroutines
 // while the test reads it.
