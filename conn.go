@@ -173,7 +173,7 @@ func dial(ctx context.Context, eng *engine, cfg config, address string) (*Conn, 
 	if cfg.cm {
 		c, err := dialCM(ctx, eng, cfg, address)
 		if err != nil {
-			return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+			return nil, &net.OpError{Op: "dial", Net: network, Err: asTimeout(err)}
 		}
 		return c, nil
 	}
@@ -192,7 +192,7 @@ func dial(ctx context.Context, eng *engine, cfg config, address string) (*Conn, 
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
 		}
-		return nil, &net.OpError{Op: "dial", Net: network, Addr: tc.RemoteAddr(), Err: err}
+		return nil, &net.OpError{Op: "dial", Net: network, Addr: tc.RemoteAddr(), Err: asTimeout(err)}
 	}
 	return c, nil
 }

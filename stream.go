@@ -23,7 +23,11 @@ func DialStream(ctx context.Context, network, address string, opts ...Option) (n
 	if network != "rdma" {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("%w: network %q (want \"rdma\")", ErrInvalid, network)}
 	}
-	return dialStream(ctx, address, opts)
+	s, err := dialStream(ctx, address, opts)
+	if err != nil {
+		return nil, err // a nil net.Conn, not one holding a nil *StreamConn
+	}
+	return s, nil
 }
 
 func dialStream(ctx context.Context, address string, opts []Option) (*StreamConn, error) {
@@ -94,7 +98,11 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
 		defer cancel()
 	}
-	return dialStream(ctx, address, d.Options)
+	s, err := dialStream(ctx, address, d.Options)
+	if err != nil {
+		return nil, err // a nil net.Conn, not one holding a nil *StreamConn
+	}
+	return s, nil
 }
 
 // Dial is DialContext with a background context.
