@@ -37,3 +37,23 @@ func completionError(wc *verbs.WorkCompletion) *CompletionError {
 	e.wc = verbs.WCError{Status: wc.Status, Opcode: wc.Opcode, WRID: wc.WRID, VendorErr: wc.VendorErr, QPN: wc.QPN}
 	return e
 }
+
+// postedWC is wc with the opcode of what was posted under its wr_id
+// (kind), for a failed completion: the opcode field of a failed (a
+// flushed) completion is undefined on many providers, and soft's reads
+// SEND for every receive. The kind does not tell the two atomics apart:
+// theirs stays as reported.
+func postedWC(kind opKind, wc *verbs.WorkCompletion) *verbs.WorkCompletion {
+	w := *wc
+	switch kind {
+	case opRecv:
+		w.Opcode = verbs.WCRecv
+	case opSend:
+		w.Opcode = verbs.WCSend
+	case opWrite:
+		w.Opcode = verbs.WCWrite
+	case opRead:
+		w.Opcode = verbs.WCRead
+	}
+	return &w
+}

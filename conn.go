@@ -135,6 +135,7 @@ type Conn struct {
 	backQueued       atomic.Bool  // backJob is queued
 	peerClosed       atomic.Bool  // the peer closed or went away: post nothing more
 	closeHeard       atomic.Bool  // the peer's ctrlClose came
+	closeCalled      atomic.Bool  // Close began: what fails from here on is the orderly close's
 	deaf             atomic.Bool  // tests: play a peer that reads its control frames and drops them
 	quiesceOnce      sync.Once
 	closeAck         chan struct{} // closed when the peer answers our ctrlClose
@@ -551,10 +552,10 @@ func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
 	if k > 1 {
 		c.st.completions.Add(uint64(k - 1))
 	}
-	c.st.completed(wc.Status)
+	c.st.completed(wc.Status, wc.Status == verbs.WCWRFlushErr && c.orderly())
 	var err error
 	if wc.Status != verbs.WCSuccess {
-		err = c.completionErr(wc)
+		err = c.completionErr(postedWC(o.kind, wc))
 	}
 	if err != nil {
 		// Fail first: whoever sees this future resolve must also see a
@@ -646,7 +647,7 @@ func (c *Conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 		c.waiters = nil
 		c.rmu.Unlock()
 		pb.Release()
-		err := c.completionErr(wc)
+		err := c.completionErr(postedWC(opRecv, wc))
 		c.fail(err)
 		for _, f := range ws {
 			f.resolve(err, 0, 0, false, nil, 0)
@@ -790,7 +791,7 @@ func (c *Conn) onBeacon(wc *verbs.WorkCompletion) {
 	c.rmu.Unlock()
 	err := c.err()
 	if wc != nil && wc.Status != verbs.WCSuccess {
-		err = c.completionErr(wc)
+		err = c.completionErr(postedWC(opRecv, wc)) // the Recvs' error: it names RECV
 	}
 	for _, f := range ws {
 		f.resolve(err, 0, 0, false, nil, 0)
@@ -880,6 +881,7 @@ func (c *Conn) unpost(i int) {
 // waited for. Close is safe to call twice.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
+		c.closeCalled.Store(true)
 		// Let the operations in flight finish first (bounded): holding
 		// every send credit means none is outstanding, and none can
 		// start. A message we sent is then known to have arrived
