@@ -10,8 +10,10 @@ import "github.com/go-rdma/rdma/internal/verbs"
 // "REM_ACCESS_ERR" (the peer's memory refused the access: a wrong rkey,
 // range or rights), "RETRY_EXC_ERR" (the transport gave up on the peer)
 // or "WR_FLUSH_ERR" (the queue pair had failed before the operation ran).
-// Op is the operation ("SEND", "RDMA_WRITE", ...); some devices do not
-// report it for failures. WRID is the work request's id and QPN its
+// Op is the operation that was posted ("SEND", "RDMA_WRITE", "RECV",
+// ...), as the library knows it, not as the device reported it (a failed
+// completion's opcode is undefined on many devices). For an atomic it
+// is as the device reported it. WRID is the work request's id and QPN its
 // queue pair's number, for logs; VendorErr is the device's own code for
 // the failure.
 //

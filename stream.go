@@ -18,7 +18,9 @@ import (
 // type is *StreamConn. opts configure the connection as for Dial:
 // WithMaxMessage sets the size of each message, and WithQueueDepth how
 // many messages may be in flight (see StreamConn for the memory this
-// takes).
+// takes). On error the net.Conn is nil; a dial that ran out of time (the
+// context's deadline, WithHandshakeTimeout) fails with a *net.OpError
+// whose Timeout() is true.
 func DialStream(ctx context.Context, network, address string, opts ...Option) (net.Conn, error) {
 	if network != "rdma" {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("%w: network %q (want \"rdma\")", ErrInvalid, network)}
@@ -75,8 +77,8 @@ type Dialer struct {
 	// Timeout bounds each dial, as net.Dialer's does: the TCP connect,
 	// the handshake and the stream's hello. Zero means no bound other
 	// than the context's and the handshake's (WithHandshakeTimeout). A
-	// dial it ends fails with an error matching
-	// context.DeadlineExceeded.
+	// dial it ends fails with a *net.OpError whose Timeout() is true,
+	// matching context.DeadlineExceeded.
 	Timeout time.Duration
 }
 
