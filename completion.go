@@ -10,8 +10,10 @@ import "github.com/go-rdma/rdma/internal/verbs"
 // "REM_ACCESS_ERR" (the peer's memory refused the access: a wrong rkey,
 // range or rights), "RETRY_EXC_ERR" (the transport gave up on the peer)
 // or "WR_FLUSH_ERR" (the queue pair had failed before the operation ran).
-// Op is the operation ("SEND", "RDMA_WRITE", ...); some devices do not
-// report it for failures. WRID is the work request's id and QPN its
+// Op is the operation that was posted ("SEND", "RDMA_WRITE", "RECV",
+// ...), as the library knows it, not as the device reported it (a failed
+// completion's opcode is undefined on many devices). For an atomic it
+// is as the device reported it. WRID is the work request's id and QPN its
 // queue pair's number, for logs; VendorErr is the device's own code for
 // the failure.
 //
@@ -38,4 +40,24 @@ func completionError(wc *verbs.WorkCompletion) *CompletionError {
 	e := &CompletionError{Status: wc.Status.String(), Op: wc.Opcode.String(), WRID: wc.WRID, QPN: wc.QPN, VendorErr: wc.VendorErr}
 	e.wc = verbs.WCError{Status: wc.Status, Opcode: wc.Opcode, WRID: wc.WRID, VendorErr: wc.VendorErr, QPN: wc.QPN}
 	return e
+}
+
+// postedWC is wc with the opcode of what was posted under its wr_id
+// (kind), for a failed completion: the opcode field of a failed (a
+// flushed) completion is undefined on many providers, and soft's reads
+// SEND for every receive. The kind does not tell the two atomics apart:
+// theirs stays as reported.
+func postedWC(kind opKind, wc *verbs.WorkCompletion) *verbs.WorkCompletion {
+	w := *wc
+	switch kind {
+	case opRecv:
+		w.Opcode = verbs.WCRecv
+	case opSend:
+		w.Opcode = verbs.WCSend
+	case opWrite:
+		w.Opcode = verbs.WCWrite
+	case opRead:
+		w.Opcode = verbs.WCRead
+	}
+	return &w
 }

@@ -141,6 +141,7 @@ type Conn struct {
 	backQueued       atomic.Bool  // backJob is queued
 	peerClosed       atomic.Bool  // the peer closed or went away: post nothing more
 	closeHeard       atomic.Bool  // the peer's ctrlClose came
+	closeCalled      atomic.Bool  // Close began: what fails from here on is the orderly close's
 	deaf             atomic.Bool  // tests: play a peer that reads its control frames and drops them
 	quiesceOnce      sync.Once
 	closeAck         chan struct{} // closed when the peer answers our ctrlClose
@@ -183,7 +184,7 @@ func dial(ctx context.Context, eng *engine, cfg config, address string) (*Conn, 
 	if cfg.cm {
 		c, err := dialCM(ctx, eng, cfg, address)
 		if err != nil {
-			return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+			return nil, &net.OpError{Op: "dial", Net: network, Err: asTimeout(err)}
 		}
 		return c, nil
 	}
@@ -202,7 +203,7 @@ func dial(ctx context.Context, eng *engine, cfg config, address string) (*Conn, 
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
 		}
-		return nil, &net.OpError{Op: "dial", Net: network, Addr: tc.RemoteAddr(), Err: err}
+		return nil, &net.OpError{Op: "dial", Net: network, Addr: tc.RemoteAddr(), Err: asTimeout(err)}
 	}
 	return c, nil
 }
@@ -564,10 +565,10 @@ func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
 	if k > 1 {
 		c.st.completions.Add(uint64(k - 1))
 	}
-	c.st.completed(wc.Status)
+	c.st.completed(wc.Status, wc.Status == verbs.WCWRFlushErr && c.orderly())
 	var err error
 	if wc.Status != verbs.WCSuccess {
-		err = c.completionErr(wc)
+		err = c.completionErr(postedWC(o.kind, wc))
 	}
 	if err != nil {
 		// Fail first: whoever sees this future resolve must also see a
@@ -659,7 +660,7 @@ func (c *Conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 		c.waiters = nil
 		c.rmu.Unlock()
 		pb.Release()
-		err := c.completionErr(wc)
+		err := c.completionErr(postedWC(opRecv, wc))
 		c.fail(err)
 		for _, f := range ws {
 			f.resolve(err, 0, 0, false, nil, 0)
@@ -803,7 +804,7 @@ func (c *Conn) onBeacon(wc *verbs.WorkCompletion) {
 	c.rmu.Unlock()
 	err := c.err()
 	if wc != nil && wc.Status != verbs.WCSuccess {
-		err = c.completionErr(wc)
+		err = c.completionErr(postedWC(opRecv, wc)) // the Recvs' error: it names RECV
 	}
 	for _, f := range ws {
 		f.resolve(err, 0, 0, false, nil, 0)
@@ -893,6 +894,7 @@ func (c *Conn) unpost(i int) {
 // waited for. Close is safe to call twice.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
+		c.closeCalled.Store(true)
 		// Let the operations in flight finish first (bounded): holding
 		// every send credit means none is outstanding, and none can
 		// start. A message we sent is then known to have arrived

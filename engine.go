@@ -36,6 +36,8 @@ type engine struct {
 	events context.CancelFunc                  // stops readEvents
 	evDone chan struct{}
 
+	logLimit logLimiter // device events (events.go)
+
 	// RecvHandler dispatch (dispatch.go)
 	dmu        sync.Mutex
 	runq       []*Conn

@@ -53,9 +53,10 @@ func (r *records) find(msg string) []string {
 	return out
 }
 
-// Rule: WithLogger gets each connection's start and end, with the cause
-// and whether the peer went away, and the handshakes the listener
-// refused, with the reason.
+// Rule: WithLogger gets each connection's start and end: an orderly close
+// as "closed" at Info on both sides, saying which side closed (a failure
+// is "ended", with its cause: TestPortDown), and the handshakes the
+// listener refused, with the reason.
 func TestLifecycleEvents(t *testing.T) {
 	var rec records
 	log := slog.New(&rec)
@@ -63,12 +64,12 @@ func TestLifecycleEvents(t *testing.T) {
 	require.Len(t, rec.find("rdma: connected"), 2)
 	require.NoError(t, c.Close())
 	<-s.Done()
-	ended := rec.find("rdma: connection ended")
-	require.Len(t, ended, 2)
-	joined := strings.Join(ended, "\n")
-	assert.Contains(t, joined, "INFO", "the side that closed")
-	assert.Contains(t, joined, "WARN", "the side whose peer closed")
-	assert.Contains(t, joined, "peer_closed=true")
+	closed := rec.find("rdma: connection closed")
+	require.Len(t, closed, 2)
+	joined := strings.Join(closed, "\n")
+	assert.Regexp(t, "INFO .*by=local", joined, "the side that closed")
+	assert.Regexp(t, "INFO .*by=peer", joined, "the side whose peer closed")
+	assert.Empty(t, rec.find("rdma: connection ended"), "an orderly close is no failure")
 
 	ln, err := rdma.Listen("rdma", "127.0.0.1:0", rdma.WithProvider(rdma.ProviderSoft), rdma.WithLogger(log))
 	require.NoError(t, err)
@@ -108,6 +109,10 @@ func TestPortDown(t *testing.T) {
 		require.ErrorIs(t, c.Err(), rdma.ErrPortDown)
 		assert.Contains(t, c.Err().Error(), "port")
 	}
+	ended := rec.find("rdma: connection ended")
+	require.Len(t, ended, len(clients), "a failure is logged with its cause")
+	assert.Contains(t, ended[0], "WARN")
+	assert.Contains(t, ended[0], "port went down")
 	require.Eventually(t, func() bool { return len(rec.find("rdma: device event")) > 0 }, 5*time.Second, 5*time.Millisecond)
 	assert.Contains(t, rec.find("rdma: device event")[0], "PORT_ERR")
 }

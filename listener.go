@@ -24,6 +24,8 @@ type Listener struct {
 	ctx  context.Context // ends at Close
 	stop context.CancelFunc
 
+	logLimit logLimiter // refused handshakes (events.go)
+
 	conns     chan *Conn
 	hmu       sync.Mutex
 	hellos    list.List // accepted sockets waiting for their hello

@@ -334,7 +334,9 @@ const defaultHandshakeTimeout = 10 * time.Second
 // WithHandshakeTimeout bounds go-rdma's handshake (default 10 s): on a
 // Listener, the time an accepted socket has to send a valid hello and
 // finish setting its connection up; on Dial, the time the listener has
-// to answer (the dial's context may end it sooner). A socket that says
+// to answer (the dial's context may end it sooner). A dial it ends fails
+// with a *net.OpError whose Timeout() is true, matching
+// os.ErrDeadlineExceeded. A socket that says
 // nothing costs the listener a goroutine and a file descriptor until
 // then, and nothing else: the queue pair and its receives are made only
 // after a valid hello.

@@ -23,7 +23,8 @@ type ConnStats struct {
 	RecvBytes  uint64
 
 	Completions uint64 // send-side completions that succeeded
-	// Failed counts completions with an error status, flushes included;
+	// Failed counts completions with an error status, flushes included
+	// but for those of an orderly close (Close, or the peer's);
 	// RetryExceeded and RNRRetryExceeded count two statuses among them.
 	Failed           uint64
 	RetryExceeded    uint64
@@ -79,12 +80,17 @@ func (s *connCounters) issued(opc verbs.Opcode, n int) {
 	}
 }
 
-// completed counts a send-side completion.
-func (s *connCounters) completed(st verbs.WCStatus) {
+// completed counts a send-side completion; a flush of an orderly close
+// is no failure.
+func (s *connCounters) completed(st verbs.WCStatus, orderly bool) {
 	switch st {
 	case verbs.WCSuccess:
 		s.completions.Add(1)
 		return
+	case verbs.WCWRFlushErr:
+		if orderly {
+			return
+		}
 	case verbs.WCRetryExcErr:
 		s.retryExc.Add(1)
 	case verbs.WCRNRRetryExcErr:

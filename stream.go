@@ -18,12 +18,18 @@ import (
 // type is *StreamConn. opts configure the connection as for Dial:
 // WithMaxMessage sets the size of each message, and WithQueueDepth how
 // many messages may be in flight (see StreamConn for the memory this
-// takes).
+// takes). On error the net.Conn is nil; a dial that ran out of time (the
+// context's deadline, WithHandshakeTimeout) fails with a *net.OpError
+// whose Timeout() is true.
 func DialStream(ctx context.Context, network, address string, opts ...Option) (net.Conn, error) {
 	if network != "rdma" {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("%w: network %q (want \"rdma\")", ErrInvalid, network)}
 	}
-	return dialStream(ctx, address, opts)
+	s, err := dialStream(ctx, address, opts)
+	if err != nil {
+		return nil, err // a nil net.Conn, not one holding a nil *StreamConn
+	}
+	return s, nil
 }
 
 func dialStream(ctx context.Context, address string, opts []Option) (*StreamConn, error) {
@@ -71,8 +77,8 @@ type Dialer struct {
 	// Timeout bounds each dial, as net.Dialer's does: the TCP connect,
 	// the handshake and the stream's hello. Zero means no bound other
 	// than the context's and the handshake's (WithHandshakeTimeout). A
-	// dial it ends fails with an error matching
-	// context.DeadlineExceeded.
+	// dial it ends fails with a *net.OpError whose Timeout() is true,
+	// matching context.DeadlineExceeded.
 	Timeout time.Duration
 }
 
@@ -94,7 +100,11 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
 		defer cancel()
 	}
-	return dialStream(ctx, address, d.Options)
+	s, err := dialStream(ctx, address, d.Options)
+	if err != nil {
+		return nil, err // a nil net.Conn, not one holding a nil *StreamConn
+	}
+	return s, nil
 }
 
 // Dial is DialContext with a background context.

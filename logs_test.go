@@ -1,0 +1,186 @@
+package rdma_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/rdmatest"
+)
+
+// atLeast returns the records at level lvl or above, as "LEVEL msg attrs".
+func (r *records) atLeast(lvl slog.Level) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, rec := range r.got {
+		if rec.Level < lvl {
+			continue
+		}
+		var b strings.Builder
+		b.WriteString(rec.Level.String() + " " + rec.Message)
+		rec.Attrs(func(a slog.Attr) bool {
+			b.WriteString(" " + a.Key + "=" + a.Value.String())
+			return true
+		})
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// count returns how many records have msg and an attribute with value
+// val.
+func (r *records) count(msg, val string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, rec := range r.got {
+		if rec.Message != msg {
+			continue
+		}
+		rec.Attrs(func(a slog.Attr) bool {
+			if a.Value.String() == val {
+				n++
+				return false
+			}
+			return true
+		})
+	}
+	return n
+}
+
+// Rule: an orderly close, by either side, is no error: it logs "closed"
+// at Info on both sides, no Warn or Error and no WR_FLUSH_ERR, and the
+// flushes it causes are not counted as failed completions.
+func TestOrderlyCloseLogsNoError(t *testing.T) {
+	for _, closer := range []string{"client", "server"} {
+		t.Run(closer, func(t *testing.T) {
+			var rec records
+			c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft), rdma.WithLogger(slog.New(&rec)))
+			if closer == "server" {
+				c, s = s, c
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			b, err := c.Alloc(100)
+			require.NoError(t, err)
+			defer b.Release()
+			for range 5 {
+				r := s.Recv()
+				require.NoError(t, c.Send(b).Wait(ctx))
+				require.NoError(t, r.Wait(ctx))
+				require.NoError(t, r.Buffer().Release())
+			}
+			pending := []*rdma.Future{s.Recv(), c.Recv()} // they flush at the close
+			require.NoError(t, c.Close())
+			<-s.Done()
+			require.NoError(t, s.Close())
+			for _, f := range pending {
+				require.Error(t, f.Wait(ctx))
+			}
+			assert.Empty(t, rec.atLeast(slog.LevelWarn), "an orderly close is no warning")
+			closed := rec.find("rdma: connection closed")
+			assert.Len(t, closed, 2, "both sides log the close")
+			assert.NotContains(t, strings.Join(closed, "\n"), "WR_FLUSH_ERR")
+			assert.Zero(t, c.Stats().Failed, "flushes of an orderly close are no failures")
+			assert.Zero(t, s.Stats().Failed, "flushes of an orderly close are no failures")
+		})
+	}
+}
+
+// Rule: a receive's failed completion names its operation RECV, whatever
+// the device reported as its opcode (a flushed completion's opcode is
+// undefined).
+func TestRecvFlushNamesRecv(t *testing.T) {
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := s.Recv()
+	require.NoError(t, c.Close())
+	err := r.Wait(ctx)
+	require.ErrorIs(t, err, rdma.ErrPeerClosed)
+	var ce *rdma.CompletionError
+	if errors.As(err, &ce) {
+		assert.Equal(t, "RECV", ce.Op, "%v", err)
+		assert.Contains(t, err.Error(), "opcode RECV")
+	}
+	assert.NotContains(t, err.Error(), "opcode SEND")
+}
+
+// Rule: a repeated device event is logged once per interval, with the
+// count of those not logged since.
+func TestRepeatedEventsRateLimited(t *testing.T) {
+	var rec records
+	e, err := rdma.OpenEngine(rdma.WithProvider(rdma.ProviderSoft), rdma.WithLogger(slog.New(&rec)))
+	require.NoError(t, err)
+	defer e.Close()
+	se, err := rdma.OpenEngine(rdma.WithProvider(rdma.ProviderSoft))
+	require.NoError(t, err)
+	defer se.Close()
+	clients, _ := enginePairs(t, e, se, 1)
+	start := time.Now()
+	for range 200 {
+		require.True(t, rdma.InjectDeviceEvent(clients[0], "PORT_ACTIVE", e.Port()))
+	}
+	// Events are handled in order: once the last one, of another kind
+	// (a port of no connection's), is logged, so are the others.
+	require.True(t, rdma.InjectDeviceEvent(clients[0], "PORT_ERR", e.Port()+1))
+	require.Eventually(t, func() bool { return rec.count("rdma: device event", "PORT_ERR") > 0 }, 10*time.Second, 5*time.Millisecond)
+	secs := int(time.Since(start)/time.Second) + 1
+	n := rec.count("rdma: device event", "PORT_ACTIVE")
+	assert.GreaterOrEqual(t, n, 1)
+	assert.LessOrEqual(t, n, secs+1, "once per second at most")
+}
+
+// Rule: a streaming connection under load logs SRQ_LIMIT_REACHED (at
+// Debug) a bounded number of times: once per interval, with a count.
+func TestStreamSRQLimitLogBounded(t *testing.T) {
+	var rec records
+	c, s := rdmatest.StreamPair(t, rdma.WithProvider(rdma.ProviderSoft), rdma.WithLogger(slog.New(&rec)))
+	const total = 64 << 20
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Write(make([]byte, total))
+		done <- err
+	}()
+	n, err := io.CopyN(io.Discard, s, total)
+	require.NoError(t, err)
+	require.Equal(t, int64(total), n)
+	require.NoError(t, <-done)
+	secs := int(time.Since(start)/time.Second) + 1
+	got := rec.count("rdma: device event", "SRQ_LIMIT_REACHED")
+	assert.LessOrEqual(t, got, secs+1, "SRQ_LIMIT_REACHED logged %d times in %d s", got, secs)
+}
+
+// Rule: a flood of refused handshakes is logged once per interval, with
+// a count.
+func TestRefusalsRateLimited(t *testing.T) {
+	var rec records
+	ln, err := rdma.Listen("rdma", "127.0.0.1:0", rdma.WithProvider(rdma.ProviderSoft), rdma.WithLogger(slog.New(&rec)))
+	require.NoError(t, err)
+	defer ln.Close()
+	start := time.Now()
+	for range 30 {
+		tc, err := net.Dial("tcp", ln.Addr().String())
+		require.NoError(t, err)
+		_, err = tc.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n" + strings.Repeat("x", 200)))
+		require.NoError(t, err)
+		tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		io.Copy(io.Discard, tc) // the listener logs, answers, then closes
+		tc.Close()
+	}
+	secs := int(time.Since(start)/time.Second) + 1
+	n := len(rec.find("rdma: handshake refused"))
+	assert.GreaterOrEqual(t, n, 1)
+	assert.LessOrEqual(t, n, secs+1, "once per second at most")
+}
