@@ -58,6 +58,7 @@ func (c *Conn) handle() {
 		c.rmu.Lock()
 		if len(c.ready) == 0 || c.closing.Load() {
 			c.handling = false
+			c.endIfDeliveredLocked() // the handler returned for the last one
 			c.rmu.Unlock()
 			return
 		}
@@ -113,6 +114,7 @@ func (e *engine) dispatcher() {
 			}
 			c.rmu.Lock()
 			c.handling = false
+			c.endIfDeliveredLocked()
 			c.rmu.Unlock()
 		}
 	}
