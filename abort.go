@@ -43,7 +43,9 @@ func (c *Conn) Abort(cause error) error {
 // is a failure of this side's own; fail calls it. It does not block: a
 // poller may be the caller.
 func (c *Conn) tellPeer(err error) {
-	if c.closing.Load() || c.peerClosed.Load() || errors.Is(err, ErrPeerClosed) || (c.ctrl == nil && c.cm == nil) {
+	// Before the handshake completed, the set-up's own error tells the
+	// peer; a frame would only garble the handshake.
+	if !c.up.Load() || c.closing.Load() || c.peerClosed.Load() || errors.Is(err, ErrPeerClosed) || (c.ctrl == nil && c.cm == nil) {
 		return
 	}
 	if !c.told.CompareAndSwap(false, true) {

@@ -104,3 +104,58 @@ func TestPeerLearnsAbort(t *testing.T) {
 		}
 	})
 }
+
+// Rule: Abort fails the connection at once with the caller's cause and
+// tells the peer, whose pending Recv fails with ErrPeerClosed naming the
+// cause; Abort releases what the connection holds, as Close does.
+func TestAbort(t *testing.T) {
+	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
+		c, s := rdmatest.Pair(t, opts...)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		require.ErrorIs(t, c.Abort(nil), rdma.ErrInvalid)
+		require.NoError(t, c.Err(), "Abort(nil) ended the connection")
+		peer, own := s.Recv(), c.Recv()
+		cause := errors.New("the application gave up")
+		require.NoError(t, c.Abort(cause))
+		err := own.Wait(ctx)
+		require.ErrorIs(t, err, rdma.ErrClosed)
+		require.ErrorIs(t, err, cause)
+		require.ErrorIs(t, c.Err(), cause)
+		select {
+		case <-c.Done():
+		default:
+			t.Fatal("Done is open after Abort returned")
+		}
+		err = peer.Wait(ctx)
+		require.ErrorIs(t, err, rdma.ErrPeerClosed)
+		assert.Contains(t, err.Error(), "the application gave up")
+		select {
+		case <-s.Done():
+		case <-ctx.Done():
+			t.Fatal("the peer's Done did not close")
+		}
+		require.NoError(t, c.Close())
+		require.NoError(t, c.Abort(cause), "Abort after the end")
+	})
+}
+
+// Rule: the peer's abort reason is bounded: a frame of the largest size
+// the control channel allows ends the connection with ErrPeerClosed and
+// a reason cut to a few hundred bytes, quoted.
+func TestPeerAbortReasonBounded(t *testing.T) {
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pending := s.Recv()
+	long := make([]byte, 1024)
+	for i := range long {
+		long[i] = '\n'
+	}
+	require.NoError(t, rdma.SendControl(c, rdma.CtrlAbort, long))
+	err := pending.Wait(ctx)
+	require.ErrorIs(t, err, rdma.ErrPeerClosed)
+	assert.Contains(t, err.Error(), "aborted")
+	assert.NotContains(t, err.Error(), "\n", "the peer's text is quoted")
+	assert.Less(t, len(err.Error()), 2*256+200)
+}

@@ -906,9 +906,13 @@ func (c *Conn) unpost(i int) {
 //     took before Close counts as delivered on the sender's side, and a
 //     READ or WRITE of the peer's into memory exposed here finishes
 //     before the memory is deregistered.
-//   - Messages that arrived and no Recv took are dropped; pending Recvs
-//     and anything the bounds cut short fail with an error wrapping
-//     net.ErrClosed (ErrClosed here, ErrPeerClosed on the peer).
+//   - Messages that arrived and were not handed over yet (no Recv took
+//     them; the RecvHandler was not called for them) are dropped;
+//     pending Recvs and anything the bounds cut short fail with an error
+//     wrapping net.ErrClosed (ErrClosed here, ErrPeerClosed on the
+//     peer). A caller that closes once Done is closed drops nothing:
+//     Done closes only after every message that arrived was handed
+//     over. Done is closed when Close returns.
 //
 // On connections set up through rdma_cm the peer's operations are not
 // waited for. Close is safe to call twice.
