@@ -48,10 +48,13 @@ func (c *Conn) tellPeer(err error) {
 	if !c.up.Load() || c.closing.Load() || c.peerClosed.Load() || errors.Is(err, ErrPeerClosed) || (c.ctrl == nil && c.cm == nil) {
 		return
 	}
-	if !c.told.CompareAndSwap(false, true) {
+	c.tellMu.Lock()
+	if c.untold || !c.told.CompareAndSwap(false, true) {
+		c.tellMu.Unlock()
 		return
 	}
 	c.telling.Add(1)
+	c.tellMu.Unlock()
 	go func() {
 		defer c.telling.Done()
 		if c.cm != nil {

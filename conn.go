@@ -52,6 +52,8 @@ type Conn struct {
 	ended   bool           // done is closed; under rmu
 	told    atomic.Bool    // the peer was told of a failure of our own (abort.go)
 	telling sync.WaitGroup // the telling is under way
+	tellMu  sync.Mutex     // orders telling.Add before teardown's Wait
+	untold  bool           // teardown waits for the telling: start none; under tellMu
 	failed  atomic.Pointer[error]
 	up      atomic.Bool // the handshake completed (events.go)
 
@@ -1031,7 +1033,12 @@ func (c *Conn) teardown() error {
 	for _, f := range ws {
 		f.resolve(c.closedErr(), 0, 0, false, nil, 0)
 	}
-	c.telling.Wait() // the abort frame goes out before the socket closes
+	// The abort frame goes out before the socket closes. A failure
+	// racing with this (a device event) starts no telling after it.
+	c.tellMu.Lock()
+	c.untold = true
+	c.tellMu.Unlock()
+	c.telling.Wait()
 	if c.ctrl != nil {
 		c.ctrl.Close()
 	}
