@@ -19,7 +19,8 @@ import (
 // RequestRegion return an error wrapping ErrNotSupported. The peer's
 // largest message is not known; Send assumes it takes what this side
 // accepts (WithMaxMessage). A peer's disconnect fails the connection
-// with ErrPeerClosed.
+// with ErrPeerClosed; a connection that fails here (or Abort) disconnects
+// at once, so its peer learns of it without waiting, though not why.
 func WithRDMACM() Option {
 	return func(c *config) error { c.cm = true; return nil }
 }

@@ -48,10 +48,16 @@ type Conn struct {
 	inline   int // bytes a SEND may carry inline
 	gidIndex uint8
 
-	ctx    context.Context // ends when the connection fails or closes
-	cancel context.CancelFunc
-	failed atomic.Pointer[error]
-	up     atomic.Bool // the handshake completed (events.go)
+	ctx     context.Context // ends when the connection fails or closes
+	cancel  context.CancelFunc
+	done    chan struct{}  // Done: ended, and every message that arrived delivered
+	ended   bool           // done is closed; under rmu
+	told    atomic.Bool    // the peer was told of a failure of our own (abort.go)
+	telling sync.WaitGroup // the telling is under way
+	tellMu  sync.Mutex     // orders telling.Add before teardown's Wait
+	untold  bool           // teardown waits for the telling: start none; under tellMu
+	failed  atomic.Pointer[error]
+	up      atomic.Bool // the handshake completed (events.go)
 
 	postMu     sync.Mutex    // orders posts, so sent matches the send queue
 	sqFree     int           // room in the send queue (sendq.go)
@@ -231,7 +237,7 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 		return nil, err
 	}
 	c := &Conn{eng: eng, cfg: cfg, local: local, remote: remote, recvSize: cfg.maxMsg,
-		drained: make(chan struct{}), ctrlDone: make(chan struct{}), closeAck: make(chan struct{}),
+		drained: make(chan struct{}), done: make(chan struct{}), ctrlDone: make(chan struct{}), closeAck: make(chan struct{}),
 		exposed: map[uint32]*exposure{}, requests: map[uint32]*request{},
 		reqSlots: make(chan struct{}, maxRegionRequests), regionSlots: make(chan struct{}, maxQueuedRegions),
 		revokeSlots: make(chan struct{}, maxRevokes), regions: make(chan RemoteRegion, maxQueuedRegions),
@@ -349,12 +355,25 @@ func (c *Conn) fail(err error) {
 	if !c.moreToComeLocked() {
 		ws, c.waiters = c.waiters, nil
 	}
+	c.endIfDeliveredLocked()
 	c.rmu.Unlock()
 	for _, f := range ws {
 		f.resolve(err, 0, 0, false, nil, 0)
 	}
 	c.failRequests(err)
 	c.failPending()
+	c.tellPeer(err)
+}
+
+// endIfDeliveredLocked closes Done once the connection has ended and
+// every message that arrived was handed over: taken by Recv, or handled
+// (the handler returned). Caller holds rmu.
+func (c *Conn) endIfDeliveredLocked() {
+	if c.ended || c.err() == nil || len(c.ready) > 0 || c.handling || c.moreToComeLocked() {
+		return
+	}
+	c.ended = true
+	close(c.done)
 }
 
 // closedErr is the error of an operation on a closed or failed
@@ -379,13 +398,26 @@ func (c *Conn) Alloc(n int) (*Buffer, error) {
 	return c.eng.alloc(n)
 }
 
-// Done is closed when the connection ends: closed here, failed, or its
-// peer closed or died. No operation needs to be posted to learn it.
-func (c *Conn) Done() <-chan struct{} { return c.ctx.Done() }
+// Done is closed when the connection has ended (closed here, failed, or
+// its peer closed, died or aborted) and every message that arrived
+// before the end was handed over, as TCP's EOF comes after the data. No
+// operation needs to be posted to learn it. What a caller may rely on:
+//   - With a RecvHandler: Done closes only after the handler has
+//     returned for every message that arrived, so closing the
+//     connection on Done loses none. (A handler must therefore not wait
+//     for Done of its own connection.)
+//   - With Recv: messages that arrived and no Recv took yet keep Done
+//     open; Recv still returns them, in order, and Done closes once the
+//     last is taken. Recvs after that fail with why it ended (Err).
+//   - After Close here Done is closed when Close returns; what no Recv
+//     took is dropped (see Close).
+func (c *Conn) Done() <-chan struct{} { return c.done }
 
-// Err is nil while the connection is up; once Done is closed it says why
-// it ended: an error wrapping ErrClosed after Close, ErrPeerClosed when
-// the peer closed or died, or the failure that ended it.
+// Err is nil while the connection is up; once it has ended (which may
+// be before Done closes, while messages that arrived wait to be taken)
+// it says why: an error wrapping ErrClosed after Close, ErrPeerClosed
+// when the peer closed, died or aborted (then the text says the peer's
+// reason), or the failure that ended it.
 func (c *Conn) Err() error { return c.err() }
 
 // Send sends the bytes of b as one message; the peer gets them from Recv.
@@ -658,6 +690,7 @@ func (c *Conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 		// left will get nothing more.
 		ws := c.waiters
 		c.waiters = nil
+		c.endIfDeliveredLocked()
 		c.rmu.Unlock()
 		pb.Release()
 		err := c.completionErr(postedWC(opRecv, wc))
@@ -682,6 +715,7 @@ func (c *Conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 		c.waiters[0] = nil
 		c.waiters = c.waiters[1:]
 		c.refillLocked()
+		c.endIfDeliveredLocked()
 		c.rmu.Unlock()
 		f.resolve(nil, m.n, m.imm, m.has, m.pb, 0)
 		return
@@ -722,6 +756,7 @@ func (c *Conn) takeReadyLocked() *Future {
 	c.ready[0] = message{}
 	c.ready = c.ready[1:]
 	c.refillLocked()
+	c.endIfDeliveredLocked()
 	c.rmu.Unlock()
 	f := &Future{}
 	f.resolve(nil, m.n, m.imm, m.has, m.pb, 0)
@@ -801,6 +836,7 @@ func (c *Conn) onBeacon(wc *verbs.WorkCompletion) {
 	c.rmu.Lock()
 	ws := c.waiters
 	c.waiters = nil
+	c.endIfDeliveredLocked()
 	c.rmu.Unlock()
 	err := c.err()
 	if wc != nil && wc.Status != verbs.WCSuccess {
@@ -886,9 +922,13 @@ func (c *Conn) unpost(i int) {
 //     took before Close counts as delivered on the sender's side, and a
 //     READ or WRITE of the peer's into memory exposed here finishes
 //     before the memory is deregistered.
-//   - Messages that arrived and no Recv took are dropped; pending Recvs
-//     and anything the bounds cut short fail with an error wrapping
-//     net.ErrClosed (ErrClosed here, ErrPeerClosed on the peer).
+//   - Messages that arrived and were not handed over yet (no Recv took
+//     them; the RecvHandler was not called for them) are dropped;
+//     pending Recvs and anything the bounds cut short fail with an error
+//     wrapping net.ErrClosed (ErrClosed here, ErrPeerClosed on the
+//     peer). A caller that closes once Done is closed drops nothing:
+//     Done closes only after every message that arrived was handed
+//     over. Done is closed when Close returns.
 //
 // On connections set up through rdma_cm the peer's operations are not
 // waited for. Close is safe to call twice.
@@ -902,7 +942,7 @@ func (c *Conn) Close() error {
 		if c.err() == nil {
 			c.quiesce(fmt.Errorf("rdma: conn %v: %w", c.remote, ErrClosed), true)
 		}
-		if c.ctrl != nil {
+		if c.ctrl != nil && !c.told.Load() { // an abort told the peer already
 			c.ctrlMu.Lock()
 			c.ctrl.SetWriteDeadline(time.Now().Add(time.Second))
 			writeFrame(c.ctrl, ctrlClose, nil)
@@ -998,10 +1038,22 @@ func (c *Conn) teardown() error {
 	c.ready = nil
 	ws := c.waiters
 	c.waiters = nil
+	if !c.ended {
+		// Nothing more is delivered: a handler still running (it
+		// may be the caller) has its message already.
+		c.ended = true
+		close(c.done)
+	}
 	c.rmu.Unlock()
 	for _, f := range ws {
 		f.resolve(c.closedErr(), 0, 0, false, nil, 0)
 	}
+	// The abort frame goes out before the socket closes. A failure
+	// racing with this (a device event) starts no telling after it.
+	c.tellMu.Lock()
+	c.untold = true
+	c.tellMu.Unlock()
+	c.telling.Wait()
 	if c.ctrl != nil {
 		c.ctrl.Close()
 	}

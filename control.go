@@ -27,6 +27,7 @@ const (
 	ctrlAsk      = 12 // the sender asks for n u32 credits for messages it has waiting
 	ctrlBack     = 13 // the sender gives back n u32 credits it did not use
 	ctrlRecall   = 14 // the receiver asks for the credits the sender has no message for (others wait)
+	ctrlAbort    = 15 // the sender failed for a reason of its own: reason text (abort.go)
 	maxCtrl      = 1024
 )
 
@@ -130,11 +131,15 @@ func (c *Conn) protocolErr(format string, args ...any) {
 	c.cutOff(fmt.Errorf("rdma: peer %v: %w: %s", c.remote, ErrProtocol, fmt.Sprintf(format, args...)))
 }
 
-// cutOff fails the connection and closes its control channel, so the
-// peer sees its connection end too instead of waiting for answers.
+// cutOff fails the connection and ends its control channel, so the
+// peer sees its connection end too instead of waiting for answers: the
+// failure tells the peer why (tellPeer), then ends the channel; a peer
+// told already, or that ended it, is cut off here.
 func (c *Conn) cutOff(err error) {
 	c.fail(err)
-	c.ctrl.Close()
+	if !c.told.Load() {
+		c.ctrl.Close()
+	}
 }
 
 // readControl serves the control channel until it closes. It never waits
@@ -151,8 +156,8 @@ func (c *Conn) readControl(r *bufio.Reader) {
 	for {
 		typ, p, err := readFrame(r, buf)
 		if err != nil {
-			if c.closing.Load() {
-				return
+			if c.closing.Load() || c.told.Load() {
+				return // the end of our close or abort, not the peer's doing
 			}
 			// The socket ended without the peer's close: it died (the
 			// kernel reset the socket), or the network between us did.
@@ -215,6 +220,8 @@ func (c *Conn) readControl(r *bufio.Reader) {
 			} else {
 				c.onRecall()
 			}
+		case ctrlAbort:
+			c.onPeerAbort(p)
 		case ctrlCloseAck:
 			c.closeAckOnce.Do(func() { close(c.closeAck) })
 		default:

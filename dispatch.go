@@ -26,7 +26,15 @@ type RecvHandler func(c *Conn, f *Future)
 // with ErrInvalid. A connection's messages reach h one at a time, in
 // order; a slow h holds back its own connection only, and, when every
 // worker is busy, the start of other connections' handlers. The end of
-// the connection does not call h: watch Conn.Done.
+// the connection does not call h: watch Conn.Done, which closes only
+// after h has returned for every message that arrived before the end
+// (the peer's close, death or abort, or a failure here), so a server
+// that runs
+//
+//	go func() { <-c.Done(); c.Close() }()
+//
+// loses none of them. h therefore must not wait for Done of its own
+// connection. A Close before Done drops what h has not been called for.
 func WithRecvHandler(h RecvHandler) Option {
 	return func(c *config) error {
 		if h == nil {
@@ -69,6 +77,7 @@ func (c *Conn) handle() {
 		c.rmu.Lock()
 		if len(c.ready) == 0 || c.closing.Load() {
 			c.handling = false
+			c.endIfDeliveredLocked() // the handler returned for the last one
 			c.rmu.Unlock()
 			return
 		}

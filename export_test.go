@@ -40,6 +40,7 @@ const (
 	CtrlGrant   = ctrlGrant
 	CtrlFree    = ctrlFree
 	CtrlRevoked = ctrlRevoked
+	CtrlAbort   = ctrlAbort
 )
 
 // SendControl writes a raw control frame to c's peer, as a hostile peer

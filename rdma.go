@@ -456,8 +456,9 @@ var devList struct {
 	err  error
 }
 
-// ErrPeerClosed means the peer closed the connection (or its process
-// ended). It wraps net.ErrClosed.
+// ErrPeerClosed means the peer closed the connection, its process ended,
+// or its side failed (or called Abort) and told this side: then the
+// error's text quotes the peer's reason. It wraps net.ErrClosed.
 var ErrPeerClosed error = peerClosedError{}
 
 // peerClosedError is ErrPeerClosed: it matches net.ErrClosed without
