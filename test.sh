@@ -59,6 +59,12 @@ host_skipped=$(grep -c -- '--- SKIP: ' "$hostlog")
 echo "host: $host_passed passed, $host_skipped skipped (tests that need an RDMA device run in the VM below)"
 rm -f "$hostlog"
 
+step "a program importing go-rdma builds without rdma-core's headers, cgo on and off"
+test/build/noheaders.sh
+
+step "internal/ibv/abi.h matches rdma-core's headers"
+go test -count=1 -tags rdmaheaders ./internal/ibv/abicheck
+
 step "docs/guide.md's getting started, followed in a clean directory"
 test/guide/run.sh
 

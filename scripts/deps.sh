@@ -1,7 +1,10 @@
 # Sourced by test.sh and example.sh: install what building go-rdma needs.
 
-# ensure_host_deps installs the C toolchain and libibverbs headers that the
-# cgo provider (internal/ibv) builds against, when root and missing.
+# ensure_host_deps installs the C toolchain the cgo provider (internal/ibv)
+# builds with, when root and missing. Building needs no rdma-core headers
+# (internal/ibv/abi.h declares what it uses); libibverbs-dev and
+# librdmacm-dev are here only for test.sh's ABI check, which compares
+# abi.h with them (go test -tags rdmaheaders ./internal/ibv/abicheck).
 ensure_host_deps() {
   local want=(gcc libc6-dev libibverbs-dev librdmacm-dev pkg-config) missing=()
   for p in "${want[@]}"; do

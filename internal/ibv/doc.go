@@ -15,10 +15,12 @@
 //     through Go's netpoller, so no OS thread blocks in C.
 //   - libibverbs and librdmacm are not linked: loader.c opens them with
 //     dlopen at their first use and resolves each function once, so one
-//     binary runs with and without rdma-core installed (the headers are
-//     needed to build). The hot path's verbs are inline functions of
-//     verbs.h that call through the device's ops table and need no
-//     symbol. Without libibverbs, Provider lists the devices of sysfs as
+//     binary runs with and without rdma-core installed. Building needs
+//     no rdma-core headers: abi.h declares the part of their ABI the
+//     package uses, and internal/ibv/abicheck compares it with the real
+//     headers. The hot path's verbs are inline functions (verbs.h's,
+//     redefined in abi.h) that call through the device's ops table and
+//     need no symbol. Without libibverbs, Provider lists the devices of sysfs as
 //     unusable and Open fails with verbs.ErrNotSupported; without
 //     librdmacm, CMListen and CMDial fail the same way. $GO_RDMA_LIBIBVERBS
 //     and $GO_RDMA_LIBRDMACM name other files to load (libraries.go).

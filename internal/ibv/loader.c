@@ -10,58 +10,63 @@
 #include "loader.h"
 
 // Each pointer has the type of the function verbs.h or rdma_cma.h
-// declares, so the compiler checks every trampoline's call against the
-// header. They are set once, after every symbol of the library resolved.
+// declares (abi.h declares the types, not the functions). They are set
+// once, after every symbol of the library resolved.
 struct ibv_fns {
-	__typeof__(ibv_get_device_list) *get_device_list;
-	__typeof__(ibv_free_device_list) *free_device_list;
-	__typeof__(ibv_get_device_name) *get_device_name;
-	__typeof__(ibv_open_device) *open_device;
-	__typeof__(ibv_close_device) *close_device;
-	__typeof__(ibv_query_device) *query_device;
-	__typeof__(ibv_query_port) *query_port; // the compat symbol: see gordma_query_port
-	__typeof__(ibv_query_gid) *query_gid;
-	__typeof__(ibv_get_async_event) *get_async_event;
-	__typeof__(ibv_ack_async_event) *ack_async_event;
-	__typeof__(ibv_alloc_pd) *alloc_pd;
-	__typeof__(ibv_dealloc_pd) *dealloc_pd;
-	__typeof__(ibv_reg_mr) *reg_mr;
-	__typeof__(ibv_dereg_mr) *dereg_mr;
-	__typeof__(ibv_create_comp_channel) *create_comp_channel;
-	__typeof__(ibv_destroy_comp_channel) *destroy_comp_channel;
-	__typeof__(ibv_create_cq) *create_cq;
-	__typeof__(ibv_destroy_cq) *destroy_cq;
-	__typeof__(ibv_get_cq_event) *get_cq_event;
-	__typeof__(ibv_ack_cq_events) *ack_cq_events;
-	__typeof__(ibv_create_srq) *create_srq;
-	__typeof__(ibv_modify_srq) *modify_srq;
-	__typeof__(ibv_destroy_srq) *destroy_srq;
-	__typeof__(ibv_create_qp) *create_qp;
-	__typeof__(ibv_query_qp) *query_qp;
-	__typeof__(ibv_modify_qp) *modify_qp;
-	__typeof__(ibv_destroy_qp) *destroy_qp;
-	__typeof__(ibv_create_ah) *create_ah;
-	__typeof__(ibv_destroy_ah) *destroy_ah;
+	struct ibv_device **(*get_device_list)(int *num_devices);
+	void (*free_device_list)(struct ibv_device **list);
+	const char *(*get_device_name)(struct ibv_device *device);
+	struct ibv_context *(*open_device)(struct ibv_device *device);
+	int (*close_device)(struct ibv_context *context);
+	int (*query_device)(struct ibv_context *context, struct ibv_device_attr *attr);
+	// The compat symbol, which fills the prefix of struct ibv_port_attr
+	// that old providers know: see gordma_query_port.
+	int (*query_port)(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *attr);
+	int (*query_gid)(struct ibv_context *context, uint8_t port_num, int index, union ibv_gid *gid);
+	int (*get_async_event)(struct ibv_context *context, struct ibv_async_event *event);
+	void (*ack_async_event)(struct ibv_async_event *event);
+	struct ibv_pd *(*alloc_pd)(struct ibv_context *context);
+	int (*dealloc_pd)(struct ibv_pd *pd);
+	struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t length, int access);
+	int (*dereg_mr)(struct ibv_mr *mr);
+	struct ibv_comp_channel *(*create_comp_channel)(struct ibv_context *context);
+	int (*destroy_comp_channel)(struct ibv_comp_channel *channel);
+	struct ibv_cq *(*create_cq)(struct ibv_context *context, int cqe, void *cq_context,
+		struct ibv_comp_channel *channel, int comp_vector);
+	int (*destroy_cq)(struct ibv_cq *cq);
+	int (*get_cq_event)(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context);
+	void (*ack_cq_events)(struct ibv_cq *cq, unsigned int nevents);
+	struct ibv_srq *(*create_srq)(struct ibv_pd *pd, struct ibv_srq_init_attr *attr);
+	int (*modify_srq)(struct ibv_srq *srq, struct ibv_srq_attr *attr, int attr_mask);
+	int (*destroy_srq)(struct ibv_srq *srq);
+	struct ibv_qp *(*create_qp)(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
+	int (*query_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask, struct ibv_qp_init_attr *init_attr);
+	int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask);
+	int (*destroy_qp)(struct ibv_qp *qp);
+	struct ibv_ah *(*create_ah)(struct ibv_pd *pd, struct ibv_ah_attr *attr);
+	int (*destroy_ah)(struct ibv_ah *ah);
 };
 
 struct rdmacm_fns {
-	__typeof__(rdma_create_event_channel) *create_event_channel;
-	__typeof__(rdma_destroy_event_channel) *destroy_event_channel;
-	__typeof__(rdma_create_id) *create_id;
-	__typeof__(rdma_destroy_id) *destroy_id;
-	__typeof__(rdma_migrate_id) *migrate_id;
-	__typeof__(rdma_get_cm_event) *get_cm_event;
-	__typeof__(rdma_ack_cm_event) *ack_cm_event;
-	__typeof__(rdma_bind_addr) *bind_addr;
-	__typeof__(rdma_listen) *listen;
-	__typeof__(rdma_resolve_addr) *resolve_addr;
-	__typeof__(rdma_resolve_route) *resolve_route;
-	__typeof__(rdma_init_qp_attr) *init_qp_attr;
-	__typeof__(rdma_connect) *connect;
-	__typeof__(rdma_accept) *accept;
-	__typeof__(rdma_establish) *establish;
-	__typeof__(rdma_reject) *reject;
-	__typeof__(rdma_disconnect) *disconnect;
+	struct rdma_event_channel *(*create_event_channel)(void);
+	void (*destroy_event_channel)(struct rdma_event_channel *channel);
+	int (*create_id)(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
+		enum rdma_port_space ps);
+	int (*destroy_id)(struct rdma_cm_id *id);
+	int (*migrate_id)(struct rdma_cm_id *id, struct rdma_event_channel *channel);
+	int (*get_cm_event)(struct rdma_event_channel *channel, struct rdma_cm_event **event);
+	int (*ack_cm_event)(struct rdma_cm_event *event);
+	int (*bind_addr)(struct rdma_cm_id *id, struct sockaddr *addr);
+	int (*listen)(struct rdma_cm_id *id, int backlog);
+	int (*resolve_addr)(struct rdma_cm_id *id, struct sockaddr *src_addr, struct sockaddr *dst_addr,
+		int timeout_ms);
+	int (*resolve_route)(struct rdma_cm_id *id, int timeout_ms);
+	int (*init_qp_attr)(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *qp_attr_mask);
+	int (*connect)(struct rdma_cm_id *id, struct rdma_conn_param *conn_param);
+	int (*accept)(struct rdma_cm_id *id, struct rdma_conn_param *conn_param);
+	int (*establish)(struct rdma_cm_id *id);
+	int (*reject)(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len);
+	int (*disconnect)(struct rdma_cm_id *id);
 };
 
 static struct ibv_fns ibv;
@@ -176,10 +181,17 @@ int gordma_load_rdmacm(const char *path, char *err, size_t errlen) {
 }
 
 int gordma_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *attr) {
-	struct verbs_context *vctx = verbs_get_ctx_op(context, query_port);
-	if (vctx) return vctx->query_port(context, port_num, attr, sizeof(*attr));
+	// verbs.h's verbs_get_ctx_op(context, query_port): a provider with
+	// an extended context whose ops reach query_port (sz counts the
+	// bytes from its first op to the end) and that sets it.
+	if (context->abi_compat == GORDMA_VERBS_ABI_IS_EXTENDED) {
+		struct verbs_context *vctx =
+			(struct verbs_context *)((char *)context - offsetof(struct verbs_context, context));
+		if (vctx->sz >= sizeof(*vctx) - offsetof(struct verbs_context, query_port) && vctx->query_port)
+			return vctx->query_port(context, port_num, attr, sizeof(*attr));
+	}
 	memset(attr, 0, sizeof(*attr));
-	return ibv.query_port(context, port_num, (struct _compat_ibv_port_attr *)attr);
+	return ibv.query_port(context, port_num, attr);
 }
 
 // The trampolines.

@@ -1,7 +1,8 @@
 // The libibverbs and librdmacm functions package ibv calls, loaded at run
 // time (loader.c) instead of linked: a binary built where rdma-core is
 // installed then starts where it is not, and there uses the soft
-// provider. The headers are still needed to build.
+// provider. Building needs no rdma-core headers either: abi.h declares
+// the part of their ABI that is used.
 //
 // Each gordma_ibv_NAME and gordma_rdma_NAME calls ibv_NAME or rdma_NAME
 // through a pointer that gordma_load_ibv or gordma_load_rdmacm resolved,
@@ -13,15 +14,15 @@
 //
 // The verbs that verbs.h defines as static inline functions dispatching
 // through the context's ops table (ibv_post_send, ibv_post_recv,
-// ibv_post_srq_recv, ibv_poll_cq, ibv_req_notify_cq) need no symbol and
-// are called directly by the hot-path helpers of shim.h.
+// ibv_post_srq_recv, ibv_poll_cq, ibv_req_notify_cq) need no symbol:
+// abi.h defines them the same way, and the hot-path helpers of shim.h
+// call them directly.
 #ifndef GORDMA_LOADER_H
 #define GORDMA_LOADER_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include <infiniband/verbs.h>
-#include <rdma/rdma_cma.h>
+#include "abi.h"
 
 // gordma_load_ibv dlopens libibverbs from path (a soname or a file) and
 // resolves every function below. It returns 0, or -1 with the reason in
