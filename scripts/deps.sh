@@ -1,4 +1,4 @@
-# Sourced by test.sh and example.sh: install what building go-rdma needs.
+# Sourced by test.sh: install what building and testing go-rdma needs.
 
 # ensure_host_deps installs the C toolchain the cgo provider (internal/ibv)
 # builds with, when root and missing. Building needs no rdma-core headers
