@@ -23,10 +23,9 @@ func TestSendQueueLimit(t *testing.T) { eachProvider(t, testSendQueueLimit) }
 
 func testSendQueueLimit(t *testing.T, opts []rdma.Option) {
 	const limit = 4096 // the default at the default send depth of 128
-	n := 200000
-	if testing.Short() {
-		n = 20000
-	}
+	// Five times the limit shows the bound as well as 200,000 did, at a
+	// tenth of the cost (35 s on rxe under TCG).
+	n := 5 * limit
 	c, s := rdmatest.Pair(t, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

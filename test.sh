@@ -99,7 +99,7 @@ git ls-files -z | xargs -0 tar cf - | tar xf - -C "$bindir/src"
 step "verbs tests on rxe in one VM"
 out=$work/vm.log
 rc=0
-test/vm/run.sh -t 1200 -f "$bindir" -f test/vm/gotests.sh -c "cd $(basename "$bindir") && RDMACAT_BIN=\$PWD/rdmacat bash ../gotests.sh \$PWD/src ${specs[*]}" | tee "$out" || rc=$?
+test/vm/run.sh -t 1800 -f "$bindir" -f test/vm/gotests.sh -c "cd $(basename "$bindir") && RDMACAT_BIN=\$PWD/rdmacat bash ../gotests.sh \$PWD/src ${specs[*]}" | tee "$out" || rc=$?
 n=$(sed -n 's/.*VM-SUMMARY: verbs_tests_passed=\([0-9]*\).*/\1/p' "$out" | tail -1)
 vm_all=$(sed -n 's/.*VM-SUMMARY: .*all_tests_passed=\([0-9]*\).*/\1/p' "$out" | tail -1)
 echo "tests passed on the rxe device: ${n:-0}"

@@ -17,7 +17,7 @@ for spec in "$@"; do
   pkg=${spec%%=*} bin=$PWD/${spec#*=}
   echo "=== go test $pkg (in the VM)"
   log=/tmp/$(basename "$bin").log
-  (cd "$repo/$pkg" && timeout 900 "$bin" -test.v -test.count=1 -test.timeout=840s) > "$log" 2>&1
+  (cd "$repo/$pkg" && timeout 1500 "$bin" -test.v -test.count=1 -test.timeout=1440s) > "$log" 2>&1
   brc=$?
   cat "$log"
   n=$(grep -cE -- '--- PASS: .*[Vv]erbs' "$log")
