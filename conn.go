@@ -686,6 +686,7 @@ func (c *Conn) onSharedRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 // receive failed. Caller holds rmu; it unlocks it.
 func (c *Conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 	if wc.Status != verbs.WCSuccess {
+		c.st.recvFailed(wc.Status, wc.Status == verbs.WCWRFlushErr && c.orderly())
 		// Every receive before this one was delivered; the waiters
 		// left will get nothing more.
 		ws := c.waiters

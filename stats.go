@@ -23,12 +23,21 @@ type ConnStats struct {
 	RecvBytes  uint64
 
 	Completions uint64 // send-side completions that succeeded
-	// Failed counts completions with an error status, flushes included
-	// but for those of an orderly close (Close, or the peer's);
-	// RetryExceeded and RNRRetryExceeded count two statuses among them.
+	// Failed counts send-side completions with an error status, flushes
+	// included but for those of an orderly close (Close, or the peer's);
+	// SendFailures splits them by status (indexed by CompletionStatus,
+	// its StatusSuccess entry is zero), so that their sum is Failed.
+	// RetryExceeded and RNRRetryExceeded are two of its entries,
+	// SendFailures[StatusRetryExcErr] and [StatusRNRRetryExcErr].
 	Failed           uint64
+	SendFailures     [CompletionStatuses]uint64
 	RetryExceeded    uint64
 	RNRRetryExceeded uint64
+	// RecvFailed counts receive completions with an error status, with
+	// the same exception for an orderly close, and RecvFailures splits
+	// them by status as SendFailures does.
+	RecvFailed   uint64
+	RecvFailures [CompletionStatuses]uint64
 
 	// CreditWaits counts operations that waited for the peer's
 	// credits, QueueWaits those that waited for room in the send queue.
@@ -43,24 +52,35 @@ type ConnStats struct {
 type connCounters struct {
 	sends, sendBytes, writes, writeBytes, reads, readBytes, atomics atomic.Uint64
 	recvs, recvBytes                                                atomic.Uint64
-	completions, failed, retryExc, rnrExc                           atomic.Uint64
-	creditWaits, queueWaits                                         atomic.Uint64
+	completions                                                     atomic.Uint64
+	// Failed completions, by status, send-side and receive-side: the
+	// totals are their sums, so a failure costs one atomic add.
+	sendFail, recvFail      [CompletionStatuses]atomic.Uint64
+	creditWaits, queueWaits atomic.Uint64
 }
 
 // Stats reads the connection's counters.
 func (c *Conn) Stats() ConnStats {
 	s := &c.st
-	return ConnStats{
+	cs := ConnStats{
 		Sends: s.sends.Load(), SendBytes: s.sendBytes.Load(),
 		Writes: s.writes.Load(), WriteBytes: s.writeBytes.Load(),
 		Reads: s.reads.Load(), ReadBytes: s.readBytes.Load(),
 		Atomics: s.atomics.Load(),
 		Recvs:   s.recvs.Load(), RecvBytes: s.recvBytes.Load(),
-		Completions: s.completions.Load(), Failed: s.failed.Load(),
-		RetryExceeded: s.retryExc.Load(), RNRRetryExceeded: s.rnrExc.Load(),
+		Completions: s.completions.Load(),
 		CreditWaits: s.creditWaits.Load(), QueueWaits: s.queueWaits.Load(),
 		CreditsOut: c.creditOut.Load(),
 	}
+	for i := range s.sendFail {
+		cs.SendFailures[i] = s.sendFail[i].Load()
+		cs.Failed += cs.SendFailures[i]
+		cs.RecvFailures[i] = s.recvFail[i].Load()
+		cs.RecvFailed += cs.RecvFailures[i]
+	}
+	cs.RetryExceeded = cs.SendFailures[StatusRetryExcErr]
+	cs.RNRRetryExceeded = cs.SendFailures[StatusRNRRetryExcErr]
+	return cs
 }
 
 // issued counts a work request the application issued.
@@ -83,20 +103,20 @@ func (s *connCounters) issued(opc verbs.Opcode, n int) {
 // completed counts a send-side completion; a flush of an orderly close
 // is no failure.
 func (s *connCounters) completed(st verbs.WCStatus, orderly bool) {
-	switch st {
-	case verbs.WCSuccess:
+	switch {
+	case st == verbs.WCSuccess:
 		s.completions.Add(1)
-		return
-	case verbs.WCWRFlushErr:
-		if orderly {
-			return
-		}
-	case verbs.WCRetryExcErr:
-		s.retryExc.Add(1)
-	case verbs.WCRNRRetryExcErr:
-		s.rnrExc.Add(1)
+	case st != verbs.WCWRFlushErr || !orderly:
+		s.sendFail[completionStatus(st)].Add(1)
 	}
-	s.failed.Add(1)
+}
+
+// recvFailed counts a failed receive completion; a flush of an orderly
+// close is no failure.
+func (s *connCounters) recvFailed(st verbs.WCStatus, orderly bool) {
+	if st != verbs.WCWRFlushErr || !orderly {
+		s.recvFail[completionStatus(st)].Add(1)
+	}
 }
 
 // EngineStats describe an engine: its connections and the sums of their
@@ -299,6 +319,11 @@ func (t *ConnStats) add(s ConnStats) {
 	t.RecvBytes += s.RecvBytes
 	t.Completions += s.Completions
 	t.Failed += s.Failed
+	t.RecvFailed += s.RecvFailed
+	for i := range t.SendFailures {
+		t.SendFailures[i] += s.SendFailures[i]
+		t.RecvFailures[i] += s.RecvFailures[i]
+	}
 	t.RetryExceeded += s.RetryExceeded
 	t.RNRRetryExceeded += s.RNRRetryExceeded
 	t.CreditWaits += s.CreditWaits
