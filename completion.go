@@ -61,3 +61,51 @@ func postedWC(kind opKind, wc *verbs.WorkCompletion) *verbs.WorkCompletion {
 	}
 	return &w
 }
+
+// CompletionStatus is a work completion's status, numbered as libibverbs
+// numbers enum ibv_wc_status. It indexes ConnStats.SendFailures and
+// RecvFailures; its String is the name CompletionError.Status carries.
+type CompletionStatus uint8
+
+// The completion statuses, in libibverbs' order. A status a device
+// reports beyond these is counted as StatusGeneralErr.
+// CompletionStatuses is their number: the length of the arrays they
+// index.
+const (
+	StatusSuccess CompletionStatus = iota
+	StatusLocLenErr
+	StatusLocQPOpErr
+	StatusLocEECOpErr
+	StatusLocProtErr
+	StatusWRFlushErr
+	StatusMWBindErr
+	StatusBadRespErr
+	StatusLocAccessErr
+	StatusRemInvReqErr
+	StatusRemAccessErr
+	StatusRemOpErr
+	StatusRetryExcErr
+	StatusRNRRetryExcErr
+	StatusLocRDDViolErr
+	StatusRemInvRdReqErr
+	StatusRemAbortErr
+	StatusInvEECNErr
+	StatusInvEECStateErr
+	StatusFatalErr
+	StatusRespTimeoutErr
+	StatusGeneralErr
+	CompletionStatuses
+)
+
+// String is the status as libibverbs names it, for example
+// "REM_ACCESS_ERR".
+func (s CompletionStatus) String() string { return verbs.WCStatus(s).String() }
+
+// completionStatus is st as a CompletionStatus, an unknown one counted as
+// a general error.
+func completionStatus(st verbs.WCStatus) CompletionStatus {
+	if st >= verbs.WCStatus(CompletionStatuses) {
+		return StatusGeneralErr
+	}
+	return CompletionStatus(st)
+}

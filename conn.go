@@ -190,6 +190,7 @@ func dial(ctx context.Context, eng *engine, cfg config, address string) (*Conn, 
 	if cfg.cm {
 		c, err := dialCM(ctx, eng, cfg, address)
 		if err != nil {
+			eng.life.handshake(err)
 			return nil, &net.OpError{Op: "dial", Net: network, Err: asTimeout(err)}
 		}
 		return c, nil
@@ -204,11 +205,14 @@ func dial(ctx context.Context, eng *engine, cfg config, address string) (*Conn, 
 		return nil, &net.OpError{Op: "dial", Net: network, Addr: tc.RemoteAddr(), Err: err}
 	}
 	c, err := dialHandshake(ctx, eng, cfg, tc)
-	eng.release() // the connection holds its own reference
 	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
 		}
+		eng.life.handshake(err)
+	}
+	eng.release() // the connection holds its own reference
+	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Addr: tc.RemoteAddr(), Err: asTimeout(err)}
 	}
 	return c, nil
@@ -341,6 +345,7 @@ func (c *Conn) fail(err error) {
 	if !c.failed.CompareAndSwap(nil, &err) {
 		return
 	}
+	c.eng.life.ended(c, err)
 	c.logEnded(err)
 	c.cancel()
 	if c.qp != nil {
@@ -686,6 +691,7 @@ func (c *Conn) onSharedRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 // receive failed. Caller holds rmu; it unlocks it.
 func (c *Conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 	if wc.Status != verbs.WCSuccess {
+		c.st.recvFailed(wc.Status, wc.Status == verbs.WCWRFlushErr && c.orderly())
 		// Every receive before this one was delivered; the waiters
 		// left will get nothing more.
 		ws := c.waiters

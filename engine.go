@@ -48,6 +48,7 @@ type engine struct {
 
 	// Counters of the closed connections (stats.go)
 	retired closedStats
+	life    lifeCounters
 
 	mu     sync.Mutex
 	units  []*cqUnit

@@ -38,6 +38,7 @@ func WithLogger(l *slog.Logger) Option {
 // logConnected records a connection that is up.
 func (c *Conn) logConnected() {
 	c.up.Store(true)
+	c.eng.life.opened.Add(1)
 	if l := c.cfg.log; l != nil {
 		l.Info("rdma: connected", "local", c.local, "remote", c.remote, "provider", c.eng.prov.Name(),
 			"device", c.eng.ctx.Info().Name, "qpn", c.qp.QPN())
@@ -75,9 +76,14 @@ func (c *Conn) logEnded(err error) {
 		"peer_closed", errors.Is(err, ErrPeerClosed), "cause", err)
 }
 
-// logRefused records a handshake the listener refused or that failed,
-// once per logEvery: a flood of bad handshakes does not flood the log.
-func (l *Listener) logRefused(remote any, err error) {
+// logRefused counts a handshake the listener refused (refused: by its
+// accept check) or that failed, and logs it once per logEvery: a flood of bad handshakes does not flood the log.
+func (l *Listener) logRefused(remote any, err error, refused bool) {
+	if refused {
+		l.eng.life.handshakeRefused.Add(1)
+	} else {
+		l.eng.life.handshake(err)
+	}
 	lg := l.cfg.log
 	if lg == nil {
 		return

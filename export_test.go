@@ -109,3 +109,15 @@ func InjectDeviceEvent(c *Conn, typ string, port uint8) bool {
 	t := map[string]verbs.AsyncEventType{"PORT_ERR": verbs.EventPortErr, "PORT_ACTIVE": verbs.EventPortActive}[typ]
 	return soft.InjectEvent(c.eng.ctx, verbs.AsyncEvent{Type: t, Port: port})
 }
+
+// FailRecv hands c a receive completion with status st, as its poller
+// would for a receive that failed.
+func FailRecv(c *Conn, st verbs.WCStatus) error {
+	pb, err := c.eng.pool.Get(c.recvSize)
+	if err != nil {
+		return err
+	}
+	c.rmu.Lock()
+	c.deliverLocked(pb, &verbs.WorkCompletion{Status: st, QPN: 1})
+	return nil
+}

@@ -150,7 +150,7 @@ func (l *Listener) serve(tc net.Conn, e *list.Element, slots chan struct{}) {
 		t, err := acceptTLS(ctx, tc, l.cfg.tls)
 		if err != nil {
 			l.dropWaiting(e)
-			l.logRefused(tc.RemoteAddr(), err)
+			l.logRefused(tc.RemoteAddr(), err, false)
 			return
 		}
 		tc = t
@@ -158,13 +158,15 @@ func (l *Listener) serve(tc net.Conn, e *list.Element, slots chan struct{}) {
 	br := bufio.NewReaderSize(tc, ctrlReadBuffer)
 	peer, err := readPeerHello(l.eng, tc, br)
 	l.dropWaiting(e)
+	refused := false
 	if err == nil {
 		if err = l.checkPeer(tc); err != nil {
 			writeRefusal(tc, err.Error())
+			refused = true
 		}
 	}
 	if err != nil {
-		l.logRefused(tc.RemoteAddr(), err)
+		l.logRefused(tc.RemoteAddr(), err, refused)
 		tc.Close()
 		return
 	}
@@ -172,13 +174,14 @@ func (l *Listener) serve(tc net.Conn, e *list.Element, slots chan struct{}) {
 	case slots <- struct{}{}:
 	case <-ctx.Done():
 		writeRefusal(tc, "the listener is busy setting up other connections")
+		l.eng.life.handshakeRefused.Add(1)
 		tc.Close()
 		return
 	}
 	c, err := acceptConn(l.eng, l.cfg, tc, br, peer, release)
 	<-slots
 	if err != nil {
-		l.logRefused(tc.RemoteAddr(), err)
+		l.logRefused(tc.RemoteAddr(), err, false)
 		return // the peer got the reason; the listener goes on
 	}
 	select {

@@ -1,7 +1,10 @@
 package rdma
 
 import (
+	"context"
+	"errors"
 	"expvar"
+	"os"
 	"sync"
 	"sync/atomic"
 
@@ -23,12 +26,21 @@ type ConnStats struct {
 	RecvBytes  uint64
 
 	Completions uint64 // send-side completions that succeeded
-	// Failed counts completions with an error status, flushes included
-	// but for those of an orderly close (Close, or the peer's);
-	// RetryExceeded and RNRRetryExceeded count two statuses among them.
+	// Failed counts send-side completions with an error status, flushes
+	// included but for those of an orderly close (Close, or the peer's);
+	// SendFailures splits them by status (indexed by CompletionStatus,
+	// its StatusSuccess entry is zero), so that their sum is Failed.
+	// RetryExceeded and RNRRetryExceeded are two of its entries,
+	// SendFailures[StatusRetryExcErr] and [StatusRNRRetryExcErr].
 	Failed           uint64
+	SendFailures     [CompletionStatuses]uint64
 	RetryExceeded    uint64
 	RNRRetryExceeded uint64
+	// RecvFailed counts receive completions with an error status, with
+	// the same exception for an orderly close, and RecvFailures splits
+	// them by status as SendFailures does.
+	RecvFailed   uint64
+	RecvFailures [CompletionStatuses]uint64
 
 	// CreditWaits counts operations that waited for the peer's
 	// credits, QueueWaits those that waited for room in the send queue.
@@ -43,24 +55,35 @@ type ConnStats struct {
 type connCounters struct {
 	sends, sendBytes, writes, writeBytes, reads, readBytes, atomics atomic.Uint64
 	recvs, recvBytes                                                atomic.Uint64
-	completions, failed, retryExc, rnrExc                           atomic.Uint64
-	creditWaits, queueWaits                                         atomic.Uint64
+	completions                                                     atomic.Uint64
+	// Failed completions, by status, send-side and receive-side: the
+	// totals are their sums, so a failure costs one atomic add.
+	sendFail, recvFail      [CompletionStatuses]atomic.Uint64
+	creditWaits, queueWaits atomic.Uint64
 }
 
 // Stats reads the connection's counters.
 func (c *Conn) Stats() ConnStats {
 	s := &c.st
-	return ConnStats{
+	cs := ConnStats{
 		Sends: s.sends.Load(), SendBytes: s.sendBytes.Load(),
 		Writes: s.writes.Load(), WriteBytes: s.writeBytes.Load(),
 		Reads: s.reads.Load(), ReadBytes: s.readBytes.Load(),
 		Atomics: s.atomics.Load(),
 		Recvs:   s.recvs.Load(), RecvBytes: s.recvBytes.Load(),
-		Completions: s.completions.Load(), Failed: s.failed.Load(),
-		RetryExceeded: s.retryExc.Load(), RNRRetryExceeded: s.rnrExc.Load(),
+		Completions: s.completions.Load(),
 		CreditWaits: s.creditWaits.Load(), QueueWaits: s.queueWaits.Load(),
 		CreditsOut: c.creditOut.Load(),
 	}
+	for i := range s.sendFail {
+		cs.SendFailures[i] = s.sendFail[i].Load()
+		cs.Failed += cs.SendFailures[i]
+		cs.RecvFailures[i] = s.recvFail[i].Load()
+		cs.RecvFailed += cs.RecvFailures[i]
+	}
+	cs.RetryExceeded = cs.SendFailures[StatusRetryExcErr]
+	cs.RNRRetryExceeded = cs.SendFailures[StatusRNRRetryExcErr]
+	return cs
 }
 
 // issued counts a work request the application issued.
@@ -83,20 +106,20 @@ func (s *connCounters) issued(opc verbs.Opcode, n int) {
 // completed counts a send-side completion; a flush of an orderly close
 // is no failure.
 func (s *connCounters) completed(st verbs.WCStatus, orderly bool) {
-	switch st {
-	case verbs.WCSuccess:
+	switch {
+	case st == verbs.WCSuccess:
 		s.completions.Add(1)
-		return
-	case verbs.WCWRFlushErr:
-		if orderly {
-			return
-		}
-	case verbs.WCRetryExcErr:
-		s.retryExc.Add(1)
-	case verbs.WCRNRRetryExcErr:
-		s.rnrExc.Add(1)
+	case st != verbs.WCWRFlushErr || !orderly:
+		s.sendFail[completionStatus(st)].Add(1)
 	}
-	s.failed.Add(1)
+}
+
+// recvFailed counts a failed receive completion; a flush of an orderly
+// close is no failure.
+func (s *connCounters) recvFailed(st verbs.WCStatus, orderly bool) {
+	if st != verbs.WCWRFlushErr || !orderly {
+		s.recvFail[completionStatus(st)].Add(1)
+	}
 }
 
 // EngineStats describe an engine: its connections and the sums of their
@@ -120,6 +143,97 @@ type EngineStats struct {
 	// Pollers sums the counters of the engine's pollers (MaxBatch is the
 	// largest of theirs).
 	Pollers PollerStats
+	// Lifecycle counts the engine's connections as they came up and
+	// ended, and its handshakes that failed.
+	Lifecycle LifecycleStats
+}
+
+// LifecycleStats count an engine's connections since it opened: each
+// connection once when it comes up (Opened) and once when it ends, under
+// one of the other counters but the Handshake ones. A connection ends
+// once its first error or Close; Opened minus the ends is the
+// connections open or closing. Handshakes that failed are counted on
+// the side that saw them fail, the dialer or the listener, and open no
+// connection.
+type LifecycleStats struct {
+	Opened uint64 // connections that came up
+	// ClosedLocal and ClosedPeer count orderly closes: by Close here,
+	// or by the peer's.
+	ClosedLocal uint64
+	ClosedPeer  uint64
+	// PeerGone counts the connections whose peer died, aborted or tore
+	// its side down without an orderly close (ErrPeerClosed).
+	PeerGone uint64
+	// The failures of this side: a failed completion (see ConnStats
+	// SendFailures and RecvFailures), the peer cut off for breaking the
+	// protocol (ErrProtocol), an Abort (or the engine closed under the
+	// connection), and any other (the port went down, a poller failed).
+	CompletionFailed uint64
+	ProtocolFailed   uint64
+	Aborted          uint64
+	OtherFailed      uint64
+	// HandshakeRefused counts handshakes refused (ErrRefused: by the
+	// listener's accept check, TLS or its load, or the peer's),
+	// HandshakeTimedOut those that did not finish within their bound or
+	// context, HandshakeFailed the others (a peer that is no go-rdma
+	// endpoint, speaks another version, or went away).
+	HandshakeRefused  uint64
+	HandshakeTimedOut uint64
+	HandshakeFailed   uint64
+}
+
+// lifeCounters are the engine-level atomics behind LifecycleStats.
+type lifeCounters struct {
+	opened, closedLocal, closedPeer, peerGone              atomic.Uint64
+	completionFailed, protocolFailed, aborted, otherFailed atomic.Uint64
+	handshakeRefused, handshakeTimedOut, handshakeFailed   atomic.Uint64
+}
+
+func (l *lifeCounters) stats() LifecycleStats {
+	return LifecycleStats{
+		Opened: l.opened.Load(), ClosedLocal: l.closedLocal.Load(), ClosedPeer: l.closedPeer.Load(),
+		PeerGone: l.peerGone.Load(), CompletionFailed: l.completionFailed.Load(),
+		ProtocolFailed: l.protocolFailed.Load(), Aborted: l.aborted.Load(), OtherFailed: l.otherFailed.Load(),
+		HandshakeRefused: l.handshakeRefused.Load(), HandshakeTimedOut: l.handshakeTimedOut.Load(),
+		HandshakeFailed: l.handshakeFailed.Load(),
+	}
+}
+
+// ended counts how a connection that came up ended, with its first
+// error; it runs once per connection, as logEnded does, and classifies
+// the same way: an orderly close whatever its first error was.
+func (l *lifeCounters) ended(c *Conn, err error) {
+	var ce *CompletionError
+	switch {
+	case !c.up.Load():
+		// A handshake that failed: dial or the listener counts it.
+	case c.orderly() && c.closeHeard.Load():
+		l.closedPeer.Add(1)
+	case c.orderly():
+		l.closedLocal.Add(1)
+	case errors.Is(err, ErrPeerClosed):
+		l.peerGone.Add(1)
+	case errors.Is(err, ErrProtocol):
+		l.protocolFailed.Add(1)
+	case errors.As(err, &ce):
+		l.completionFailed.Add(1)
+	case errors.Is(err, ErrClosed):
+		l.aborted.Add(1)
+	default:
+		l.otherFailed.Add(1)
+	}
+}
+
+// handshake counts a handshake that failed with err.
+func (l *lifeCounters) handshake(err error) {
+	switch {
+	case errors.Is(err, ErrRefused):
+		l.handshakeRefused.Add(1)
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
+		l.handshakeTimedOut.Add(1)
+	default:
+		l.handshakeFailed.Add(1)
+	}
 }
 
 // PoolStats describe an engine's buffer pool: the registered memory it
@@ -242,6 +356,7 @@ func (e *engine) stats() EngineStats {
 	}
 	st.Closed = e.retired.st
 	e.retired.mu.Unlock()
+	st.Lifecycle = e.life.stats()
 	for i := range e.srqs {
 		s := e.srqs[i].Load()
 		if s == nil {
@@ -299,6 +414,11 @@ func (t *ConnStats) add(s ConnStats) {
 	t.RecvBytes += s.RecvBytes
 	t.Completions += s.Completions
 	t.Failed += s.Failed
+	t.RecvFailed += s.RecvFailed
+	for i := range t.SendFailures {
+		t.SendFailures[i] += s.SendFailures[i]
+		t.RecvFailures[i] += s.RecvFailures[i]
+	}
 	t.RetryExceeded += s.RetryExceeded
 	t.RNRRetryExceeded += s.RNRRetryExceeded
 	t.CreditWaits += s.CreditWaits
