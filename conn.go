@@ -190,7 +190,9 @@ func dial(ctx context.Context, eng *engine, cfg config, address string) (*Conn, 
 	if cfg.cm {
 		c, err := dialCM(ctx, eng, cfg, address)
 		if err != nil {
-			eng.life.handshake(err)
+			if eng != nil { // a shared engine is dialCM's own: not counted
+				eng.life.handshake(err)
+			}
 			return nil, &net.OpError{Op: "dial", Net: network, Err: asTimeout(err)}
 		}
 		return c, nil
