@@ -23,14 +23,21 @@ import (
 func traffic(t *testing.T, c, s *rdma.Conn) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)
+	// flowing closes when the first message has arrived, so the caller's
+	// first scrape sees a pool that has registered memory (registration
+	// is lazy, and a loaded machine may not have run the sender yet).
+	flowing := make(chan struct{})
 	go func() {
 		defer func() { done <- struct{}{} }()
-		for ctx.Err() == nil {
+		for n := 0; ctx.Err() == nil; n++ {
 			r := s.Recv()
 			if r.Wait(ctx) != nil {
 				return
 			}
 			r.Buffer().Release()
+			if n == 0 {
+				close(flowing)
+			}
 		}
 	}()
 	go func() {
@@ -47,6 +54,11 @@ func traffic(t *testing.T, c, s *rdma.Conn) {
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done; <-done })
+	select {
+	case <-flowing:
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "no message arrived in 10 s")
+	}
 }
 
 // scrape reads /metrics the way Prometheus does and parses the text.
