@@ -54,7 +54,7 @@ func postedWC(kind opKind, wc *verbs.WorkCompletion) *verbs.WorkCompletion {
 		w.Opcode = verbs.WCRecv
 	case opSend:
 		w.Opcode = verbs.WCSend
-	case opWrite:
+	case opWrite, opCredit:
 		w.Opcode = verbs.WCWrite
 	case opRead:
 		w.Opcode = verbs.WCRead

@@ -135,7 +135,7 @@ type Conn struct {
 	working atomic.Bool
 	workers sync.WaitGroup
 
-	creditOwed       atomic.Int64 // credits to return to the peer (credit.go)
+	cw               creditWord   // in-band credits (credit_word.go)
 	creditQueued     atomic.Bool  // a job to return them is queued
 	returnCreditsJob func()       // c.returnCredits, bound once: a method value allocates
 	askJob           func()       // c.askCredits
@@ -271,7 +271,7 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 		init := verbs.QPInit{Type: verbs.RC, SendCQ: c.unit.cq, RecvCQ: c.unit.cq, Cap: qc}
 		if c.srq != nil {
 			init.SRQ = c.srq.q
-			init.Cap.MaxSendWR++ // room for the beacon
+			init.Cap.MaxSendWR += 2 // room for the beacon and a credit WRITE
 			init.Cap.MaxRecvWR, init.Cap.MaxRecvSGE = 0, 0
 		}
 		if c.qp, err = eng.pd.CreateQP(init); err != nil {
@@ -298,10 +298,11 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 
 // cqNeed is the room the connection reserves in its CQ: a completion for
 // every WR it can have outstanding. With an SRQ its receives are bounded
-// by its credits (the receive depth), and the beacon takes one more.
+// by its credits (the receive depth), and the beacon and a credit WRITE
+// take two more.
 func (c *Conn) cqNeed() int {
 	if c.srq != nil {
-		return c.cfg.sqDepth + c.cfg.rqDepth + 1
+		return c.cfg.sqDepth + c.cfg.rqDepth + 2
 	}
 	return c.cfg.sqDepth + c.cfg.rqDepth
 }
@@ -1009,6 +1010,7 @@ func (c *Conn) teardown() error {
 			c.eng.qpns.CompareAndDelete(c.qp.QPN(), c)
 		}
 	}
+	errs = append(errs, c.closeCreditWord())
 	if c.srq != nil {
 		c.srq.leave(c)
 		errs = append(errs, c.eng.dropSRQ(c.srq))
@@ -1027,7 +1029,7 @@ func (c *Conn) teardown() error {
 	for _, id := range c.ops.ids() {
 		if o, ok := c.ops.take(id); ok {
 			switch o.kind {
-			case opBeacon:
+			case opBeacon, opCredit:
 			case opRecv:
 				o.buf.Release()
 			default:

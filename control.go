@@ -23,8 +23,8 @@ const (
 	ctrlRevoke   = 8  // the owner revokes a region: rkey u32
 	ctrlRevoked  = 9  // answer to ctrlRevoke: no access to rkey u32 is in flight or will be posted
 	ctrlCloseAck = 10 // answer to ctrlClose: this side's operations are done too
-	ctrlCredit   = 11 // credits: the peer may send n u32 more messages (credit.go)
-	ctrlAsk      = 12 // the sender asks for n u32 credits for messages it has waiting
+	ctrlCredit   = 11 // credits: u32 total the peer gave over the connection's life, answering an ask (credit_word.go)
+	ctrlAsk      = 12 // the sender asks for n u32 credits for messages it has waiting, having seen a u32 total
 	ctrlBack     = 13 // the sender gives back n u32 credits it did not use
 	ctrlRecall   = 14 // the receiver asks for the credits the sender has no message for (others wait)
 	ctrlAbort    = 15 // the sender failed for a reason of its own: reason text (abort.go)
@@ -115,6 +115,7 @@ func (c *Conn) writeControl(typ byte, p []byte) error {
 	// that times out means a stuck peer, and a frame cut in half would
 	// corrupt the channel, so a failed write fails the connection.
 	c.ctrl.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	c.st.ctrlFrames.Add(1)
 	if err := writeFrame(c.ctrl, typ, p); err != nil {
 		if c.err() != nil {
 			return c.closedErr()
@@ -204,11 +205,13 @@ func (c *Conn) readControl(r *bufio.Reader) {
 			c.onPeerClose()
 		case ctrlCredit:
 			if v, ok := c.word(p, "credit"); ok {
-				c.onCredit(int(v))
+				c.onCredit(v)
 			}
 		case ctrlAsk:
-			if v, ok := c.word(p, "credit request"); ok && c.srq != nil {
-				c.onCreditAsk(v)
+			if len(p) != 8 {
+				c.protocolErr("malformed credit request")
+			} else if c.srq != nil {
+				c.onCreditAsk(binary.BigEndian.Uint32(p), binary.BigEndian.Uint32(p[4:]))
 			}
 		case ctrlBack:
 			if v, ok := c.word(p, "credit return"); ok && c.srq != nil {

@@ -15,15 +15,19 @@ import (
 // Each SEND, SEND_WITH_IMM and WRITE_WITH_IMM takes a credit; a message
 // without one waits in the send queue's queue (sendq.go) behind an
 // unresolved Future. Receives come from the engine's shared receive
-// queue (srq.go), so credits are given on demand, on the control
-// channel:
+// queue (srq.go), so credits are given on demand. Credits given back go
+// in band, by an RDMA WRITE into the sender's credit word
+// (credit_word.go); asks and their answers, give-backs and recalls go on
+// the control channel:
 //   - A connection starts with none. A sender that has a message and no
-//     credit asks for what it has waiting (ctrlAsk). When no other
+//     credit, and finds none new in its credit word, asks for what it
+//     has waiting (ctrlAsk). When no other
 //     connection waits, the receiver gives the connection's whole cap
 //     (WithQueueDepth's receive depth) as far as the SRQ's headroom goes;
 //     else what was asked, in turn with the others waiting.
 //   - As the application takes messages, the receiver gives their
-//     credits back in batches of an eighth of the cap, while the peer
+//     credits back, in its credit WRITEs, in batches of an eighth of
+//     the cap, while the peer
 //     wants them and no other connection waits for credits. An ask
 //     gives back at once what was taken and not given back yet, and
 //     when even that leaves the ask short (the connection's messages
@@ -99,7 +103,11 @@ func (c *Conn) roomLocked(wrs []verbs.SendWR) bool {
 	if c.sqFree < len(wrs) {
 		return false
 	}
-	if c.credits >= needCredits(wrs) {
+	need := needCredits(wrs)
+	if c.credits >= need {
+		return true
+	}
+	if c.pullLocked(); c.credits >= need {
 		return true
 	}
 	if !c.asked && c.ctrl != nil {
@@ -113,7 +121,10 @@ func (c *Conn) roomLocked(wrs []verbs.SendWR) bool {
 func (c *Conn) askCredits() {
 	c.askQueued.Store(false)
 	c.postMu.Lock()
-	want := -c.credits
+	// The credit word may have what the messages waiting need by now.
+	c.pullLocked()
+	c.drainLocked()
+	want, seen := -c.credits, c.cw.seen
 	for i := range c.pending {
 		if want += needCredits(c.pending[i].wrs); want >= maxAsk {
 			break
@@ -122,18 +133,28 @@ func (c *Conn) askCredits() {
 	if want <= 0 {
 		c.asked = false
 	}
-	c.postMu.Unlock()
+	c.postUnlock()
 	if want > 0 {
-		c.writeControl(ctrlAsk, binary.BigEndian.AppendUint32(nil, uint32(min(want, maxAsk))))
+		p := binary.BigEndian.AppendUint32(nil, uint32(min(want, maxAsk)))
+		c.writeControl(ctrlAsk, binary.BigEndian.AppendUint32(p, seen))
 	}
 }
 
-// onCredit takes credits the peer gave and posts what waited for them.
-func (c *Conn) onCredit(n int) {
+// onCredit answers this side's ask: total is what the peer has given
+// over the connection's life (credit_word.go). It posts what waited.
+func (c *Conn) onCredit(total uint32) {
 	c.postMu.Lock()
-	c.credits = min(c.credits+n, maxCredits)
+	c.takeTotalLocked(total)
+	c.pullLocked()
 	c.asked = false
 	c.drainLocked()
+	c.postUnlock()
+}
+
+// addCreditsLocked takes n credits from the peer, and starts the idle
+// give-back. Caller holds postMu.
+func (c *Conn) addCreditsLocked(n int) {
+	c.credits = min(c.credits+n, maxCredits)
 	if c.credits > 0 && !c.idleArmed && c.err() == nil {
 		c.idleArmed, c.idleSeen = true, c.posted
 		if c.idleTimer == nil {
@@ -142,7 +163,6 @@ func (c *Conn) onCredit(n int) {
 			c.idleTimer.Reset(creditIdle)
 		}
 	}
-	c.postUnlock()
 }
 
 // idleCredits gives the peer back the credits of a connection that sent
@@ -150,6 +170,8 @@ func (c *Conn) onCredit(n int) {
 func (c *Conn) idleCredits() {
 	c.postMu.Lock()
 	defer c.postUnlock()
+	c.pullLocked()
+	c.drainLocked()
 	switch {
 	case c.credits <= 0 || c.err() != nil || c.closing.Load():
 		c.idleArmed = false
@@ -178,6 +200,8 @@ func (c *Conn) returnUnused() {
 func (c *Conn) onRecall() {
 	c.postMu.Lock()
 	defer c.postUnlock()
+	c.pullLocked()
+	c.drainLocked()
 	if c.credits > 0 && len(c.pending) == 0 && c.err() == nil {
 		c.creditBack.Add(int64(c.credits))
 		c.credits = 0
@@ -265,7 +289,8 @@ func (c *Conn) giveTakenLocked(regrant bool) {
 // the credits of messages taken count at once, without waiting for their
 // batch; if the ask is still short, every take is given back at once
 // until the next ask.
-func (c *Conn) onCreditAsk(want uint32) {
+func (c *Conn) onCreditAsk(want, seen uint32) {
+	c.openAsk(seen)
 	c.peerWants.Store(true)
 	c.recalled.Store(false)
 	w := int(min(want, maxAsk))
@@ -276,6 +301,11 @@ func (c *Conn) onCreditAsk(want uint32) {
 	c.peerShort.Store(w > c.creditRoom())
 	c.rmu.Unlock()
 	c.srq.ask(c, w)
+	// Answer at once when the peer has credits it has not seen (a WRITE
+	// in flight); else the next grant answers.
+	if !c.creditQueued.Swap(true) {
+		c.later(c.returnCreditsJob)
+	}
 }
 
 // onCreditBack takes back credits the peer did not use.
@@ -286,30 +316,21 @@ func (c *Conn) onCreditBack(n uint32) {
 	}
 	c.peerWants.Store(false)
 	c.recalled.Store(false)
+	// The peer is idle: the credits of messages taken since the last
+	// batch need no receives kept for them either, only room to give.
+	c.rmu.Lock()
+	c.giveTakenLocked(false)
+	c.rmu.Unlock()
 	c.srq.giveBack(c, int(n))
 }
 
-// owe records n credits given to the peer; the control worker tells the
-// peer, one frame for all owed by the time it runs. It runs on pollers,
-// consumers and the control reader, under locks of theirs, so it never
-// writes itself.
-//
-// Each frame costs a wake, a write and a read: about a quarter of the CPU
-// of 64-byte messages (docs/connections.md); credits carried in band are
-// the plan.
+// owe records n credits given to the peer and tells it (credit_word.go).
+// It runs on pollers, consumers and the control reader, under locks of
+// theirs, so it never writes to the control channel itself.
 func (c *Conn) owe(n int) {
 	if n <= 0 || c.ctrl == nil {
 		return
 	}
-	c.creditOwed.Add(int64(n))
-	if !c.creditQueued.Swap(true) {
-		c.later(c.returnCreditsJob)
-	}
-}
-
-func (c *Conn) returnCredits() {
-	c.creditQueued.Store(false)
-	if n := c.creditOwed.Swap(0); n > 0 {
-		c.writeControl(ctrlCredit, binary.BigEndian.AppendUint32(nil, uint32(n)))
-	}
+	c.cw.total.Add(uint32(n))
+	c.tellCredits()
 }

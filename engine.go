@@ -21,20 +21,21 @@ import (
 // the table of operations in flight. Its cfg holds the engine's settings
 // (engineKey); each connection has its own config for the rest.
 type engine struct {
-	cfg    config
-	key    engineKey
-	shared bool // in the registry of the package-level Dial and Listen
-	prov   verbs.Provider
-	ctx    verbs.Context
-	attr   verbs.DeviceAttr
-	pd     verbs.PD
-	pool   *pool.Pool
-	port   verbs.PortInfo
-	slots  slots                               // wr_id -> connection
-	srqs   [maxSRQs]atomic.Pointer[sharedRecv] // by id; made under mu (srq.go)
-	qpns   sync.Map                            // QPN -> *Conn, for receives from an SRQ
-	events context.CancelFunc                  // stops readEvents
-	evDone chan struct{}
+	cfg     config
+	key     engineKey
+	shared  bool // in the registry of the package-level Dial and Listen
+	prov    verbs.Provider
+	ctx     verbs.Context
+	attr    verbs.DeviceAttr
+	pd      verbs.PD
+	pool    *pool.Pool
+	credits creditPages // the connections' credit words (credit_word.go)
+	port    verbs.PortInfo
+	slots   slots                               // wr_id -> connection
+	srqs    [maxSRQs]atomic.Pointer[sharedRecv] // by id; made under mu (srq.go)
+	qpns    sync.Map                            // QPN -> *Conn, for receives from an SRQ
+	events  context.CancelFunc                  // stops readEvents
+	evDone  chan struct{}
 
 	logLimit logLimiter // device events (events.go)
 
@@ -435,6 +436,7 @@ func (e *engine) release() error {
 	e.events()
 	<-e.evDone
 	errs = append(errs, e.stopWorkers())
+	errs = append(errs, e.credits.close())
 	if err := e.pool.Close(); err != nil && !errors.Is(err, verbs.ErrBusy) {
 		errs = append(errs, err)
 	}
@@ -477,6 +479,8 @@ func (e *engine) completions(u *cqUnit, wcs []verbs.WorkCompletion) {
 		case opBeacon:
 			c.onBeacon(wc)
 			c.opDone()
+		case opCredit:
+			c.onCreditWritten(wc)
 		default:
 			c.onSendDone(&o, wc)
 		}
@@ -619,13 +623,20 @@ const poolDecay = time.Second
 // pool without a buffer in use, and every cached large buffer, is
 // deregistered and unmapped. The engine does the same by itself for
 // memory idle for a second or two (keeping one slab while buffers are
-// in use), and Trim only makes it happen now. Receives posted on the
-// shared receive queue are in use: a posted receive cannot be taken
-// back. They follow the load down as messages use them (no more are
-// posted than the credits out need) and all go when the queue's last
-// connection closes. The error reports failed deregistrations.
+// in use), and Trim only makes it happen now. Receives posted on a
+// shared receive queue beyond what the credits out and the messages
+// held need go back the same way: by themselves once the surplus has
+// lasted a second or two, at once on Trim, before the pool is trimmed.
+// The error reports failed withdrawals and deregistrations.
 func (x *Engine) Trim() error {
-	if err := x.e.pool.Trim(); err != nil {
+	var errs []error
+	for i := range x.e.srqs {
+		if s := x.e.srqs[i].Load(); s != nil {
+			errs = append(errs, s.trim())
+		}
+	}
+	errs = append(errs, x.e.pool.Trim())
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("rdma: engine %s: trim: %w", x.Device(), err)
 	}
 	return nil

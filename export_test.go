@@ -121,3 +121,9 @@ func FailRecv(c *Conn, st verbs.WCStatus) error {
 	c.deliverLocked(pb, &verbs.WorkCompletion{Status: st, QPN: 1})
 	return nil
 }
+
+// CreditWord is c's credit word as its peer may reach it: the region the
+// hello announced.
+func CreditWord(c *Conn) RemoteRegion {
+	return RemoteRegion{Addr: c.cw.mr.Addr(), Len: c.cw.mr.Len(), RKey: c.cw.mr.RKey()}
+}

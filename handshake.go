@@ -24,7 +24,7 @@ import (
 
 const (
 	handshakeMagic   = "GO-RDMA\x00"
-	handshakeVersion = 4
+	handshakeVersion = 5
 	maxReason        = 512
 )
 
@@ -51,6 +51,11 @@ type hello struct {
 	GID       verbs.GID
 	RecvDepth uint32 // the sender's credit cap: the most messages it takes in flight (credit.go)
 	MaxMsg    uint32 // largest SEND the sender accepts
+	// The sender's credit word (credit_word.go): the peer writes the
+	// credits it gives there. Zero on connections without credits.
+	CreditAddr uint64
+	CreditRKey uint32
+	_          [4]byte
 }
 
 func providerName(b [8]byte) string {
@@ -282,6 +287,9 @@ func (c *Conn) prepare() (hello, error) {
 	if err := c.postReceives(); err != nil {
 		return hello{}, err
 	}
+	if err := c.makeCreditWord(); err != nil {
+		return hello{}, err
+	}
 	gid, err := eng.gidFor(addrIP(c.ctrl.LocalAddr()))
 	if err != nil {
 		return hello{}, err
@@ -289,6 +297,9 @@ func (c *Conn) prepare() (hello, error) {
 	c.gidIndex = uint8(gid.Index)
 	me := hello{QPN: c.qp.QPN(), PSN: randPSN(), LID: eng.port.LID, MTU: uint8(eng.port.ActiveMTU), GID: gid.GID,
 		RecvDepth: uint32(c.recvCap()), MaxMsg: uint32(cfg.maxMsg)}
+	if c.cw.mr != nil {
+		me.CreditAddr, me.CreditRKey = c.cw.mr.Addr(), c.cw.mr.RKey()
+	}
 	if me.MTU == 0 {
 		me.MTU = uint8(verbs.MTU1024)
 	}

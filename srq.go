@@ -46,6 +46,10 @@ type sharedRecv struct {
 	granted atomic.Int64 // credits outstanding over all connections
 	held    atomic.Int64 // messages here whose credits are not given back yet
 	low     atomic.Int64 // refill when posted falls below this
+	// withdrawing are receives posted but reserved for a withdrawal
+	// (srq_withdraw.go): grants and refills do not count them.
+	withdrawing atomic.Int64
+	withdrawn   atomic.Uint64 // receives taken back, for Stats
 
 	entries  []srqEntry // by index; a receive's buffer until it completes
 	free     indexStack // indices of entries free to post
@@ -56,6 +60,14 @@ type sharedRecv struct {
 	retry    *time.Timer // a refill cut short by the pool limit, or a recall, tries again
 	recallAt time.Time   // the last recall of idle credits
 	closed   bool
+
+	// The decay look and withdrawals (srq_withdraw.go). wmu is held by a
+	// withdrawal, before mu; pair and lastSurplus are under it.
+	decay       *time.Timer
+	decayArmed  atomic.Bool
+	wmu         sync.Mutex
+	pair        *withdrawPair
+	lastSurplus int64
 
 	refills [refillCauses]atomic.Uint64 // refills by cause, for tests and Stats
 }
@@ -145,6 +157,8 @@ func (e *engine) srqFor(size int) (*sharedRecv, error) {
 	s.free.init(depth)
 	s.retry = time.AfterFunc(time.Hour, func() { s.refill(refillRetry) })
 	s.retry.Stop()
+	s.decay = time.AfterFunc(time.Hour, s.decayLook)
+	s.decay.Stop()
 	e.srqs[id].Store(s)
 	return s, nil
 }
@@ -193,22 +207,12 @@ func (s *sharedRecv) refillLocked(cause int) {
 	}
 	target := min(int64(s.depth), g+want+max(srqHeadroom, g/4))
 	short := false
-	if k := int(target - s.posted.Load()); k > 0 {
+	if k := int(target - s.posted.Load() + s.withdrawing.Load()); k > 0 {
 		s.refills[cause].Add(1)
 		short = s.postLocked(k) < k
 	}
 	s.serveLocked()
-	// The next refill comes when half the headroom is used, or soon
-	// (below) when a waiter is left.
-	p := s.posted.Load()
-	low := max(1, p-max(1, (p-s.granted.Load()-s.held.Load())/2))
-	if low >= int64(s.depth) {
-		low = int64(s.depth) - 1
-	}
-	s.low.Store(low)
-	if p >= low && low > 0 {
-		s.q.SetLimit(int(low))
-	}
+	s.setLowLocked()
 	switch {
 	case len(s.waiters) > 0:
 		// No receive is left for them: the credits of the others come
@@ -216,6 +220,20 @@ func (s *sharedRecv) refillLocked(cause int) {
 		s.recallLocked()
 	case short && s.posted.Load() < s.low.Load():
 		s.retry.Reset(srqRetry)
+	}
+}
+
+// setLowLocked sets the watermark: the next refill comes when half the
+// headroom is used (or soon, when a waiter is left). Caller holds mu.
+func (s *sharedRecv) setLowLocked() {
+	p := s.posted.Load() - s.withdrawing.Load()
+	low := max(1, p-max(1, (p-s.granted.Load()-s.held.Load())/2))
+	if low >= int64(s.depth) {
+		low = int64(s.depth) - 1
+	}
+	s.low.Store(low)
+	if p >= low && low > 0 {
+		s.q.SetLimit(int(low))
 	}
 }
 
@@ -296,7 +314,7 @@ func (s *sharedRecv) postLocked(k int) int {
 // headroom allow, and tells its peer. Caller holds mu.
 func (s *sharedRecv) grantLocked(c *Conn, k int) int {
 	room := c.creditRoom()
-	k = min(k, room, int(s.posted.Load()-s.granted.Load()))
+	k = min(k, room, int(s.posted.Load()-s.withdrawing.Load()-s.granted.Load()))
 	if k <= 0 {
 		return 0
 	}
@@ -401,6 +419,7 @@ func (s *sharedRecv) giveBack(c *Conn, n int) {
 	s.mu.Lock()
 	s.serveLocked()
 	s.mu.Unlock()
+	s.armDecay() // the receives behind them may be left over
 }
 
 // leave removes c from the waiters and takes back its credits: c is
@@ -441,7 +460,17 @@ func (s *sharedRecv) close() error {
 	s.mu.Lock()
 	s.closed = true
 	s.retry.Stop()
+	s.decay.Stop()
 	s.mu.Unlock()
+	// A withdrawal under way ends within its timeout; then the pair goes
+	// before the queue it shares. The receives it took and did not hand
+	// back yet are released with the rest below.
+	s.wmu.Lock()
+	if s.pair != nil {
+		s.pair.close()
+		s.pair = nil
+	}
+	s.wmu.Unlock()
 	err := s.q.Close()
 	for i := range s.entries {
 		if pb := s.entries[i].buf.Swap(nil); pb != nil {

@@ -49,6 +49,12 @@ type ConnStats struct {
 	// CreditsOut is what the peer may still send here: credits given and
 	// not used yet.
 	CreditsOut int64
+	// CreditWrites counts the RDMA WRITEs that told the peer of credits
+	// given back (in band), ControlFrames the frames sent on the control
+	// channel (set-up, regions, credit asks and answers, close). Credits
+	// ride the first: a connection in steady use sends no frames.
+	CreditWrites  uint64
+	ControlFrames uint64
 }
 
 // connCounters are the atomic counters behind ConnStats.
@@ -58,8 +64,9 @@ type connCounters struct {
 	completions                                                     atomic.Uint64
 	// Failed completions, by status, send-side and receive-side: the
 	// totals are their sums, so a failure costs one atomic add.
-	sendFail, recvFail      [CompletionStatuses]atomic.Uint64
-	creditWaits, queueWaits atomic.Uint64
+	sendFail, recvFail       [CompletionStatuses]atomic.Uint64
+	creditWaits, queueWaits  atomic.Uint64
+	creditWrites, ctrlFrames atomic.Uint64
 }
 
 // Stats reads the connection's counters.
@@ -73,7 +80,8 @@ func (c *Conn) Stats() ConnStats {
 		Recvs:   s.recvs.Load(), RecvBytes: s.recvBytes.Load(),
 		Completions: s.completions.Load(),
 		CreditWaits: s.creditWaits.Load(), QueueWaits: s.queueWaits.Load(),
-		CreditsOut: c.creditOut.Load(),
+		CreditsOut:   c.creditOut.Load(),
+		CreditWrites: s.creditWrites.Load(), ControlFrames: s.ctrlFrames.Load(),
 	}
 	for i := range s.sendFail {
 		cs.SendFailures[i] = s.sendFail[i].Load()
@@ -311,6 +319,9 @@ type SRQStats struct {
 	Granted     int64 // credits given and not used yet, over all connections
 	Held        int64 // messages received and not taken yet, or whose credits are not back
 	Waiting     int   // connections waiting for credits
+	// Withdrawn counts receives taken back as the load fell (their
+	// buffers go back to the pool), by the queue itself or by Trim.
+	Withdrawn uint64
 	// Refills counts refills by what started them, indexed by
 	// RefillEvent, RefillPoll, RefillGrant and RefillRetry.
 	Refills [RefillCauses]uint64
@@ -362,7 +373,8 @@ func (e *engine) stats() EngineStats {
 		if s == nil {
 			continue
 		}
-		q := SRQStats{MessageSize: s.size, Depth: s.depth, Posted: s.posted.Load(), Granted: s.granted.Load(), Held: s.held.Load()}
+		q := SRQStats{MessageSize: s.size, Depth: s.depth, Posted: s.posted.Load(), Granted: s.granted.Load(), Held: s.held.Load(),
+			Withdrawn: s.withdrawn.Load()}
 		s.mu.Lock()
 		q.Waiting = len(s.waiters)
 		s.mu.Unlock()
@@ -424,6 +436,8 @@ func (t *ConnStats) add(s ConnStats) {
 	t.CreditWaits += s.CreditWaits
 	t.QueueWaits += s.QueueWaits
 	t.CreditsOut += s.CreditsOut
+	t.CreditWrites += s.CreditWrites
+	t.ControlFrames += s.ControlFrames
 }
 
 // Stats reads the engine's counters.

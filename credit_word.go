@@ -1,0 +1,271 @@
+package rdma
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/go-rdma/rdma/internal/mem"
+	"github.com/go-rdma/rdma/internal/verbs"
+)
+
+// Credits in band.
+//
+// A receiver gives credits back as its application takes messages
+// (credit.go); it tells the sender by an RDMA WRITE of the total it has
+// given over the connection's life into the sender's credit word, as
+// FaRM and NCCL do, so no credit return crosses the control channel or
+// wakes a goroutine on either side. The word is 4 bytes of the sender's
+// registered memory behind an rkey of its own, exactly that range with
+// remote write, announced in the hello. The total is a 32-bit counter
+// that wraps: what a word adds is its difference to the total the sender
+// saw last, and a word older than that (a WRITE that was overtaken)
+// adds nothing.
+//
+// A WRITE wakes no one, so the sender reads its word when it is short of
+// credits, before it asks. Only a sender that still waits after reading
+// it asks on the control channel, with the total it saw; the receiver
+// answers the ask with a frame carrying its total as soon as that is
+// beyond what the sender saw, at once if it already is (a WRITE in
+// flight). So a sender that holds credits never waits, and a sender
+// that waits learns of its credits within one frame. Giving back unused
+// credits and recalls stay on the control channel: they come after a
+// second idle, or when connections wait.
+//
+// One credit WRITE is in flight at a time, signaled, in a send queue
+// slot of its own beyond the send depth: its completion posts the next
+// when the total moved meanwhile, so the WRITEs of a burst of grants
+// collapse into one or two.
+
+// The layout of a connection's credit buffer: the word the peer writes,
+// and the total this side last wrote to the peer's, the WRITE's source.
+const (
+	creditWordIn  = 0
+	creditWordOut = 8
+	creditBufSize = 16
+)
+
+// creditWord is a connection's side of the in-band credits.
+type creditWord struct {
+	buf creditBuf // registered memory for both words
+	mr  verbs.MR  // the 4 bytes at creditWordIn, for the peer to write
+
+	// Sending side, under postMu: the total of the peer's word last
+	// taken.
+	seen uint32
+
+	// Receiving side: the credits given over the connection's life; the
+	// total of the WRITE in flight; whether one is; an ask left to
+	// answer in a frame, and the total its sender had seen.
+	total   atomic.Uint32
+	written atomic.Uint32
+	writing atomic.Bool
+	askOpen atomic.Bool
+	askSeen atomic.Uint32
+}
+
+// makeCreditWord registers the connection's credit word. Connections
+// without a control channel (rdma_cm) have no credits.
+func (c *Conn) makeCreditWord() error {
+	if c.ctrl == nil || c.srq == nil {
+		return nil
+	}
+	b, err := c.eng.credits.get(c.eng.pd)
+	if err != nil {
+		return fmt.Errorf("rdma: credit word: %w", err)
+	}
+	mr, err := c.eng.pd.RegMR(b.mem[creditWordIn:creditWordIn+4], verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		c.eng.credits.put(b)
+		return fmt.Errorf("rdma: register the credit word: %w", err)
+	}
+	c.cw.buf, c.cw.mr = b, mr
+	return nil
+}
+
+// closeCreditWord deregisters the credit word. The QP is closed: no
+// WRITE of either side's can touch it any more.
+func (c *Conn) closeCreditWord() error {
+	if c.cw.mr == nil {
+		return nil
+	}
+	err := c.cw.mr.Close()
+	c.eng.credits.put(c.cw.buf)
+	c.cw.buf, c.cw.mr = creditBuf{}, nil
+	return err
+}
+
+// word returns the uint32 at off of the credit buffer.
+func (w *creditWord) word(off int) *uint32 {
+	return (*uint32)(unsafe.Pointer(&w.buf.mem[off]))
+}
+
+// takeTotalLocked takes the credits a total from the peer adds to what
+// this side saw. Caller holds postMu.
+func (c *Conn) takeTotalLocked(total uint32) {
+	d := int32(total - c.cw.seen)
+	if d <= 0 {
+		return
+	}
+	c.cw.seen = total
+	c.addCreditsLocked(int(d))
+}
+
+// pullLocked takes the credits the peer wrote into the credit word since
+// the last look. Caller holds postMu.
+func (c *Conn) pullLocked() {
+	if c.cw.mr != nil {
+		c.takeTotalLocked(atomic.LoadUint32(c.cw.word(creditWordIn)))
+	}
+}
+
+// tellCredits tells the peer the credits given so far: in a frame when it
+// waits on an ask, else by a WRITE into its credit word. It runs under
+// locks of the SRQ and the receive path, so it only posts or queues.
+func (c *Conn) tellCredits() {
+	if c.cw.askOpen.Load() || c.peer.CreditRKey == 0 {
+		if !c.creditQueued.Swap(true) {
+			c.later(c.returnCreditsJob)
+		}
+		return
+	}
+	if !c.cw.writing.Swap(true) {
+		c.writeCredits()
+	}
+}
+
+// returnCredits answers an open ask on the control worker: a frame with
+// the total, once it is beyond what the asking sender saw; until then
+// the next grant comes back here. Without a credit word on the peer
+// every grant goes this way.
+func (c *Conn) returnCredits() {
+	c.creditQueued.Store(false)
+	t := c.cw.total.Load()
+	if c.peer.CreditRKey != 0 {
+		if !c.cw.askOpen.Load() || t == c.cw.askSeen.Load() {
+			return
+		}
+		c.cw.askOpen.Store(false)
+	}
+	c.writeControl(ctrlCredit, binary.BigEndian.AppendUint32(nil, t))
+}
+
+// writeCredits posts the WRITE of the total into the peer's credit word.
+// The caller set cw.writing; the completion clears it (onCreditWritten).
+func (c *Conn) writeCredits() {
+	if c.err() != nil {
+		return // the connection is failing: nothing is taken any more
+	}
+	t := c.cw.total.Load()
+	c.cw.written.Store(t)
+	atomic.StoreUint32(c.cw.word(creditWordOut), t)
+	c.inflight.Add(1)
+	id := c.ops.add(op{kind: opCredit, conn: c})
+	sge := [1]verbs.SGE{{Addr: c.cw.buf.addr + creditWordOut, Length: 4, LKey: c.cw.buf.lkey}}
+	flags := verbs.SendSignaled
+	if c.inline >= 4 {
+		flags |= verbs.SendInline
+	}
+	wr := [1]verbs.SendWR{{ID: id, Opcode: verbs.OpWrite, Flags: flags, SGL: sge[:],
+		RemoteAddr: c.peer.CreditAddr, RKey: c.peer.CreditRKey}}
+	c.st.creditWrites.Add(1)
+	if n, _ := c.qp.PostSend(wr[:]); n == 0 {
+		// The QP is closing or failed; its teardown ends the rest.
+		if _, ok := c.ops.take(id); ok {
+			c.opDone()
+		}
+	}
+}
+
+// onCreditWritten completes a credit WRITE, and posts the next when the
+// total moved since. It runs on a poller.
+func (c *Conn) onCreditWritten(wc *verbs.WorkCompletion) {
+	defer c.opDone()
+	if wc.Status != verbs.WCSuccess {
+		c.fail(c.completionErr(postedWC(opCredit, wc)))
+		return
+	}
+	c.cw.writing.Store(false)
+	if c.cw.total.Load() != c.cw.written.Load() && !c.cw.writing.Swap(true) {
+		c.writeCredits()
+	}
+}
+
+// onCreditAsk's answer: the ask is open until a frame answers it.
+func (c *Conn) openAsk(seen uint32) {
+	c.cw.askSeen.Store(seen)
+	c.cw.askOpen.Store(true)
+}
+
+// creditBuf is a connection's credit buffer: creditBufSize bytes of
+// registered memory, and the lkey of the page they are on.
+type creditBuf struct {
+	mem  []byte
+	addr uint64
+	lkey uint32
+}
+
+// creditPages hands out the credit buffers of an engine's connections,
+// in pages of their own rather than from the buffer pool, so that a
+// connection holds no pool buffer of the application's: each page is
+// registered once for local access (a credit WRITE's source); the word
+// each peer writes gets a registration of its own (makeCreditWord).
+type creditPages struct {
+	mu    sync.Mutex
+	pages []creditPage
+	free  []creditBuf
+}
+
+type creditPage struct {
+	mem []byte
+	mr  verbs.MR
+}
+
+// get returns a zeroed credit buffer, mapping and registering a page
+// when none is free.
+func (p *creditPages) get(pd verbs.PD) (creditBuf, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.free) == 0 {
+		m, err := mem.Map(mem.PageSize)
+		if err != nil {
+			return creditBuf{}, err
+		}
+		mr, err := pd.RegMR(m, verbs.AccessLocalWrite)
+		if err != nil {
+			mem.Unmap(m)
+			return creditBuf{}, err
+		}
+		p.pages = append(p.pages, creditPage{mem: m, mr: mr})
+		for off := len(m) - creditBufSize; off >= 0; off -= creditBufSize {
+			p.free = append(p.free, creditBuf{mem: m[off : off+creditBufSize : off+creditBufSize], addr: mr.Addr() + uint64(off), lkey: mr.LKey()})
+		}
+	}
+	b := p.free[len(p.free)-1]
+	p.free = p.free[:len(p.free)-1]
+	clear(b.mem)
+	return b, nil
+}
+
+// put takes back a credit buffer whose word is deregistered.
+func (p *creditPages) put(b creditBuf) {
+	p.mu.Lock()
+	p.free = append(p.free, b)
+	p.mu.Unlock()
+}
+
+// close deregisters and unmaps the pages: the engine's connections are
+// gone.
+func (p *creditPages) close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	for _, pg := range p.pages {
+		errs = append(errs, pg.mr.Close(), mem.Unmap(pg.mem))
+	}
+	p.pages, p.free = nil, nil
+	return errors.Join(errs...)
+}
