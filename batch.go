@@ -50,10 +50,7 @@ func (b *Batch) addSend(opc verbs.Opcode, src Local, imm uint32) {
 	if err == nil && n > int(b.c.peer.MaxMsg) {
 		err = fmt.Errorf("rdma: send of %d bytes: %w: the peer accepts messages up to %d bytes", n, ErrInvalid, b.c.peer.MaxMsg)
 	}
-	var flags verbs.SendFlags
-	if n <= b.c.inline {
-		flags = verbs.SendInline
-	}
+	flags := b.c.inlineFlag(opc, n)
 	b.add(err, op{kind: opSend, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Flags: flags, Imm: imm})
 	runtime.KeepAlive(src) // add took the reference: the handle may go now
 }
@@ -69,7 +66,7 @@ func (b *Batch) addRDMA(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, 
 	if err == nil && n == 0 && opc != verbs.OpWriteWithImm {
 		err = fmt.Errorf("rdma: %v of 0 bytes: %w", opc, ErrInvalid)
 	}
-	b.add(err, op{kind: kind, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Imm: imm, RemoteAddr: r.Addr, RKey: r.RKey})
+	b.add(err, op{kind: kind, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Flags: b.c.inlineFlag(opc, n), Imm: imm, RemoteAddr: r.Addr, RKey: r.RKey})
 	runtime.KeepAlive(l) // add took the reference: the handle may go now
 }
 

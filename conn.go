@@ -429,7 +429,10 @@ func (c *Conn) Done() <-chan struct{} { return c.done }
 func (c *Conn) Err() error { return c.err() }
 
 // Send sends the bytes of b as one message; the peer gets them from Recv.
-// b may be released before the future resolves. Send never blocks: past
+// b may be released before the future resolves; up to 64 bytes go inline
+// (copied as Send posts), so b may also change as soon as Send returns
+// when the message is posted at once (no credit or send-queue wait).
+// Send never blocks: past
 // the connection's WithSendQueueLimit of operations issued and not
 // completed (a peer that does not read) the future fails at once with
 // ErrQueueFull.
@@ -447,18 +450,28 @@ func (c *Conn) sendOp(opc verbs.Opcode, b Local, imm uint32) *Future {
 	if n > int(c.peer.MaxMsg) {
 		return newResolved(fmt.Errorf("rdma: send of %d bytes: %w: the peer accepts messages up to %d bytes", n, ErrInvalid, c.peer.MaxMsg))
 	}
-	flags := verbs.SendSignaled
-	if n <= c.inline {
-		flags |= verbs.SendInline
-	}
+	flags := verbs.SendSignaled | c.inlineFlag(opc, n)
 	c.st.issued(opc, n)
 	f := c.post(op{kind: opSend, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Flags: flags, Imm: imm})
 	runtime.KeepAlive(b) // the handle's cleanup must not run before the post took its reference
 	return f
 }
 
+// inlineFlag is SendInline for a SEND or WRITE of n bytes that fits the
+// inline size the QP was granted (up to 64 bytes): the device copies the
+// bytes at the post, so no DMA read of the source follows, and the
+// source may change as soon as the call returns.
+func (c *Conn) inlineFlag(opc verbs.Opcode, n int) verbs.SendFlags {
+	if n > 0 && n <= c.inline && opc != verbs.OpRead {
+		return verbs.SendInline
+	}
+	return 0
+}
+
 // Write writes the bytes of src to the start of dst in the peer's
-// memory. dst must be at least as long as src.
+// memory. dst must be at least as long as src. Up to 64 bytes go inline
+// (copied as Write posts): src may change as soon as Write returns when
+// the WRITE is posted at once (the send queue had room).
 func (c *Conn) Write(src Local, dst RemoteRegion) *Future {
 	return c.rdmaOp(opWrite, verbs.OpWrite, src, dst, 0)
 }
@@ -487,7 +500,7 @@ func (c *Conn) rdmaOp(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, im
 		return newResolved(fmt.Errorf("rdma: %v of 0 bytes: %w", opc, ErrInvalid))
 	}
 	c.st.issued(opc, n)
-	f := c.post(op{kind: kind, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Flags: verbs.SendSignaled, Imm: imm, RemoteAddr: r.Addr, RKey: r.RKey})
+	f := c.post(op{kind: kind, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Flags: verbs.SendSignaled | c.inlineFlag(opc, n), Imm: imm, RemoteAddr: r.Addr, RKey: r.RKey})
 	runtime.KeepAlive(l) // the handle's cleanup must not run before the post took its reference
 	return f
 }
