@@ -81,6 +81,8 @@ type Conn struct {
 	wr         [1]verbs.SendWR
 	sge        [1]verbs.SGE
 	op         [1]op
+	cq         combineQueue // operations left by goroutines that found postMu taken (combine.go)
+	heldOps    atomic.Int64 // operations posted and queued, as of the last postUnlock
 
 	// sent holds the wr_ids of the posted send WRs in posting order. A
 	// send queue completes in order, so a completion covers every
@@ -551,19 +553,7 @@ func (c *Conn) post(o op, wr verbs.SendWR) *Future {
 	}
 	f := &Future{drv: c.drv}
 	o.conn, o.fut, o.signaled = c, f, true
-	c.postMu.Lock()
-	c.sge[0] = verbs.SGE{Addr: o.buf.Addr() + uint64(o.off), Length: uint32(o.n), LKey: o.buf.LKey()}
-	wr.SGL = c.sge[:]
-	if o.n == 0 {
-		wr.SGL = nil
-	}
-	c.wr[0], c.op[0] = wr, o
-	err := c.submitLocked(c.wr[:], c.op[:])
-	c.wr[0], c.op[0] = verbs.SendWR{}, op{}
-	c.postUnlock()
-	if err != nil {
-		f.resolve(err, 0, 0, false, nil, 0)
-	}
+	c.submit(wr, verbs.SGE{Addr: o.buf.Addr() + uint64(o.off), Length: uint32(o.n), LKey: o.buf.LKey()}, o)
 	return f
 }
 
@@ -671,7 +661,7 @@ func (c *Conn) peerGone() error { return fmt.Errorf("rdma: peer %v: %w", c.remot
 // finish resolves a send-side op: a signaled one (or any that failed)
 // resolves its future; its buffer and credit go back.
 func (c *Conn) finish(o *op, err error) {
-	if o.signaled || err != nil {
+	if o.signaled || o.covered || err != nil {
 		var old uint64
 		if err == nil && o.kind == opAtomic {
 			old = *(*uint64)(unsafe.Pointer(&o.buf.Bytes()[0]))
@@ -833,14 +823,14 @@ func (c *Conn) postBeacon() {
 	}
 	c.postMu.Lock()
 	if c.beacon {
-		c.postMu.Unlock()
+		c.unlockPost()
 		return
 	}
 	c.beacon = true
 	c.inflight.Add(1)
 	id := c.ops.add(op{kind: opBeacon, conn: c})
 	_, err := c.qp.PostSend([]verbs.SendWR{{ID: id, Opcode: verbs.OpSend, Flags: verbs.SendSignaled}})
-	c.postMu.Unlock()
+	c.unlockPost()
 	if err != nil {
 		// Nothing to wait for (the QP is closed, or the provider
 		// refuses): what came is all there is.
@@ -1036,7 +1026,7 @@ func (c *Conn) teardown() error {
 	if c.idleTimer != nil {
 		c.idleTimer.Stop()
 	}
-	c.postMu.Unlock()
+	c.unlockPost()
 	// The QP is gone, so no completion can arrive for what is left:
 	// resolve it here. take makes sure each op is resolved once.
 	for _, id := range c.ops.ids() {

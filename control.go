@@ -279,7 +279,7 @@ func (c *Conn) quiesce(why error, drain bool) {
 				c.progress = make(chan struct{})
 			}
 			ch := c.progress
-			c.postMu.Unlock()
+			c.unlockPost()
 			stall := time.NewTimer(closeStall)
 			select {
 			case <-ch:

@@ -87,14 +87,19 @@ func (c *Conn) makeCreditWord() error {
 }
 
 // closeCreditWord deregisters the credit word. The QP is closed: no
-// WRITE of either side's can touch it any more.
+// WRITE of either side's can touch it any more, and no credit WRITE of
+// ours is being made (writeCredits holds inflight). A late look at the
+// word (the idle timer) finds no mr, under postMu.
 func (c *Conn) closeCreditWord() error {
-	if c.cw.mr == nil {
+	c.postMu.Lock()
+	mr := c.cw.mr
+	c.cw.mr = nil
+	c.unlockPost()
+	if mr == nil {
 		return nil
 	}
-	err := c.cw.mr.Close()
+	err := mr.Close()
 	c.eng.credits.put(c.cw.buf)
-	c.cw.buf, c.cw.mr = creditBuf{}, nil
 	return err
 }
 
@@ -156,13 +161,16 @@ func (c *Conn) returnCredits() {
 // writeCredits posts the WRITE of the total into the peer's credit word.
 // The caller set cw.writing; the completion clears it (onCreditWritten).
 func (c *Conn) writeCredits() {
+	// inflight first: teardown, which waits for it, then cannot free the
+	// credit buffer under us.
+	c.inflight.Add(1)
 	if c.err() != nil {
-		return // the connection is failing: nothing is taken any more
+		c.opDone() // the connection is failing: nothing is taken any more
+		return
 	}
 	t := c.cw.total.Load()
 	c.cw.written.Store(t)
 	atomic.StoreUint32(c.cw.word(creditWordOut), t)
-	c.inflight.Add(1)
 	id := c.ops.add(op{kind: opCredit, conn: c})
 	sge := [1]verbs.SGE{{Addr: c.cw.buf.addr + creditWordOut, Length: 4, LKey: c.cw.buf.lkey}}
 	flags := verbs.SendSignaled

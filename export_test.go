@@ -127,3 +127,10 @@ func FailRecv(c *Conn, st verbs.WCStatus) error {
 func CreditWord(c *Conn) RemoteRegion {
 	return RemoteRegion{Addr: c.cw.mr.Addr(), Len: c.cw.mr.Len(), RKey: c.cw.mr.RKey()}
 }
+
+// HoldPost takes c's post lock, as a goroutine posting at that moment
+// would; posts meanwhile go to the combining queue. release lets go.
+func HoldPost(c *Conn) (release func()) {
+	c.postMu.Lock()
+	return c.postUnlock
+}

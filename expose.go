@@ -267,7 +267,7 @@ func (c *Conn) RevokeNow(r RemoteRegion) error {
 func (c *Conn) onRevoke(rkey uint32) {
 	c.postMu.Lock()
 	c.addRevoked(rkey)
-	c.postMu.Unlock()
+	c.unlockPost()
 	c.emu.Lock()
 	if len(c.revokeAcks) >= maxRevokes {
 		c.emu.Unlock()
@@ -337,7 +337,7 @@ func (c *Conn) forgetRevoked(rkey uint32) {
 			}
 		}
 	}
-	c.postMu.Unlock()
+	c.unlockPost()
 }
 
 // isRevoked reports whether the peer revoked rkey. Caller holds postMu.

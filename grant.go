@@ -131,7 +131,7 @@ func (c *Conn) ReleaseRegion(ctx context.Context, r RemoteRegion) error {
 	}
 	c.postMu.Lock()
 	c.addRevoked(r.RKey)
-	c.postMu.Unlock()
+	c.unlockPost()
 	if err := c.waitSent(ctx); err != nil {
 		if c.err() != nil {
 			return c.closedErr()

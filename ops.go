@@ -32,8 +32,10 @@ type op struct {
 
 	// signaled WRs resolve their future on completion; unsignaled ones
 	// (inside a batch) only on failure, or when a later completion
-	// covers them.
+	// covers them. covered ones (unsignaled in a combined chain) resolve
+	// their own future when a later completion covers them.
 	signaled bool
+	covered  bool
 }
 
 type slot struct {

@@ -166,23 +166,44 @@ func (c *Conn) settle(k int) {
 	c.postUnlock()
 }
 
-// postUnlock unlocks postMu, queues the credit frames decided under it,
-// and fails the connection if a post under it asked to: later and fail
-// take locks of their own.
+// postUnlock posts what the combining queue holds, unlocks postMu,
+// queues the credit frames decided under it, and fails the connection if
+// a post under it asked to: later and fail take locks of their own.
 func (c *Conn) postUnlock() {
-	err := c.failAfter
-	c.failAfter = nil
-	ask, back := c.askNow, c.backNow
-	c.askNow, c.backNow = false, false
+	for {
+		if c.cq.n.Load() > 0 {
+			c.postCombinedLocked()
+		}
+		err := c.failAfter
+		c.failAfter = nil
+		ask, back := c.askNow, c.backNow
+		c.askNow, c.backNow = false, false
+		c.heldOps.Store(int64(c.cfg.sqDepth - c.sqFree + c.pendingWRs))
+		c.postMu.Unlock()
+		if ask && !c.askQueued.Swap(true) {
+			c.later(c.askJob)
+		}
+		if back && !c.backQueued.Swap(true) {
+			c.later(c.backJob)
+		}
+		if err != nil {
+			c.fail(err)
+		}
+		// An operation left in the combining queue after the look
+		// above, by a goroutine that found postMu taken, is ours to
+		// post (combine.go).
+		if c.cq.n.Load() == 0 || !c.postMu.TryLock() {
+			return
+		}
+	}
+}
+
+// unlockPost unlocks postMu where no post was made under it, and posts
+// what the combining queue got meanwhile.
+func (c *Conn) unlockPost() {
 	c.postMu.Unlock()
-	if ask && !c.askQueued.Swap(true) {
-		c.later(c.askJob)
-	}
-	if back && !c.backQueued.Swap(true) {
-		c.later(c.backJob)
-	}
-	if err != nil {
-		c.fail(err)
+	if c.cq.n.Load() > 0 && c.postMu.TryLock() {
+		c.postUnlock()
 	}
 }
 
@@ -223,7 +244,7 @@ func (c *Conn) waitSent(ctx context.Context) error {
 			return err
 		}
 	}
-	c.postMu.Unlock()
+	c.unlockPost()
 	return nil
 }
 
@@ -234,7 +255,7 @@ func (c *Conn) waitProgressLocked(ctx context.Context) error {
 		c.progress = make(chan struct{})
 	}
 	ch := c.progress
-	c.postMu.Unlock()
+	c.unlockPost()
 	select {
 	case <-ch:
 		c.postMu.Lock()
@@ -260,6 +281,7 @@ func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 		c.sent.push(wrs[i].ID)
 	}
 	c.sentMu.Unlock()
+	c.st.doorbells.Add(1)
 	n, err := c.qp.PostSend(wrs)
 	c.posted += uint64(n)
 	if err == nil {

@@ -205,7 +205,12 @@ func (s *sharedRecv) refillLocked(cause int) {
 	for _, c := range s.waiters {
 		want += int64(c.creditWant)
 	}
-	target := min(int64(s.depth), g+want+max(srqHeadroom, g/4))
+	// An idle queue (nothing out, no one waiting) keeps no headroom: its
+	// first ask refills (srq_withdraw.go takes what an idle queue holds).
+	target := int64(0)
+	if g+want > 0 {
+		target = min(int64(s.depth), g+want+max(srqHeadroom, g/4))
+	}
 	short := false
 	if k := int(target - s.posted.Load() + s.withdrawing.Load()); k > 0 {
 		s.refills[cause].Add(1)

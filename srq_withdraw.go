@@ -27,7 +27,7 @@ import (
 // count only the receives posted and not reserved. The surplus goes when
 // it has lasted from one look to the next (srqDecay apart), so a load
 // that comes back within a second finds its receives still posted; Trim
-// takes it at once.
+// takes it at once. A queue with no credits out keeps no headroom.
 
 // srqDecay is how often an SRQ with more receives posted than its
 // credits need looks at them again: a surplus that lasted a whole
@@ -85,7 +85,10 @@ func (s *sharedRecv) decayLook() {
 		s.mu.Unlock()
 		return
 	}
-	cur := max(0, s.surplusLocked(false))
+	// An idle queue keeps no headroom either: its receives would pin a
+	// slab each, scattered over the pool, and the first grant refills.
+	idle := s.granted.Load()+s.held.Load() == 0
+	cur := max(0, s.surplusLocked(idle))
 	k := min(cur, s.lastSurplus)
 	s.lastSurplus = cur - k
 	if s.lastSurplus > 0 {

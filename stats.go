@@ -55,6 +55,10 @@ type ConnStats struct {
 	// ride the first: a connection in steady use sends no frames.
 	CreditWrites  uint64
 	ControlFrames uint64
+	// Doorbells counts the chains of operations posted to the send
+	// queue, one provider call (on a kernel device, one system call)
+	// each: operations of goroutines that post at once share one.
+	Doorbells uint64
 }
 
 // connCounters are the atomic counters behind ConnStats.
@@ -67,6 +71,7 @@ type connCounters struct {
 	sendFail, recvFail       [CompletionStatuses]atomic.Uint64
 	creditWaits, queueWaits  atomic.Uint64
 	creditWrites, ctrlFrames atomic.Uint64
+	doorbells                atomic.Uint64
 }
 
 // Stats reads the connection's counters.
@@ -81,7 +86,7 @@ func (c *Conn) Stats() ConnStats {
 		Completions: s.completions.Load(),
 		CreditWaits: s.creditWaits.Load(), QueueWaits: s.queueWaits.Load(),
 		CreditsOut:   c.creditOut.Load(),
-		CreditWrites: s.creditWrites.Load(), ControlFrames: s.ctrlFrames.Load(),
+		CreditWrites: s.creditWrites.Load(), ControlFrames: s.ctrlFrames.Load(), Doorbells: s.doorbells.Load(),
 	}
 	for i := range s.sendFail {
 		cs.SendFailures[i] = s.sendFail[i].Load()
@@ -438,6 +443,7 @@ func (t *ConnStats) add(s ConnStats) {
 	t.CreditsOut += s.CreditsOut
 	t.CreditWrites += s.CreditWrites
 	t.ControlFrames += s.ControlFrames
+	t.Doorbells += s.Doorbells
 }
 
 // Stats reads the engine's counters.

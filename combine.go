@@ -1,0 +1,184 @@
+package rdma
+
+import (
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/go-rdma/rdma/internal/verbs"
+)
+
+// Doorbell combining and selective signaling.
+//
+// Posting takes postMu (it orders the send queue and the sent ring). A
+// goroutine that finds it taken does not wait for it: it leaves its
+// operation in the connection's combining queue and returns its Future,
+// and the goroutine that holds postMu posts what was left there before
+// it lets go, as one chain: one doorbell (one provider call, one system
+// call on a kernel device) for the operations of many goroutines.
+//
+// In such a chain only the last WR, and every signalEvery-th, is
+// signaled; the completion of a signaled WR resolves the Futures of the
+// unsignaled ones before it, in order (onSendDone), as a Batch's is. The
+// last of a chain is always signaled, so the send queue never ends in an
+// unsignaled WR and a lone operation completes as promptly as before. A
+// failed completion fails the connection, and the WRs it covers flush
+// with its reason.
+//
+// Whoever unlocks postMu looks at the queue after unlocking
+// (unlockPost): an operation left while the lock was held is posted by
+// the holder or, if the holder had passed its look, by the unlocker's
+// second look, so none is stranded.
+
+// signalEvery is how many WRs of a combined chain go at most without a
+// signaled one, so that completions return send-queue room in steps.
+const signalEvery = 16
+
+// postReq is an operation left in the combining queue: its WR, its SGE
+// and its op (its Future and buffer reference are taken).
+type postReq struct {
+	wr  verbs.SendWR
+	sge verbs.SGE
+	op  op
+}
+
+// combineQueue is a connection's combining queue.
+type combineQueue struct {
+	mu    sync.Mutex
+	q     []postReq
+	spare []postReq
+	n     atomic.Int32 // len(q), read without mu
+	wrs   []verbs.SendWR
+	sges  []verbs.SGE
+	ops   []op
+}
+
+// leave puts an operation in the queue.
+func (cq *combineQueue) leave(r postReq) {
+	cq.mu.Lock()
+	cq.q = append(cq.q, r)
+	cq.n.Add(1)
+	cq.mu.Unlock()
+}
+
+// takeAll empties the queue; the caller gives the slice back with
+// giveBack once it is done with it.
+func (cq *combineQueue) takeAll() []postReq {
+	cq.mu.Lock()
+	q := cq.q
+	cq.q, cq.spare = cq.spare[:0], nil
+	cq.n.Store(0)
+	cq.mu.Unlock()
+	return q
+}
+
+func (cq *combineQueue) giveBack(q []postReq) {
+	clear(q)
+	cq.mu.Lock()
+	if cq.spare == nil {
+		cq.spare = q[:0]
+	}
+	cq.mu.Unlock()
+}
+
+// submit posts one operation: at once when postMu is free, else through
+// the combining queue. An operation that fails at once has its Future
+// resolved.
+func (c *Conn) submit(wr verbs.SendWR, sge verbs.SGE, o op) {
+	if !c.postMu.TryLock() {
+		// Near the send queue limit, wait for the lock: a post past
+		// the limit fails at once, and the queue stays bounded.
+		if c.heldOps.Load()+int64(c.cq.n.Load()) < int64(c.sendQueueLimit()/2) {
+			c.cq.leave(postReq{wr: wr, sge: sge, op: o})
+			if !c.postMu.TryLock() {
+				return // the holder posts it (unlockPost)
+			}
+			c.postUnlock() // the holder had let go: post it ourselves
+			return
+		}
+		c.postMu.Lock()
+	}
+	if c.cq.n.Load() > 0 {
+		// Those who came first go first.
+		c.cq.leave(postReq{wr: wr, sge: sge, op: o})
+		c.postUnlock()
+		return
+	}
+	c.sge[0] = sge
+	wr.SGL = c.sge[:]
+	if o.n == 0 {
+		wr.SGL = nil
+	}
+	c.wr[0], c.op[0] = wr, o
+	err := c.submitLocked(c.wr[:], c.op[:])
+	c.wr[0], c.op[0] = verbs.SendWR{}, op{}
+	c.postUnlock()
+	if err != nil {
+		o.fut.resolve(err, 0, 0, false, nil, 0)
+	}
+}
+
+// postCombinedLocked posts what the combining queue holds, in order: as
+// one chain as far as the send queue and the credits have room, then
+// each on its own through submitLocked (which queues it for room).
+// Caller holds postMu.
+func (c *Conn) postCombinedLocked() {
+	q := c.cq.takeAll()
+	if len(q) == 0 {
+		c.cq.giveBack(q)
+		return
+	}
+	cq := &c.cq
+	if cap(cq.wrs) < len(q) {
+		cq.wrs, cq.sges, cq.ops = make([]verbs.SendWR, 0, len(q)), make([]verbs.SGE, 0, len(q)), make([]op, 0, len(q))
+	}
+	wrs, sges, ops := cq.wrs[:0], cq.sges[:0], cq.ops[:0]
+	c.pullLocked()
+	credits := c.credits
+	i := 0
+	for ; i < len(q) && len(c.pending) == 0; i++ {
+		r := &q[i]
+		wr1, op1 := unsafe.Slice(&r.wr, 1), unsafe.Slice(&r.op, 1)
+		if err := c.postable(wr1, op1, false); err != nil {
+			c.dropBuf(&r.op)
+			r.op.fut.resolve(err, 0, 0, false, nil, 0)
+			continue
+		}
+		need := needCredits(wr1)
+		if len(wrs) == c.sqFree || need > credits {
+			break // the rest go on their own, and queue for room
+		}
+		credits -= need
+		wrs, sges, ops = append(wrs, r.wr), append(sges, r.sge), append(ops, r.op)
+	}
+	if len(wrs) > 0 {
+		last := len(wrs) - 1
+		for j := range wrs {
+			wrs[j].SGL = sges[j : j+1]
+			if ops[j].n == 0 {
+				wrs[j].SGL = nil
+			}
+			if j != last && (j+1)%signalEvery != 0 {
+				wrs[j].Flags &^= verbs.SendSignaled
+				ops[j].signaled, ops[j].covered = false, true
+			}
+		}
+		if err := c.postLocked(wrs, ops); err != nil {
+			// The connection fails (postLocked): the WRs the provider
+			// took flush, and the Futures of all resolve with err.
+			resolveAll(ops, err)
+		}
+		clear(ops)
+	}
+	for ; i < len(q); i++ {
+		r := &q[i]
+		r.wr.SGL = unsafe.Slice(&r.sge, 1)
+		if r.op.n == 0 {
+			r.wr.SGL = nil
+		}
+		if err := c.submitLocked(unsafe.Slice(&r.wr, 1), unsafe.Slice(&r.op, 1)); err != nil {
+			r.op.fut.resolve(err, 0, 0, false, nil, 0)
+		}
+	}
+	c.cq.giveBack(q)
+}

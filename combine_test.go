@@ -1,0 +1,158 @@
+package rdma_test
+
+import (
+	"context"
+	"encoding/binary"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/rdmatest"
+)
+
+// Rule: operations posted while another goroutine holds the post path
+// go out in one chain, with one doorbell, when it lets go; only some of
+// them signaled, each Future resolves, in order, and the data is right.
+func TestPostsCombine(t *testing.T) { eachProvider(t, testPostsCombine) }
+
+func testPostsCombine(t *testing.T, opts []rdma.Option) {
+	c, s := rdmatest.Pair(t, opts...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 40 // more than one signaling interval
+	target, err := s.Alloc(8 * n)
+	require.NoError(t, err)
+	defer target.Release()
+	region, err := s.Expose(target, rdma.RemoteWrite)
+	require.NoError(t, err)
+	srcs := make([]*rdma.Buffer, n)
+	for i := range srcs {
+		srcs[i], err = c.Alloc(8)
+		require.NoError(t, err)
+		defer srcs[i].Release()
+		binary.LittleEndian.PutUint64(srcs[i].Bytes(), uint64(i+1))
+	}
+	before := c.Stats().Doorbells
+	release := rdma.HoldPost(c)
+	fs := make([]*rdma.Future, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() { // each from a goroutine of its own, as a server's handlers would
+			defer wg.Done()
+			dst := region
+			dst.Addr += uint64(8 * i)
+			dst.Len = 8
+			fs[i] = c.Write(srcs[i], dst)
+		}()
+	}
+	wg.Wait() // every Write returned while the post path was held
+	for i := range fs {
+		assert.False(t, fs[i].Resolved(), "write %d resolved before anything was posted", i)
+	}
+	release()
+	for i := range fs {
+		require.NoError(t, fs[i].Wait(ctx), "write %d", i)
+	}
+	assert.Equal(t, uint64(1), c.Stats().Doorbells-before, "one doorbell for the %d writes", n)
+	for i := range n {
+		assert.Equal(t, uint64(i+1), binary.LittleEndian.Uint64(target.Bytes()[8*i:]), "word %d", i)
+	}
+}
+
+// Rule: a failed operation in a combined chain fails with its own error;
+// those before it, covered by its completion, succeed; those after it
+// fail with the connection.
+func TestCombinedChainFailure(t *testing.T) { eachProvider(t, testCombinedChainFailure) }
+
+func testCombinedChainFailure(t *testing.T, opts []rdma.Option) {
+	c, s := rdmatest.Pair(t, opts...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	target, err := s.Alloc(64)
+	require.NoError(t, err)
+	defer target.Release()
+	good, err := s.Expose(target, rdma.RemoteWrite)
+	require.NoError(t, err)
+	bad := good
+	bad.RKey ^= 0x5a5a5a5a // a forged rkey
+	src, err := c.Alloc(8)
+	require.NoError(t, err)
+	defer src.Release()
+	release := rdma.HoldPost(c)
+	var fs []*rdma.Future
+	for range 5 {
+		fs = append(fs, c.Write(src, good))
+	}
+	failing := c.Write(src, bad)
+	after := c.Write(src, good)
+	release()
+	for i, f := range fs {
+		assert.NoError(t, f.Wait(ctx), "write %d before the failing one", i)
+	}
+	assert.ErrorIs(t, failing.Wait(ctx), rdma.ErrRemoteAccess)
+	assert.Error(t, after.Wait(ctx), "a write after the failing one")
+}
+
+// Rule: many goroutines posting at once on one connection lose nothing:
+// every Future resolves, every message arrives, and the pool balances.
+func TestConcurrentPosts(t *testing.T) { eachProvider(t, testConcurrentPosts) }
+
+func testConcurrentPosts(t *testing.T, opts []rdma.Option) {
+	c, s := rdmatest.Pair(t, opts...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const goroutines, each = 8, 500
+	got := make(chan error, 1)
+	go func() {
+		for range goroutines * each {
+			r := s.Recv()
+			if err := r.Wait(ctx); err != nil {
+				got <- err
+				return
+			}
+			r.Buffer().Release()
+		}
+		got <- nil
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := c.Alloc(16)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer b.Release()
+			fs := make([]*rdma.Future, 0, 16)
+			for i := range each {
+				fs = append(fs, c.Send(b))
+				if len(fs) == cap(fs) || i == each-1 {
+					for _, f := range fs {
+						if err := f.Wait(ctx); err != nil {
+							errs <- err
+							return
+						}
+					}
+					fs = fs[:0]
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.NoError(t, <-got)
+	st := c.Stats()
+	t.Logf("%d sends in %d doorbells", st.Sends, st.Doorbells)
+	assert.Equal(t, uint64(goroutines*each), st.Sends)
+}
