@@ -13,7 +13,8 @@ import (
 
 // ConnStats are a connection's counters since it was made. Each field is
 // read atomically; the set is not one snapshot. Counting costs an atomic
-// add or two per operation, on counters of the connection's own.
+// add or two per operation, on counters of the connection's own, and
+// two more and a clock read per LatencySample operations.
 type ConnStats struct {
 	Sends      uint64 // SEND and SEND_WITH_IMM issued
 	SendBytes  uint64
@@ -46,9 +47,15 @@ type ConnStats struct {
 	// credits, QueueWaits those that waited for room in the send queue.
 	CreditWaits uint64
 	QueueWaits  uint64
+	// QueueFull counts the posts (an operation, or a Batch) refused with
+	// ErrQueueFull: past WithSendQueueLimit.
+	QueueFull uint64
 	// CreditsOut is what the peer may still send here: credits given and
 	// not used yet.
 	CreditsOut int64
+	// Latency is the histogram of the latencies of one send-side
+	// operation in LatencySample, from issue to completion.
+	Latency LatencyHistogram
 }
 
 // connCounters are the atomic counters behind ConnStats.
@@ -58,8 +65,9 @@ type connCounters struct {
 	completions                                                     atomic.Uint64
 	// Failed completions, by status, send-side and receive-side: the
 	// totals are their sums, so a failure costs one atomic add.
-	sendFail, recvFail      [CompletionStatuses]atomic.Uint64
-	creditWaits, queueWaits atomic.Uint64
+	sendFail, recvFail                 [CompletionStatuses]atomic.Uint64
+	creditWaits, queueWaits, queueFull atomic.Uint64
+	latency                            latencyCounters
 }
 
 // Stats reads the connection's counters.
@@ -73,7 +81,9 @@ func (c *Conn) Stats() ConnStats {
 		Recvs:   s.recvs.Load(), RecvBytes: s.recvBytes.Load(),
 		Completions: s.completions.Load(),
 		CreditWaits: s.creditWaits.Load(), QueueWaits: s.queueWaits.Load(),
+		QueueFull:  s.queueFull.Load(),
 		CreditsOut: c.creditOut.Load(),
+		Latency:    s.latency.load(),
 	}
 	for i := range s.sendFail {
 		cs.SendFailures[i] = s.sendFail[i].Load()
@@ -423,7 +433,9 @@ func (t *ConnStats) add(s ConnStats) {
 	t.RNRRetryExceeded += s.RNRRetryExceeded
 	t.CreditWaits += s.CreditWaits
 	t.QueueWaits += s.QueueWaits
+	t.QueueFull += s.QueueFull
 	t.CreditsOut += s.CreditsOut
+	t.Latency.add(s.Latency)
 }
 
 // Stats reads the engine's counters.
