@@ -3,7 +3,6 @@ package rdma
 import (
 	"context"
 	"errors"
-	"expvar"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -145,8 +144,10 @@ type EngineStats struct {
 	// engine opened (CreditsOut is zero): Total plus Closed only grows,
 	// where Total alone falls when a connection closes.
 	Closed ConnStats
-	// Connections has the counters of each open connection.
-	Connections []ConnEntry
+	// Connections has the counters of each open connection (none in
+	// the expvar export unless PublishExpvar was given
+	// ExpvarConnections).
+	Connections []ConnEntry `json:",omitempty"`
 	// SharedReceives has one entry per message size the engine serves.
 	SharedReceives []SRQStats
 	Pool           PoolStats
@@ -355,14 +356,18 @@ func (e *engine) retire(c *Conn) {
 	e.retired.st.add(cs)
 }
 
-func (e *engine) stats() EngineStats {
+// stats reads the engine's counters, each connection's too when conns
+// is set.
+func (e *engine) stats(conns bool) EngineStats {
 	st := EngineStats{Provider: e.prov.Name(), Device: e.ctx.Info().Name, Port: e.port.Port, Pool: PoolStats(e.pool.Stats())}
 	e.retired.mu.Lock()
 	for _, c := range e.slots.all() {
 		cs := c.Stats()
 		st.Conns++
 		st.Total.add(cs)
-		st.Connections = append(st.Connections, ConnEntry{Local: addrString(c.local), Remote: addrString(c.remote), Stats: cs})
+		if conns {
+			st.Connections = append(st.Connections, ConnEntry{Local: addrString(c.local), Remote: addrString(c.remote), Stats: cs})
+		}
 	}
 	st.Closed = e.retired.st
 	e.retired.mu.Unlock()
@@ -439,7 +444,7 @@ func (t *ConnStats) add(s ConnStats) {
 }
 
 // Stats reads the engine's counters.
-func (x *Engine) Stats() EngineStats { return x.e.stats() }
+func (x *Engine) Stats() EngineStats { return x.e.stats(true) }
 
 // live is every open engine, for Engines and expvar.
 var live struct {
@@ -465,7 +470,11 @@ func (e *engine) unregister() {
 // AllStats reads the counters of every open engine of the process: the
 // shared ones of the package-level Dial and Listen and those of
 // OpenEngine.
-func AllStats() []EngineStats {
+func AllStats() []EngineStats { return allStats(true) }
+
+// allStats is AllStats, with each connection's counters when conns is
+// set.
+func allStats(conns bool) []EngineStats {
 	live.mu.Lock()
 	engs := make([]*engine, 0, len(live.m))
 	for e := range live.m {
@@ -474,18 +483,9 @@ func AllStats() []EngineStats {
 	live.mu.Unlock()
 	out := make([]EngineStats, 0, len(engs))
 	for _, e := range engs {
-		out = append(out, e.stats())
+		out = append(out, e.stats(conns))
 	}
 	return out
-}
-
-var publishOnce sync.Once
-
-// PublishExpvar publishes AllStats as the expvar variable "rdma" (served
-// at /debug/vars by expvar's handler). Nothing is published unless the
-// application calls it; calling it again does nothing.
-func PublishExpvar() {
-	publishOnce.Do(func() { expvar.Publish("rdma", expvar.Func(func() any { return AllStats() })) })
 }
 
 func addrString(a interface{ String() string }) string {

@@ -49,7 +49,7 @@ func live(t *testing.T) (url string, client, server *rdma.Conn) {
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done; <-done })
-	rdma.PublishExpvar()
+	rdma.PublishExpvar(rdma.ExpvarConnections())
 	srv := httptest.NewServer(expvar.Handler())
 	t.Cleanup(srv.Close)
 	// Wait for the first messages, so that every refresh sees some.
