@@ -163,6 +163,7 @@ func (c *Conn) postCombinedLocked() {
 				ops[j].signaled, ops[j].covered = false, true
 			}
 		}
+		c.stampLatency(ops)
 		if err := c.postLocked(wrs, ops); err != nil {
 			// The connection fails (postLocked): the WRs the provider
 			// took flush, and the Futures of all resolve with err.

@@ -78,6 +78,7 @@ type Conn struct {
 	quiescing  bool          // Close waits for what was issued: nothing new
 	progress   chan struct{} // closed at the next completion or drain, for waitSent
 	failAfter  error         // a post under postMu failed the QP: fail at unlock
+	latencySeq uint64        // send-side ops submitted, for latency sampling (latency.go)
 	wr         [1]verbs.SendWR
 	sge        [1]verbs.SGE
 	op         [1]op
@@ -661,6 +662,9 @@ func (c *Conn) peerGone() error { return fmt.Errorf("rdma: peer %v: %w", c.remot
 // finish resolves a send-side op: a signaled one (or any that failed)
 // resolves its future; its buffer and credit go back.
 func (c *Conn) finish(o *op, err error) {
+	if err == nil {
+		c.observeLatency(o)
+	}
 	if o.signaled || o.covered || err != nil {
 		var old uint64
 		if err == nil && o.kind == opAtomic {

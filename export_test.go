@@ -88,7 +88,7 @@ func SetSRQRefill(event, poll bool) (restore func()) {
 
 // SharedRecvStats reports c's shared receive queue.
 func SharedRecvStats(c *Conn) SRQStats {
-	for _, q := range c.eng.stats().SharedReceives {
+	for _, q := range c.eng.stats(false).SharedReceives {
 		if q.MessageSize == c.srq.size {
 			return q
 		}

@@ -24,18 +24,21 @@ const (
 // WR is its index in the table plus a generation, never a pointer.
 type op struct {
 	kind opKind
-	conn *Conn
-	fut  *Future      // nil for receives
-	buf  *pool.Buffer // holds a reference until the completion
-	off  int          // where in buf (atomics read their old value here)
-	n    int          // bytes moved
-
 	// signaled WRs resolve their future on completion; unsignaled ones
 	// (inside a batch) only on failure, or when a later completion
 	// covers them. covered ones (unsignaled in a combined chain) resolve
 	// their own future when a later completion covers them.
 	signaled bool
 	covered  bool
+	conn     *Conn
+	fut      *Future      // nil for receives
+	buf      *pool.Buffer // holds a reference until the completion
+	off      int          // where in buf (atomics read their old value here)
+	n        int          // bytes moved
+	// start is when a sampled op was issued (nanotime), zero for the
+	// others (latency.go). With signaled beside kind, it costs the
+	// record no size.
+	start int64
 }
 
 type slot struct {

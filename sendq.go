@@ -75,12 +75,14 @@ func (c *Conn) submitLocked(wrs []verbs.SendWR, ops []op) error {
 		return err
 	}
 	if len(c.pending) == 0 && c.roomLocked(wrs) {
+		c.stampLatency(ops)
 		return c.postLocked(wrs, ops)
 	}
 	// Posted and not completed, and queued: a direct post never passes
 	// the limit (at least the send depth), so only a queued one checks.
 	if held := c.cfg.sqDepth - c.sqFree + c.pendingWRs; held+len(wrs) > c.sendQueueLimit() {
 		c.dropAll(ops)
+		c.st.queueFull.Add(1)
 		return fmt.Errorf("rdma: conn %v: %w: %d operations issued and not completed (WithSendQueueLimit %d); post again once one of them resolves",
 			c.remote, ErrQueueFull, held, c.sendQueueLimit())
 	}
@@ -89,6 +91,7 @@ func (c *Conn) submitLocked(wrs []verbs.SendWR, ops []op) error {
 	} else {
 		c.st.creditWaits.Add(1)
 	}
+	c.stampLatency(ops)
 	q := queuedPost{wrs: slices.Clone(wrs), sges: make([]verbs.SGE, len(wrs)), ops: slices.Clone(ops)}
 	for i := range q.wrs {
 		if len(q.wrs[i].SGL) > 0 {

@@ -133,3 +133,50 @@ func TestSendQueueLimitOption(t *testing.T) {
 	_, err = rdma.OpenEngine(rdma.WithProvider(rdma.ProviderSoft), rdma.WithQueueDepth(128, 16), rdma.WithSendQueueLimit(64))
 	require.ErrorIs(t, err, rdma.ErrInvalid)
 }
+
+// Rule: ConnStats.QueueFull counts each post refused with ErrQueueFull,
+// a refused Batch once, and nothing else; the engine's totals carry it.
+func TestQueueFullCounted(t *testing.T) {
+	const limit = 64
+	opts := []rdma.Option{rdma.WithProvider(rdma.ProviderSoft), rdma.WithQueueDepth(32, 8), rdma.WithSendQueueLimit(limit)}
+	se, err := rdma.OpenEngine(opts...)
+	require.NoError(t, err)
+	defer se.Close()
+	ce, err := rdma.OpenEngine(opts...)
+	require.NoError(t, err)
+	defer ce.Close()
+	ln, err := se.Listen("rdma", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	c, _ := rdmatest.Connect(t, ln, func(ctx context.Context, address string) (*rdma.Conn, error) {
+		return ce.Dial(ctx, "rdma", address)
+	})
+	b, err := c.Alloc(64)
+	require.NoError(t, err)
+	defer b.Release()
+	require.Zero(t, c.Stats().QueueFull)
+
+	// The peer never reads: 8 go out with the credits, limit wait, and
+	// the rest are refused.
+	refused := 0
+	for range 2*limit + 8 {
+		f := c.Send(b)
+		if f.Resolved() && f.Err() != nil {
+			require.ErrorIs(t, f.Err(), rdma.ErrQueueFull)
+			refused++
+		}
+	}
+	require.Positive(t, refused)
+	assert.Equal(t, uint64(refused), c.Stats().QueueFull)
+
+	batch := c.NewBatch()
+	for range 4 {
+		batch.Send(b)
+	}
+	require.ErrorIs(t, batch.Post().Err(), rdma.ErrQueueFull)
+	assert.Equal(t, uint64(refused+1), c.Stats().QueueFull, "a refused Batch counts once")
+	assert.Equal(t, uint64(refused+1), ce.Stats().Total.QueueFull)
+	assert.Zero(t, se.Stats().Total.QueueFull, "the peer refused nothing")
+	require.NoError(t, c.Close())
+	assert.Equal(t, uint64(refused+1), ce.Stats().Closed.QueueFull)
+}

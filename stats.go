@@ -3,7 +3,6 @@ package rdma
 import (
 	"context"
 	"errors"
-	"expvar"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -13,7 +12,8 @@ import (
 
 // ConnStats are a connection's counters since it was made. Each field is
 // read atomically; the set is not one snapshot. Counting costs an atomic
-// add or two per operation, on counters of the connection's own.
+// add or two per operation, on counters of the connection's own, and
+// two more and a clock read per LatencySample operations.
 type ConnStats struct {
 	Sends      uint64 // SEND and SEND_WITH_IMM issued
 	SendBytes  uint64
@@ -46,6 +46,9 @@ type ConnStats struct {
 	// credits, QueueWaits those that waited for room in the send queue.
 	CreditWaits uint64
 	QueueWaits  uint64
+	// QueueFull counts the posts (an operation, or a Batch) refused with
+	// ErrQueueFull: past WithSendQueueLimit.
+	QueueFull uint64
 	// CreditsOut is what the peer may still send here: credits given and
 	// not used yet.
 	CreditsOut int64
@@ -59,6 +62,9 @@ type ConnStats struct {
 	// queue, one provider call (on a kernel device, one system call)
 	// each: operations of goroutines that post at once share one.
 	Doorbells uint64
+	// Latency is the histogram of the latencies of one send-side
+	// operation in LatencySample, from issue to completion.
+	Latency LatencyHistogram
 }
 
 // connCounters are the atomic counters behind ConnStats.
@@ -68,10 +74,11 @@ type connCounters struct {
 	completions                                                     atomic.Uint64
 	// Failed completions, by status, send-side and receive-side: the
 	// totals are their sums, so a failure costs one atomic add.
-	sendFail, recvFail       [CompletionStatuses]atomic.Uint64
-	creditWaits, queueWaits  atomic.Uint64
-	creditWrites, ctrlFrames atomic.Uint64
-	doorbells                atomic.Uint64
+	sendFail, recvFail                 [CompletionStatuses]atomic.Uint64
+	creditWaits, queueWaits, queueFull atomic.Uint64
+	latency                            latencyCounters
+	creditWrites, ctrlFrames           atomic.Uint64
+	doorbells                          atomic.Uint64
 }
 
 // Stats reads the connection's counters.
@@ -85,7 +92,9 @@ func (c *Conn) Stats() ConnStats {
 		Recvs:   s.recvs.Load(), RecvBytes: s.recvBytes.Load(),
 		Completions: s.completions.Load(),
 		CreditWaits: s.creditWaits.Load(), QueueWaits: s.queueWaits.Load(),
+		QueueFull:    s.queueFull.Load(),
 		CreditsOut:   c.creditOut.Load(),
+		Latency:      s.latency.load(),
 		CreditWrites: s.creditWrites.Load(), ControlFrames: s.ctrlFrames.Load(), Doorbells: s.doorbells.Load(),
 	}
 	for i := range s.sendFail {
@@ -148,8 +157,10 @@ type EngineStats struct {
 	// engine opened (CreditsOut is zero): Total plus Closed only grows,
 	// where Total alone falls when a connection closes.
 	Closed ConnStats
-	// Connections has the counters of each open connection.
-	Connections []ConnEntry
+	// Connections has the counters of each open connection (none in
+	// the expvar export unless PublishExpvar was given
+	// ExpvarConnections).
+	Connections []ConnEntry `json:",omitempty"`
 	// SharedReceives has one entry per message size the engine serves.
 	SharedReceives []SRQStats
 	Pool           PoolStats
@@ -361,14 +372,18 @@ func (e *engine) retire(c *Conn) {
 	e.retired.st.add(cs)
 }
 
-func (e *engine) stats() EngineStats {
+// stats reads the engine's counters, each connection's too when conns
+// is set.
+func (e *engine) stats(conns bool) EngineStats {
 	st := EngineStats{Provider: e.prov.Name(), Device: e.ctx.Info().Name, Port: e.port.Port, Pool: PoolStats(e.pool.Stats())}
 	e.retired.mu.Lock()
 	for _, c := range e.slots.all() {
 		cs := c.Stats()
 		st.Conns++
 		st.Total.add(cs)
-		st.Connections = append(st.Connections, ConnEntry{Local: addrString(c.local), Remote: addrString(c.remote), Stats: cs})
+		if conns {
+			st.Connections = append(st.Connections, ConnEntry{Local: addrString(c.local), Remote: addrString(c.remote), Stats: cs})
+		}
 	}
 	st.Closed = e.retired.st
 	e.retired.mu.Unlock()
@@ -440,14 +455,16 @@ func (t *ConnStats) add(s ConnStats) {
 	t.RNRRetryExceeded += s.RNRRetryExceeded
 	t.CreditWaits += s.CreditWaits
 	t.QueueWaits += s.QueueWaits
+	t.QueueFull += s.QueueFull
 	t.CreditsOut += s.CreditsOut
 	t.CreditWrites += s.CreditWrites
 	t.ControlFrames += s.ControlFrames
 	t.Doorbells += s.Doorbells
+	t.Latency.add(s.Latency)
 }
 
 // Stats reads the engine's counters.
-func (x *Engine) Stats() EngineStats { return x.e.stats() }
+func (x *Engine) Stats() EngineStats { return x.e.stats(true) }
 
 // live is every open engine, for Engines and expvar.
 var live struct {
@@ -473,7 +490,11 @@ func (e *engine) unregister() {
 // AllStats reads the counters of every open engine of the process: the
 // shared ones of the package-level Dial and Listen and those of
 // OpenEngine.
-func AllStats() []EngineStats {
+func AllStats() []EngineStats { return allStats(true) }
+
+// allStats is AllStats, with each connection's counters when conns is
+// set.
+func allStats(conns bool) []EngineStats {
 	live.mu.Lock()
 	engs := make([]*engine, 0, len(live.m))
 	for e := range live.m {
@@ -482,18 +503,9 @@ func AllStats() []EngineStats {
 	live.mu.Unlock()
 	out := make([]EngineStats, 0, len(engs))
 	for _, e := range engs {
-		out = append(out, e.stats())
+		out = append(out, e.stats(conns))
 	}
 	return out
-}
-
-var publishOnce sync.Once
-
-// PublishExpvar publishes AllStats as the expvar variable "rdma" (served
-// at /debug/vars by expvar's handler). Nothing is published unless the
-// application calls it; calling it again does nothing.
-func PublishExpvar() {
-	publishOnce.Do(func() { expvar.Publish("rdma", expvar.Func(func() any { return AllStats() })) })
 }
 
 func addrString(a interface{ String() string }) string {

@@ -1,6 +1,7 @@
 package rdma
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -31,39 +32,54 @@ func TestPollerStatsAdd(t *testing.T) {
 }
 
 // TestConnStatsAdd: an engine's connection counters sum every field of
-// its connections', arrays entry by entry, so a counter added to
-// ConnStats cannot be left out of the engine's total.
+// its connections', arrays entry by entry and structs (the latency
+// histogram) field by field, so a counter added to ConnStats cannot be
+// left out of the engine's total.
 func TestConnStatsAdd(t *testing.T) {
 	var one ConnStats
-	v := reflect.ValueOf(&one).Elem()
-	for i := range v.NumField() {
-		f := v.Field(i)
-		switch f.Kind() {
-		case reflect.Array:
-			for k := range f.Len() {
-				f.Index(k).SetUint(1)
-			}
-		case reflect.Int64:
-			f.SetInt(1)
-		default:
-			f.SetUint(1)
-		}
-	}
+	fill(reflect.ValueOf(&one).Elem())
 	var sum ConnStats
 	sum.add(one)
 	sum.add(one)
-	s := reflect.ValueOf(sum)
-	for i := range s.NumField() {
-		f, name := s.Field(i), s.Type().Field(i).Name
-		switch f.Kind() {
-		case reflect.Array:
-			for k := range f.Len() {
-				assert.Equal(t, uint64(2), f.Index(k).Uint(), "%s[%d]", name, k)
-			}
-		case reflect.Int64:
-			assert.Equal(t, int64(2), f.Int(), name)
-		default:
-			assert.Equal(t, uint64(2), f.Uint(), name)
+	leaves := 0
+	check(t, reflect.ValueOf(sum), "ConnStats", &leaves)
+	assert.Greater(t, leaves, 2*int(CompletionStatuses)+LatencyBuckets, "the check reached the arrays' entries")
+}
+
+// fill sets every number in v to 1.
+func fill(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := range v.NumField() {
+			fill(v.Field(i))
 		}
+	case reflect.Array:
+		for k := range v.Len() {
+			fill(v.Index(k))
+		}
+	case reflect.Int64:
+		v.SetInt(1)
+	default:
+		v.SetUint(1)
+	}
+}
+
+// check asserts that every number in v is 2, and counts them.
+func check(t *testing.T, v reflect.Value, name string, leaves *int) {
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := range v.NumField() {
+			check(t, v.Field(i), name+"."+v.Type().Field(i).Name, leaves)
+		}
+	case reflect.Array:
+		for k := range v.Len() {
+			check(t, v.Index(k), fmt.Sprintf("%s[%d]", name, k), leaves)
+		}
+	case reflect.Int64:
+		*leaves++
+		assert.Equal(t, int64(2), v.Int(), name)
+	default:
+		*leaves++
+		assert.Equal(t, uint64(2), v.Uint(), name)
 	}
 }

@@ -49,7 +49,7 @@ func live(t *testing.T) (url string, client, server *rdma.Conn) {
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done; <-done })
-	rdma.PublishExpvar()
+	rdma.PublishExpvar(rdma.ExpvarConnections())
 	srv := httptest.NewServer(expvar.Handler())
 	t.Cleanup(srv.Close)
 	// Wait for the first messages, so that every refresh sees some.
@@ -71,6 +71,17 @@ func rows(out, local, remote string) [][]string {
 	return found
 }
 
+// tableRows counts the connection rows in out.
+func tableRows(out string) int {
+	n := 0
+	for line := range strings.Lines(out) {
+		if f := strings.Fields(line); len(f) == 10 && f[0] != "LOCAL" {
+			n++
+		}
+	}
+	return n
+}
+
 func TestRunRates(t *testing.T) {
 	url, c, s := live(t)
 	var out, errOut bytes.Buffer
@@ -78,7 +89,9 @@ func TestRunRates(t *testing.T) {
 	require.Equal(t, exitOK, code, "stderr: %s", errOut.String())
 	t.Logf("rdmastat said:\n%s", out.String())
 	assert.Equal(t, 2, strings.Count(out.String(), "rates over"), "two refreshes")
-	assert.Regexp(t, `engine soft \S+ port \d+: connections 1, SRQ posted \d+/\d+, pool in use \S+ of \S+ registered`, out.String())
+	// The pair's two engines share provider, device and port: one line.
+	assert.Regexp(t, `engine soft \S+ port \d+: connections 2, SRQ posted \d+/\d+, pool in use \S+ of \S+ registered`, out.String())
+	assert.Regexp(t, `ops/s \S+, bytes/s \S+, latency p50 \S+ p99 \S+ \(\d+ sampled\), failed 0, queue full 0`, out.String())
 
 	sender := rows(out.String(), c.LocalAddr().String(), c.RemoteAddr().String())
 	require.Len(t, sender, 2, "a row for the client's connection per refresh")
@@ -97,7 +110,8 @@ func TestRunRates(t *testing.T) {
 }
 
 func TestRunUsage(t *testing.T) {
-	for _, args := range [][]string{nil, {"-i", "0", "http://x"}, {"-n", "-1", "http://x"}, {"a", "b"}, {"-bogus", "http://x"}} {
+	for _, args := range [][]string{nil, {"-i", "0", "http://x"}, {"-n", "-1", "http://x"}, {"a", "b"}, {"-bogus", "http://x"},
+		{"-prom", "http://x", "http://y"}, {"-top", "-1", "http://x"}} {
 		var out, errOut bytes.Buffer
 		assert.Equal(t, exitUsage, run(t.Context(), args, &out, &errOut), "%q", args)
 		assert.Contains(t, errOut.String(), "usage: rdmastat", "%q", args)
@@ -147,4 +161,42 @@ func TestBinary(t *testing.T) {
 	err = exec.Command(bin, "-once", gone.URL).Run()
 	require.True(t, errors.As(err, &exit), "%v", err)
 	assert.Equal(t, exitEndpoint, exit.ExitCode())
+}
+
+// TestRunTop: -top K shows the K busiest connections by operations per
+// second, and says how many there are; the idle ones are left out.
+func TestRunTop(t *testing.T) {
+	url, c, s := live(t)
+	for range 2 { // four idle connections
+		rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
+	}
+	var out, errOut bytes.Buffer
+	code := run(t.Context(), []string{"-n", "1", "-i", "100ms", "-top", "2", url}, &out, &errOut)
+	require.Equal(t, exitOK, code, "stderr: %s", errOut.String())
+	t.Logf("rdmastat said:\n%s", out.String())
+	assert.Contains(t, out.String(), "top 2 of 6 connections by ops/s")
+	assert.Len(t, rows(out.String(), c.LocalAddr().String(), c.RemoteAddr().String()), 1, "the sender is among the busiest")
+	assert.Len(t, rows(out.String(), s.LocalAddr().String(), s.RemoteAddr().String()), 1, "the receiver is among the busiest")
+	assert.Equal(t, 2, tableRows(out.String()), "two connections shown")
+
+	out.Reset()
+	code = run(t.Context(), []string{"-once", "-top", "0", url}, &out, &errOut)
+	require.Equal(t, exitOK, code, "stderr: %s", errOut.String())
+	assert.NotContains(t, out.String(), "top ")
+	assert.Equal(t, 6, tableRows(out.String()), "-top 0 shows every connection")
+}
+
+// TestRunNoConnections: an expvar endpoint without per-connection
+// counters (the default) still gives the engine's lines, and says how
+// to get the table.
+func TestRunNoConnections(t *testing.T) {
+	url, _, _ := live(t)
+	rdma.PublishExpvar()
+	t.Cleanup(func() { rdma.PublishExpvar(rdma.ExpvarConnections()) })
+	var out, errOut bytes.Buffer
+	code := run(t.Context(), []string{"-n", "1", "-i", "100ms", url}, &out, &errOut)
+	require.Equal(t, exitOK, code, "stderr: %s", errOut.String())
+	assert.Regexp(t, `engine soft \S+ port \d+: connections 2,`, out.String())
+	assert.Contains(t, out.String(), "no per-connection counters: the process would export them with rdma.PublishExpvar(rdma.ExpvarConnections())")
+	assert.NotContains(t, out.String(), "LOCAL")
 }

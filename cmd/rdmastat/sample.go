@@ -16,6 +16,9 @@ import (
 type sample struct {
 	at      time.Time
 	engines []rdma.EngineStats
+	// connsHint says how the endpoint would carry per-connection
+	// counters, shown when it has none.
+	connsHint string
 }
 
 // errNoRDMA is an expvar endpoint without the "rdma" variable.
@@ -44,5 +47,5 @@ func fetch(ctx context.Context, client *http.Client, url string) (sample, error)
 	if vars.RDMA == nil {
 		return sample{}, fmt.Errorf("%s: %w", url, errNoRDMA)
 	}
-	return sample{at: time.Now(), engines: *vars.RDMA}, nil
+	return sample{at: time.Now(), engines: *vars.RDMA, connsHint: "rdma.PublishExpvar(rdma.ExpvarConnections())"}, nil
 }

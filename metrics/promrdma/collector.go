@@ -67,6 +67,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				addConn(&s, &connMetrics, ce.Stats, append(eng[:3:3], ce.Local, ce.Remote))
 			}
 		}
+		addLifecycle(&s, es.Lifecycle, eng)
 		addSRQs(&s, es.SharedReceives, eng)
 		addPool(&s, es, eng)
 		addPollers(&s, es, eng)
@@ -86,28 +87,65 @@ type sum struct {
 	d      metric
 	labels []string
 	v      float64
+	h      rdma.LatencyHistogram // of a histogram
 }
 
-func (s *sums) add(d metric, v float64, labels ...string) {
+// at is the series of d with labels, made at its first use.
+func (s *sums) at(d metric, labels []string) (x *sum, made bool) {
 	key := d.name + "\xff" + strings.Join(labels, "\xff")
 	if s.m == nil {
 		s.m = map[string]*sum{}
 	}
 	if x, ok := s.m[key]; ok {
-		if d.max {
-			x.v = max(x.v, v)
-		} else {
-			x.v += v
-		}
-		return
+		return x, false
 	}
-	s.m[key] = &sum{d: d, labels: append([]string(nil), labels...), v: v}
+	x = &sum{d: d, labels: append([]string(nil), labels...)}
+	s.m[key] = x
 	s.order = append(s.order, key)
+	return x, true
+}
+
+func (s *sums) add(d metric, v float64, labels ...string) {
+	x, made := s.at(d, labels)
+	switch {
+	case made:
+		x.v = v
+	case d.max:
+		x.v = max(x.v, v)
+	default:
+		x.v += v
+	}
+}
+
+func (s *sums) addHist(d metric, h rdma.LatencyHistogram, labels ...string) {
+	x, _ := s.at(d, labels)
+	for i, n := range h.Buckets {
+		x.h.Buckets[i] += n
+	}
+	x.h.Sum += h.Sum
 }
 
 func (s *sums) emit(ch chan<- prometheus.Metric) {
 	for _, k := range s.order {
 		x := s.m[k]
+		if x.d.hist {
+			ch <- histogram(x.d.desc, x.h, x.labels)
+			continue
+		}
 		ch <- prometheus.MustNewConstMetric(x.d.desc, x.d.typ, x.v, x.labels...)
 	}
+}
+
+// histogram is h as a Prometheus histogram: bucket i's bound, in
+// seconds, is its le (rdma's bounds exclude the latencies equal to
+// them; at a nanosecond's resolution that is 1 ns below), the open
+// bucket is +Inf, and the sum is exact.
+func histogram(d *prometheus.Desc, h rdma.LatencyHistogram, labels []string) prometheus.Metric {
+	buckets := make(map[float64]uint64, rdma.LatencyBuckets-1)
+	var cum uint64
+	for i := range rdma.LatencyBuckets - 1 {
+		cum += h.Buckets[i]
+		buckets[rdma.LatencyBound(i).Seconds()] = cum
+	}
+	return prometheus.MustNewConstHistogram(d, h.Count(), h.Sum.Seconds(), buckets, labels...)
 }

@@ -2,6 +2,7 @@ package promrdma_test
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -120,21 +121,27 @@ func TestCollectorScrape(t *testing.T) {
 
 	first := scrape(t, url)
 	for name, typ := range map[string]dto.MetricType{
-		"rdma_connections":                     dto.MetricType_GAUGE,
-		"rdma_operations_total":                dto.MetricType_COUNTER,
-		"rdma_operation_bytes_total":           dto.MetricType_COUNTER,
-		"rdma_received_messages_total":         dto.MetricType_COUNTER,
-		"rdma_received_bytes_total":            dto.MetricType_COUNTER,
-		"rdma_completions_total":               dto.MetricType_COUNTER,
-		"rdma_completion_failures_total":       dto.MetricType_COUNTER,
-		"rdma_credit_waits_total":              dto.MetricType_COUNTER,
-		"rdma_credits_out":                     dto.MetricType_GAUGE,
-		"rdma_srq_posted_receives":             dto.MetricType_GAUGE,
-		"rdma_srq_refills_total":               dto.MetricType_COUNTER,
-		"rdma_pool_registered_bytes":           dto.MetricType_GAUGE,
-		"rdma_pool_in_use_bytes":               dto.MetricType_GAUGE,
-		"rdma_poller_polls_total":              dto.MetricType_COUNTER,
-		"rdma_completion_retry_exceeded_total": dto.MetricType_COUNTER,
+		"rdma_connections":                         dto.MetricType_GAUGE,
+		"rdma_operations_total":                    dto.MetricType_COUNTER,
+		"rdma_operation_bytes_total":               dto.MetricType_COUNTER,
+		"rdma_received_messages_total":             dto.MetricType_COUNTER,
+		"rdma_received_bytes_total":                dto.MetricType_COUNTER,
+		"rdma_completions_total":                   dto.MetricType_COUNTER,
+		"rdma_completion_failures_total":           dto.MetricType_COUNTER,
+		"rdma_credit_waits_total":                  dto.MetricType_COUNTER,
+		"rdma_credits_out":                         dto.MetricType_GAUGE,
+		"rdma_srq_posted_receives":                 dto.MetricType_GAUGE,
+		"rdma_srq_refills_total":                   dto.MetricType_COUNTER,
+		"rdma_pool_registered_bytes":               dto.MetricType_GAUGE,
+		"rdma_pool_in_use_bytes":                   dto.MetricType_GAUGE,
+		"rdma_poller_polls_total":                  dto.MetricType_COUNTER,
+		"rdma_completion_retry_exceeded_total":     dto.MetricType_COUNTER,
+		"rdma_completion_failures_by_status_total": dto.MetricType_COUNTER,
+		"rdma_queue_full_total":                    dto.MetricType_COUNTER,
+		"rdma_operation_latency_seconds":           dto.MetricType_HISTOGRAM,
+		"rdma_connections_opened_total":            dto.MetricType_COUNTER,
+		"rdma_connections_ended_total":             dto.MetricType_COUNTER,
+		"rdma_handshake_failures_total":            dto.MetricType_COUNTER,
 	} {
 		f := first[name]
 		if assert.NotNil(t, f, name) {
@@ -222,4 +229,94 @@ func labelNames(f *dto.MetricFamily) []string {
 		names = append(names, l.GetName())
 	}
 	return names
+}
+
+// TestCollectorLatency: the latency histogram is the engines'
+// rdma.LatencyHistogram: le bounds are rdma.LatencyBound's, counts are
+// cumulative, and the count grows as the sampled operations complete.
+func TestCollectorLatency(t *testing.T) {
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
+	traffic(t, c, s)
+	url := serve(t, promrdma.NewCollector())
+	var h *dto.Histogram
+	require.Eventually(t, func() bool {
+		f := scrape(t, url)["rdma_operation_latency_seconds"]
+		if f == nil || len(f.GetMetric()) == 0 {
+			return false
+		}
+		h = f.GetMetric()[0].GetHistogram()
+		return h.GetSampleCount() >= 2
+	}, 20*time.Second, 10*time.Millisecond, "two sampled operations: %d sends", c.Stats().Sends)
+	bs := h.GetBucket()
+	require.Len(t, bs, rdma.LatencyBuckets, "a bucket per bound, and the open one")
+	for i, b := range bs[:len(bs)-1] {
+		assert.InEpsilon(t, rdma.LatencyBound(i).Seconds(), b.GetUpperBound(), 1e-9, "le of bucket %d", i)
+		if i > 0 {
+			assert.GreaterOrEqual(t, b.GetCumulativeCount(), bs[i-1].GetCumulativeCount(), "cumulative at %d", i)
+		}
+	}
+	last := bs[len(bs)-1]
+	assert.True(t, math.IsInf(last.GetUpperBound(), 1), "the open bucket is +Inf")
+	assert.Equal(t, h.GetSampleCount(), last.GetCumulativeCount(), "+Inf holds every sample")
+	assert.Positive(t, h.GetSampleSum(), "the exact sum of the sampled latencies")
+	assert.Less(t, h.GetSampleSum()/float64(h.GetSampleCount()), 10.0, "a mean latency below 10 s")
+}
+
+// TestCollectorFailuresByStatus: a failed completion is exported under its
+// side and libibverbs status, the statuses that did not fail at zero, and
+// the connection it ended is counted by reason.
+func TestCollectorFailuresByStatus(t *testing.T) {
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dst, err := s.Alloc(64)
+	require.NoError(t, err)
+	defer dst.Release()
+	r, err := s.Expose(dst, rdma.RemoteWrite)
+	require.NoError(t, err)
+	require.NoError(t, s.SendRegion(ctx, r))
+	region, err := c.RecvRegion(ctx)
+	require.NoError(t, err)
+	region.RKey ^= 0x5a5a5a5a
+	src, err := c.Alloc(64)
+	require.NoError(t, err)
+	defer src.Release()
+	require.ErrorIs(t, c.Write(src, region).Wait(ctx), rdma.ErrRemoteAccess)
+
+	url := serve(t, promrdma.NewCollector())
+	var f map[string]*dto.MetricFamily
+	require.Eventually(t, func() bool {
+		f = scrape(t, url)
+		return total(f, "rdma_connections_ended_total", map[string]string{"provider": "soft", "reason": "completion_failed"}) >= 1
+	}, 10*time.Second, 10*time.Millisecond, "the failed connection counted by reason")
+	assert.Equal(t, float64(1), total(f, "rdma_completion_failures_by_status_total", map[string]string{"provider": "soft", "side": "send", "status": "REM_ACCESS_ERR"}))
+	fam := f["rdma_completion_failures_by_status_total"]
+	require.NotNil(t, fam)
+	zero := 0
+	for _, m := range fam.GetMetric() {
+		if m.GetCounter().GetValue() == 0 {
+			zero++
+		}
+	}
+	assert.Positive(t, zero, "the statuses that never failed are exported at zero")
+	assert.Equal(t, float64(2), total(f, "rdma_connections_opened_total", map[string]string{"provider": "soft"}))
+}
+
+// TestCollectorQueueFull: posts refused at the send queue limit are
+// rdma_queue_full_total.
+func TestCollectorQueueFull(t *testing.T) {
+	c, _ := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft), rdma.WithQueueDepth(32, 8), rdma.WithSendQueueLimit(64))
+	b, err := c.Alloc(64)
+	require.NoError(t, err)
+	defer b.Release()
+	refused := 0
+	for range 200 { // the peer never reads
+		if f := c.Send(b); f.Resolved() && f.Err() != nil {
+			require.ErrorIs(t, f.Err(), rdma.ErrQueueFull)
+			refused++
+		}
+	}
+	require.Positive(t, refused)
+	f := scrape(t, serve(t, promrdma.NewCollector()))
+	assert.Equal(t, float64(refused), total(f, "rdma_queue_full_total", map[string]string{"provider": "soft"}))
 }

@@ -21,9 +21,17 @@
 //	rdma_completions_total                   counter  send-side, succeeded
 //	rdma_completion_failures_total           counter  error status, flushes included
 //	rdma_completion_retry_exceeded_total{status} counter status: retry, rnr_retry
+//	rdma_completion_failures_by_status_total{side,status} counter side: send, recv;
+//	                                                  status: libibverbs' name, REM_ACCESS_ERR ...
 //	rdma_credit_waits_total                  counter  waited for the peer's credits
 //	rdma_queue_waits_total                   counter  waited for send-queue room
+//	rdma_queue_full_total                    counter  posts refused with ErrQueueFull
 //	rdma_credits_out                         gauge    credits given, not used yet
+//	rdma_operation_latency_seconds           histogram one operation in 64, issue to completion
+//	rdma_connections_opened_total            counter
+//	rdma_connections_ended_total{reason}     counter  reason: closed_local, closed_peer, peer_gone,
+//	                                                  completion_failed, protocol_failed, aborted, other
+//	rdma_handshake_failures_total{reason}    counter  reason: refused, timed_out, other
 //	rdma_srq_posted_receives{message_size}   gauge    and rdma_srq_depth, _granted_credits,
 //	                                                  _held_receives, _waiting_connections
 //	rdma_srq_refills_total{message_size,cause} counter cause: event, poll, grant, retry
@@ -35,6 +43,19 @@
 // The engine counters cover the closed connections too
 // (rdma.EngineStats.Total plus Closed), so they never fall as connections
 // come and go; rdma_credits_out is the open connections'.
+//
+// rdma_operation_latency_seconds is rdma.LatencyHistogram: one
+// send-side operation in rdma.LatencySample (64) is timed, from the call
+// that issued it to its completion, so _count is the number of operations
+// sampled, not issued, and _sum is their exact total. Its buckets' le are
+// rdma.LatencyBound's, 1.024 µs·2^i up to 4.29 s, then +Inf; a quantile
+// is histogram_quantile over its rate:
+//
+//	histogram_quantile(0.99, sum by (le) (rate(rdma_operation_latency_seconds_bucket[5m])))
+//
+// rdma_completion_failures_by_status_total has a series for every status
+// at the engine level, failed or not, and a connection's only for the
+// statuses that failed on it.
 //
 // Per-connection metrics, rdma_conn_* with the connection metrics above
 // and the labels local and remote added, are off by default: a label set

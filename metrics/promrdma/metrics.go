@@ -1,6 +1,7 @@
 package promrdma
 
 import (
+	"fmt"
 	"strconv"
 
 	"github.com/go-rdma/rdma"
@@ -13,6 +14,7 @@ type metric struct {
 	desc *prometheus.Desc
 	typ  prometheus.ValueType
 	max  bool // series with the same labels make their maximum, not their sum
+	hist bool // a histogram (typ unused): series with the same labels add their buckets
 }
 
 var (
@@ -24,14 +26,23 @@ var (
 var registered []metric
 
 func newMetric(subsystem, name, help string, typ prometheus.ValueType, labels []string, extra ...string) metric {
-	full := prometheus.BuildFQName(namespace, subsystem, name)
-	m := metric{
-		name: full,
-		desc: prometheus.NewDesc(full, help, append(labels[:len(labels):len(labels)], extra...), nil),
-		typ:  typ,
-	}
+	m := describe(subsystem, name, help, labels, extra)
+	m.typ = typ
 	registered = append(registered, m)
 	return m
+}
+
+// newHistogram is newMetric for a histogram family.
+func newHistogram(subsystem, name, help string, labels []string) metric {
+	m := describe(subsystem, name, help, labels, nil)
+	m.hist = true
+	registered = append(registered, m)
+	return m
+}
+
+func describe(subsystem, name, help string, labels, extra []string) metric {
+	full := prometheus.BuildFQName(namespace, subsystem, name)
+	return metric{name: full, desc: prometheus.NewDesc(full, help, append(labels[:len(labels):len(labels)], extra...), nil)}
 }
 
 func allDescs() []metric { return registered }
@@ -44,16 +55,28 @@ const (
 // connSet is the metrics of rdma.ConnStats: once for engine totals and
 // once (subsystem "conn") for each connection.
 type connSet struct {
-	ops, opBytes            metric
-	recvs, recvBytes        metric
-	completions, failures   metric
-	retryExceeded           metric
-	creditWaits, queueWaits metric
-	creditsOut              metric
+	ops, opBytes                       metric
+	recvs, recvBytes                   metric
+	completions, failures              metric
+	retryExceeded                      metric
+	byStatus                           metric
+	creditWaits, queueWaits, queueFull metric
+	creditsOut                         metric
+	latency                            metric
+	// zeros: emit the statuses of byStatus that never failed too (the
+	// engine's, so that rate() sees a failure's first increment), not
+	// only those that did (a connection's, to spare series).
+	zeros bool
 }
 
-func newConnSet(subsystem string, labels []string) connSet {
+// latencyHelp is the help of the latency histograms: what they count,
+// and that their _sum is exact.
+var latencyHelp = fmt.Sprintf("Latency of one send-side operation in %d (rdma.LatencySample), from issue to completion, of those that succeeded; _count and _sum are of the sampled operations, _sum exact. Bucket i holds latencies below 1.024us*2^i.", rdma.LatencySample)
+
+func newConnSet(subsystem string, labels []string, zeros bool) connSet {
 	return connSet{
+		zeros:         zeros,
+		latency:       newHistogram(subsystem, "operation_latency_seconds", latencyHelp, labels),
 		ops:           newMetric(subsystem, "operations_total", "Operations issued, by kind.", counter, labels, "op"),
 		opBytes:       newMetric(subsystem, "operation_bytes_total", "Bytes of the operations issued, by kind.", counter, labels, "op"),
 		recvs:         newMetric(subsystem, "received_messages_total", "Messages received (WRITE_WITH_IMM notices included).", counter, labels),
@@ -63,6 +86,8 @@ func newConnSet(subsystem string, labels []string) connSet {
 		retryExceeded: newMetric(subsystem, "completion_retry_exceeded_total", "Failed completions that exhausted the transport (retry) or receiver-not-ready (rnr_retry) retries.", counter, labels, "status"),
 		creditWaits:   newMetric(subsystem, "credit_waits_total", "Operations that waited for the peer's credits.", counter, labels),
 		queueWaits:    newMetric(subsystem, "queue_waits_total", "Operations that waited for room in the send queue.", counter, labels),
+		queueFull:     newMetric(subsystem, "queue_full_total", "Posts refused with ErrQueueFull: past WithSendQueueLimit.", counter, labels),
+		byStatus:      newMetric(subsystem, "completion_failures_by_status_total", "Failed completions by side (send, recv) and libibverbs status, flushes of an orderly close excepted.", counter, labels, "side", "status"),
 		creditsOut:    newMetric(subsystem, "credits_out", "Credits given to the peer and not used yet.", gauge, labels),
 	}
 }
@@ -72,10 +97,10 @@ var engineMetrics = struct {
 	conn        connSet
 }{
 	connections: newMetric("", "connections", "Open connections.", gauge, engineLabels),
-	conn:        newConnSet("", engineLabels),
+	conn:        newConnSet("", engineLabels, true),
 }
 
-var connMetrics = newConnSet("conn", connLabels)
+var connMetrics = newConnSet("conn", connLabels, false)
 
 func addConn(s *sums, m *connSet, cs rdma.ConnStats, labels []string) {
 	op := func(d metric, v uint64, kind string) {
@@ -96,7 +121,61 @@ func addConn(s *sums, m *connSet, cs rdma.ConnStats, labels []string) {
 	op(m.retryExceeded, cs.RNRRetryExceeded, "rnr_retry")
 	s.add(m.creditWaits, float64(cs.CreditWaits), labels...)
 	s.add(m.queueWaits, float64(cs.QueueWaits), labels...)
+	s.add(m.queueFull, float64(cs.QueueFull), labels...)
 	s.add(m.creditsOut, float64(cs.CreditsOut), labels...)
+	s.addHist(m.latency, cs.Latency, labels...)
+	for _, side := range []struct {
+		name string
+		n    *[rdma.CompletionStatuses]uint64
+	}{{"send", &cs.SendFailures}, {"recv", &cs.RecvFailures}} {
+		for st, n := range side.n {
+			if rdma.CompletionStatus(st) == rdma.StatusSuccess || (n == 0 && !m.zeros) {
+				continue
+			}
+			s.add(m.byStatus, float64(n), append(labels[:len(labels):len(labels)], side.name, rdma.CompletionStatus(st).String())...)
+		}
+	}
+}
+
+// lifecycleCounter is one counter of rdma.LifecycleStats, with its
+// label value.
+type lifecycleCounter struct {
+	reason string
+	get    func(rdma.LifecycleStats) uint64
+}
+
+var lifecycleMetrics = struct {
+	opened, ended, handshakes metric
+}{
+	opened:     newMetric("", "connections_opened_total", "Connections that came up.", counter, engineLabels),
+	ended:      newMetric("", "connections_ended_total", "Connections that ended, by how: closed_local, closed_peer (orderly closes), peer_gone, completion_failed, protocol_failed, aborted, other.", counter, engineLabels, "reason"),
+	handshakes: newMetric("", "handshake_failures_total", "Handshakes that failed, by why: refused, timed_out, other.", counter, engineLabels, "reason"),
+}
+
+var endedReasons = []lifecycleCounter{
+	{"closed_local", func(l rdma.LifecycleStats) uint64 { return l.ClosedLocal }},
+	{"closed_peer", func(l rdma.LifecycleStats) uint64 { return l.ClosedPeer }},
+	{"peer_gone", func(l rdma.LifecycleStats) uint64 { return l.PeerGone }},
+	{"completion_failed", func(l rdma.LifecycleStats) uint64 { return l.CompletionFailed }},
+	{"protocol_failed", func(l rdma.LifecycleStats) uint64 { return l.ProtocolFailed }},
+	{"aborted", func(l rdma.LifecycleStats) uint64 { return l.Aborted }},
+	{"other", func(l rdma.LifecycleStats) uint64 { return l.OtherFailed }},
+}
+
+var handshakeReasons = []lifecycleCounter{
+	{"refused", func(l rdma.LifecycleStats) uint64 { return l.HandshakeRefused }},
+	{"timed_out", func(l rdma.LifecycleStats) uint64 { return l.HandshakeTimedOut }},
+	{"other", func(l rdma.LifecycleStats) uint64 { return l.HandshakeFailed }},
+}
+
+func addLifecycle(s *sums, l rdma.LifecycleStats, eng []string) {
+	s.add(lifecycleMetrics.opened, float64(l.Opened), eng...)
+	for _, r := range endedReasons {
+		s.add(lifecycleMetrics.ended, float64(r.get(l)), append(eng[:3:3], r.reason)...)
+	}
+	for _, r := range handshakeReasons {
+		s.add(lifecycleMetrics.handshakes, float64(r.get(l)), append(eng[:3:3], r.reason)...)
+	}
 }
 
 var srqMetrics = struct {
