@@ -7,7 +7,7 @@
 # that both see the same machine, and prints benchstat's comparison
 # (ns/op, B/op, allocs/op and the benchmarks' own metrics such as Gb/s).
 #
-# Usage: scripts/bench-ab.sh [-n ROUNDS] [-t BENCHTIME] [-p "PKGS"] [-o OUT] BASE [PATTERN]
+# Usage: scripts/bench-ab.sh [-n ROUNDS] [-t BENCHTIME] [-p "PKGS"] [-o OUT] [-P] [-V "ARGS"] BASE [PATTERN]
 #   BASE      a revision: a tag, a commit (e.g. b5710ea for v0.1.0)
 #   PATTERN   -test.bench pattern (default ".": every benchmark)
 #   -n ROUNDS alternating rounds (default 6; benchstat wants >= 6 for its
@@ -18,17 +18,23 @@
 #             directory under $TMPDIR, kept)
 #   -P        also take a CPU profile of the last round of each tree
 #             (OUT/{base,head}.<pkg>.cpu.pprof; `go tool pprof` reads them)
+#   -V ARGS   then run test/perf/compare.sh's points for both trees in one
+#             VM session on rxe (compare.sh -B BASE ARGS -o OUT/vm, e.g.
+#             -V "-r 3 -T 'send_lat write_lat'"): the async API and the
+#             stream of each tree against the same perftest. PATTERN "-"
+#             skips the Go benchmarks.
 # Env: BENCH_AB_ARGS  more flags for the test binaries (e.g. "-test.cpu 1").
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-ROUNDS=6 BENCHTIME=1s PKGS=. OUT= PROFILE=0
-while getopts ":n:t:p:o:Ph" opt; do
+ROUNDS=6 BENCHTIME=1s PKGS=. OUT= PROFILE=0 VM=
+while getopts ":n:t:p:o:PV:h" opt; do
   case $opt in
     n) ROUNDS=$OPTARG ;;
     t) BENCHTIME=$OPTARG ;;
     p) PKGS=$OPTARG ;;
     o) OUT=$OPTARG ;;
     P) PROFILE=1 ;;
+    V) VM=$OPTARG ;;
     *) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0" >&2; exit 2 ;;
   esac
 done
@@ -61,6 +67,16 @@ build() {
     fi
   done
 }
+# vm_ab: compare.sh's points of both trees in one VM session (-V).
+vm_ab() {
+  [ -n "$VM" ] || return 0
+  # ARGS is a word list, quoted as the caller wrote it: eval splits it so.
+  eval "\"$ROOT/test/perf/compare.sh\" -B \"$BASE\" -o \"$OUT/vm\" $VM"
+}
+if [ "$PATTERN" = - ]; then
+  vm_ab
+  exit
+fi
 mkdir -p "$work/bin"
 echo "building $BASE ($base_rev) and the work tree ($(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD || echo +changes))" >&2
 build "$work/base" base
@@ -92,4 +108,5 @@ for r in $(seq 1 "$ROUNDS"); do
   fi
 done
 (cd "$ROOT/tools" && go tool benchstat "base=$OUT/base.txt" "head=$OUT/head.txt") | tee "$OUT/ab.txt"
+vm_ab
 echo "raw results in $OUT" >&2

@@ -17,7 +17,7 @@
 #                  targets as red marks
 #   table.md       the table as docs/performance.md shows it
 #
-# Usage: test/perf/compare.sh [-r RUNS] [-b N_BW] [-l N_LAT] [-m N_MR] [-s "SIZES"] [-L "LAT_SIZES"] [-T "TESTS"] [-o OUT]
+# Usage: test/perf/compare.sh [-r RUNS] [-b N_BW] [-l N_LAT] [-m N_MR] [-s "SIZES"] [-L "LAT_SIZES"] [-T "TESTS"] [-B BASE] [-o OUT]
 #   -r RUNS   rounds; the table shows the median (default 5)
 #   -b N_BW   iterations of the bandwidth tests (default 1000; 1 MiB and up use N_BW/10)
 #   -l N_LAT  iterations of the latency tests (default 3000)
@@ -29,15 +29,19 @@
 #             (message rate) and 8 B (latency); other sizes get ratios only.
 #   -T TESTS  which points (default all: write_bw send_bw read_bw write_mr
 #             send_lat write_lat)
+#   -B BASE   also run the async API and the stream of rdmaperf built at the
+#             revision BASE (tools async@base, stream@base), interleaved
+#             with the work tree's in the same VM: an A/B of the two trees
+#             against the same perftest (scripts/bench-ab.sh -V runs this)
 #   -o OUT    output directory (default test/perf/results)
 # Env: TIMEOUT (VM wall-clock limit, default 600 s), anything test/vm/run.sh takes.
 # Needs what test/vm/setup.sh installs (run as root once) and a Go toolchain;
 # the charts are drawn by test/perf/summarize (Go standard library only).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-RUNS=5 N_BW=1000 N_LAT=3000 N_MR=12800 SIZES=65536 LAT_SIZES=8 OUT=$ROOT/test/perf/results
+RUNS=5 N_BW=1000 N_LAT=3000 N_MR=12800 SIZES=65536 LAT_SIZES=8 OUT=$ROOT/test/perf/results BASE=
 TESTS="write_bw send_bw read_bw write_mr send_lat write_lat"
-while getopts ":r:b:l:m:s:L:T:o:h" opt; do
+while getopts ":r:b:l:m:s:L:T:B:o:h" opt; do
   case $opt in
     r) RUNS=$OPTARG ;;
     b) N_BW=$OPTARG ;;
@@ -46,6 +50,7 @@ while getopts ":r:b:l:m:s:L:T:o:h" opt; do
     s) SIZES=$OPTARG ;;
     L) LAT_SIZES=$OPTARG ;;
     T) TESTS=$OPTARG ;;
+    B) BASE=$OPTARG ;;
     o) OUT=$OPTARG ;;
     *) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0" >&2; exit 2 ;;
   esac
@@ -68,15 +73,26 @@ mkdir -p "$OUT"
 echo "building rdmaperf (cgo, for libibverbs)"
 (cd "$ROOT" && CGO_ENABLED=1 go build -o "$OUT/rdmaperf" ./cmd/rdmaperf)
 (cd "$ROOT" && go build -o "$OUT/summarize" ./test/perf/summarize)
+files=(-f "$OUT/rdmaperf")
+if [ -n "$BASE" ]; then
+  base_rev=$(git -C "$ROOT" rev-parse --verify "$BASE^{commit}") || { echo "compare.sh: no revision $BASE" >&2; exit 2; }
+  base_tree=$(mktemp -d)
+  trap 'git -C "$ROOT" worktree remove --force "$base_tree" >/dev/null 2>&1 || true; rm -rf "$base_tree"' EXIT
+  rmdir "$base_tree"
+  git -C "$ROOT" worktree add --detach -q "$base_tree" "$base_rev"
+  echo "building rdmaperf at $BASE ($base_rev)"
+  (cd "$base_tree" && CGO_ENABLED=1 go build -o "$OUT/rdmaperf.base" ./cmd/rdmaperf)
+  files+=(-f "$OUT/rdmaperf.base")
+fi
 echo "VM run: runs=$RUNS n_bw=$N_BW n_lat=$N_LAT n_mr=$N_MR sizes=$SIZES lat_sizes=$LAT_SIZES tests=$TESTS"
 echo "host load: $(cat /proc/loadavg)"
 set +e
-TIMEOUT=${TIMEOUT:-600} "$ROOT/test/vm/run.sh" -f "$OUT/rdmaperf" "$ROOT/test/perf/guest.sh" \
+TIMEOUT=${TIMEOUT:-600} "$ROOT/test/vm/run.sh" "${files[@]}" "$ROOT/test/perf/guest.sh" \
   "$RUNS" "$N_BW" "$N_LAT" "$N_MR" "$SIZES" "$TESTS" "$LAT_SIZES" | tee "$OUT/raw.txt"
 rc=${PIPESTATUS[0]}
 set -e
 [ "$rc" = 0 ] || echo "compare.sh: the VM job failed (exit $rc); summarising what was measured" >&2
 "$OUT/summarize" -json "$OUT/compare.json" -png "$OUT/compare.png" -ratios "$OUT/ratios.png" \
   < "$OUT/raw.txt" | tee "$OUT/table.md"
-rm -f "$OUT/rdmaperf" "$OUT/summarize"
+rm -f "$OUT/rdmaperf" "$OUT/rdmaperf.base" "$OUT/summarize"
 exit "$rc"

@@ -13,7 +13,10 @@
 # TOOL is perftest, verbs (rdmaperf --api=verbs), async (--api=async),
 # async_unlocked (--api=async --poller_lock=false, latency tests only), or
 # stream (--api=stream, the net.Conn of rdma.DialStream: send_bw and
-# send_lat only, with the stream's own window: no -t/-l/-Q/-r).
+# send_lat only, with the stream's own window: no -t/-l/-Q/-r). With
+# /job/rdmaperf.base (compare.sh -B), async@base and stream@base are the
+# same points of the base revision's rdmaperf, right after the work
+# tree's.
 set -uo pipefail
 RUNS=${1:-5} N_BW=${2:-1000} N_LAT=${3:-3000} N_MR=${4:-12800} BW_SIZES=${5:-65536}
 TESTS=" ${6:-write_bw send_bw read_bw write_mr send_lat write_lat} "
@@ -22,6 +25,7 @@ want() { [[ $TESTS == *" $1 "* ]]; }
 IP0=${RDMA_VM_IP0:?not in the VM?}
 GIDX=${RDMA_VM_GID_INDEX:?}
 PERF=/job/rdmaperf
+BASE=/job/rdmaperf.base
 fails=0
 
 # table FILE: the first row of numbers after the "#bytes" header.
@@ -69,11 +73,17 @@ bw() {
       "$PERF ${t}_bw --api $api -d rxe0 -p 18600 -s $size -n $n --report_gbits $x" \
       "$PERF ${t}_bw --api $api -d rxe1 -p 18600 -s $size -n $n --report_gbits $x --out_json /tmp/last.json $IP0"
   done
+  [ -x "$BASE" ] && pair "$run" "$name" async@base "$size" \
+    "$BASE ${t}_bw --api async -d rxe0 -p 18600 -s $size -n $n --report_gbits $x" \
+    "$BASE ${t}_bw --api async -d rxe1 -p 18600 -s $size -n $n --report_gbits $x $IP0"
   # the stream: its figures are the reader's (the server's), as for every
   # tool of send_bw (see pair)
   [ "$name" = send_bw ] && pair "$run" "$name" stream "$size" \
     "$PERF send_bw --api stream -d rxe0 -p 18600 -s $size -n $n --report_gbits" \
     "$PERF send_bw --api stream -d rxe1 -p 18600 -s $size -n $n --report_gbits --out_json /tmp/last.json $IP0"
+  [ "$name" = send_bw ] && [ -x "$BASE" ] && pair "$run" "$name" stream@base "$size" \
+    "$BASE send_bw --api stream -d rxe0 -p 18600 -s $size -n $n --report_gbits" \
+    "$BASE send_bw --api stream -d rxe1 -p 18600 -s $size -n $n --report_gbits $IP0"
   return 0
 }
 
@@ -87,6 +97,9 @@ lat() {
       "$PERF ${t}_lat --api $api -d rxe0 -p 18600 -s $size -n $n" \
       "$PERF ${t}_lat --api $api -d rxe1 -p 18600 -s $size -n $n --out_json /tmp/last.json $IP0"
   done
+  [ -x "$BASE" ] && pair "$run" "${t}_lat" async@base "$size" \
+    "$BASE ${t}_lat --api async -d rxe0 -p 18600 -s $size -n $n" \
+    "$BASE ${t}_lat --api async -d rxe1 -p 18600 -s $size -n $n $IP0"
   # the async API with its pollers on ordinary goroutines (docs/async.md)
   pair "$run" "${t}_lat" async_unlocked "$size" \
     "$PERF ${t}_lat --api async --poller_lock=false -d rxe0 -p 18600 -s $size -n $n" \
@@ -95,6 +108,9 @@ lat() {
   [ "$t" = send ] && pair "$run" "${t}_lat" stream "$size" \
     "$PERF send_lat --api stream -d rxe0 -p 18600 -s $size -n $n" \
     "$PERF send_lat --api stream -d rxe1 -p 18600 -s $size -n $n --out_json /tmp/last.json $IP0"
+  [ "$t" = send ] && [ -x "$BASE" ] && pair "$run" "${t}_lat" stream@base "$size" \
+    "$BASE send_lat --api stream -d rxe0 -p 18600 -s $size -n $n" \
+    "$BASE send_lat --api stream -d rxe1 -p 18600 -s $size -n $n $IP0"
   return 0
 }
 
