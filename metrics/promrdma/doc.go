@@ -27,6 +27,9 @@
 //	rdma_queue_waits_total                   counter  waited for send-queue room
 //	rdma_queue_full_total                    counter  posts refused with ErrQueueFull
 //	rdma_credits_out                         gauge    credits given, not used yet
+//	rdma_credit_writes_total                 counter  credits given back in band (RDMA WRITEs)
+//	rdma_control_frames_total                counter  frames sent on the control channel
+//	rdma_doorbells_total                     counter  chains posted to the send queue
 //	rdma_operation_latency_seconds           histogram one operation in 64, issue to completion
 //	rdma_connections_opened_total            counter
 //	rdma_connections_ended_total{reason}     counter  reason: closed_local, closed_peer, peer_gone,
@@ -35,6 +38,7 @@
 //	rdma_srq_posted_receives{message_size}   gauge    and rdma_srq_depth, _granted_credits,
 //	                                                  _held_receives, _waiting_connections
 //	rdma_srq_refills_total{message_size,cause} counter cause: event, poll, grant, retry
+//	rdma_srq_withdrawn_receives_total{message_size} counter receives taken back as the load fell
 //	rdma_pool_registered_bytes               gauge    and _in_use_bytes, _slabs, _buffers_in_use
 //	rdma_pool_registrations_total            counter  and _deregistrations_total
 //	rdma_poller_polls_total                  counter  and the other rdma.PollerStats counters;

@@ -62,6 +62,8 @@ type connSet struct {
 	byStatus                           metric
 	creditWaits, queueWaits, queueFull metric
 	creditsOut                         metric
+	creditWrites, controlFrames        metric
+	doorbells                          metric
 	latency                            metric
 	// zeros: emit the statuses of byStatus that never failed too (the
 	// engine's, so that rate() sees a failure's first increment), not
@@ -89,6 +91,9 @@ func newConnSet(subsystem string, labels []string, zeros bool) connSet {
 		queueFull:     newMetric(subsystem, "queue_full_total", "Posts refused with ErrQueueFull: past WithSendQueueLimit.", counter, labels),
 		byStatus:      newMetric(subsystem, "completion_failures_by_status_total", "Failed completions by side (send, recv) and libibverbs status, flushes of an orderly close excepted.", counter, labels, "side", "status"),
 		creditsOut:    newMetric(subsystem, "credits_out", "Credits given to the peer and not used yet.", gauge, labels),
+		creditWrites:  newMetric(subsystem, "credit_writes_total", "RDMA WRITEs that told the peer of credits given back (in band).", counter, labels),
+		controlFrames: newMetric(subsystem, "control_frames_total", "Frames sent on the control channel (set-up, regions, credit asks and answers, close).", counter, labels),
+		doorbells:     newMetric(subsystem, "doorbells_total", "Chains of operations posted to the send queue, one provider call each.", counter, labels),
 	}
 }
 
@@ -123,6 +128,9 @@ func addConn(s *sums, m *connSet, cs rdma.ConnStats, labels []string) {
 	s.add(m.queueWaits, float64(cs.QueueWaits), labels...)
 	s.add(m.queueFull, float64(cs.QueueFull), labels...)
 	s.add(m.creditsOut, float64(cs.CreditsOut), labels...)
+	s.add(m.creditWrites, float64(cs.CreditWrites), labels...)
+	s.add(m.controlFrames, float64(cs.ControlFrames), labels...)
+	s.add(m.doorbells, float64(cs.Doorbells), labels...)
 	s.addHist(m.latency, cs.Latency, labels...)
 	for _, side := range []struct {
 		name string
@@ -179,14 +187,15 @@ func addLifecycle(s *sums, l rdma.LifecycleStats, eng []string) {
 }
 
 var srqMetrics = struct {
-	posted, depth, granted, held, waiting, refills metric
+	posted, depth, granted, held, waiting, refills, withdrawn metric
 }{
-	posted:  newMetric("srq", "posted_receives", "Receives posted on the shared receive queue now.", gauge, engineLabels, "message_size"),
-	depth:   newMetric("srq", "depth", "The most receives the shared receive queue posts.", gauge, engineLabels, "message_size"),
-	granted: newMetric("srq", "granted_credits", "Credits given and not used yet, over all connections.", gauge, engineLabels, "message_size"),
-	held:    newMetric("srq", "held_receives", "Messages received and not taken yet, or whose credits are not back.", gauge, engineLabels, "message_size"),
-	waiting: newMetric("srq", "waiting_connections", "Connections waiting for credits.", gauge, engineLabels, "message_size"),
-	refills: newMetric("srq", "refills_total", "Refills of the shared receive queue, by what started them.", counter, engineLabels, "message_size", "cause"),
+	posted:    newMetric("srq", "posted_receives", "Receives posted on the shared receive queue now.", gauge, engineLabels, "message_size"),
+	depth:     newMetric("srq", "depth", "The most receives the shared receive queue posts.", gauge, engineLabels, "message_size"),
+	granted:   newMetric("srq", "granted_credits", "Credits given and not used yet, over all connections.", gauge, engineLabels, "message_size"),
+	held:      newMetric("srq", "held_receives", "Messages received and not taken yet, or whose credits are not back.", gauge, engineLabels, "message_size"),
+	waiting:   newMetric("srq", "waiting_connections", "Connections waiting for credits.", gauge, engineLabels, "message_size"),
+	refills:   newMetric("srq", "refills_total", "Refills of the shared receive queue, by what started them.", counter, engineLabels, "message_size", "cause"),
+	withdrawn: newMetric("srq", "withdrawn_receives_total", "Receives taken back as the load fell, by the queue itself or by Engine.Trim.", counter, engineLabels, "message_size"),
 }
 
 // refillCauses names the indexes of rdma.SRQStats.Refills (rdma.RefillEvent,
@@ -201,6 +210,7 @@ func addSRQs(s *sums, srqs []rdma.SRQStats, eng []string) {
 		s.add(srqMetrics.granted, float64(q.Granted), l...)
 		s.add(srqMetrics.held, float64(q.Held), l...)
 		s.add(srqMetrics.waiting, float64(q.Waiting), l...)
+		s.add(srqMetrics.withdrawn, float64(q.Withdrawn), l...)
 		for i, n := range q.Refills {
 			cause := strconv.Itoa(i) // a cause newer than this package
 			if i < len(refillCauses) {
