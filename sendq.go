@@ -227,6 +227,9 @@ func (c *Conn) waitSent(ctx context.Context) error {
 		defer c.drv.WaitingAdd(-1)
 	}
 	c.postMu.Lock()
+	// Operations left in the combining queue were issued before the
+	// call too: post (or queue) them first, so seq and posted cover them.
+	c.postCombinedLocked()
 	seq := c.queuedSeq
 	for {
 		if c.drainedSeq >= seq && c.completed.Load() >= c.posted {
