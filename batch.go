@@ -129,6 +129,9 @@ func (b *Batch) Post() *Future {
 	b.ops[n-1].n = total
 	b.wrs[n-1].Flags |= verbs.SendSignaled
 	c.postMu.Lock()
+	// What this goroutine (or another) left in the combining queue was
+	// issued first: it goes first.
+	c.postCombinedLocked()
 	err := c.submitLocked(b.wrs, b.ops)
 	c.postUnlock()
 	if err != nil {

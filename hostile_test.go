@@ -134,6 +134,19 @@ func TestRequestRegionAbandoned(t *testing.T) {
 		require.NoError(t, c.ReleaseRegion(ctx, r))
 	}
 	t.Logf("%d of 200 requests gave up", gaveUp)
+	// The peer answers requests in order: once a last one is answered,
+	// none given up on is still on its way to be granted.
+	var last rdma.RemoteRegion
+	require.Eventually(t, func() bool {
+		r, err := c.RequestRegion(ctx, 1, rdma.RemoteWrite)
+		if errors.Is(err, rdma.ErrRegionRefused) {
+			return false // the limit is still full of grants on their way back
+		}
+		require.NoError(t, err)
+		last = r
+		return true
+	}, 10*time.Second, time.Millisecond)
+	require.NoError(t, c.ReleaseRegion(ctx, last))
 	require.Eventually(t, func() bool { b, n := rdma.Granted(s); return b == 0 && n == 0 }, 10*time.Second, time.Millisecond,
 		"grants of abandoned requests were not handed back")
 	r, err := c.RequestRegion(ctx, 8<<20, rdma.RemoteWrite)
