@@ -44,6 +44,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"syscall"
 
 	"golang.org/x/sync/errgroup"
@@ -71,6 +72,7 @@ type config struct {
 	quiet    bool
 	provider string
 	poll     rdma.PollMode
+	cpuprof  string
 }
 
 func parse(args []string, stderr io.Writer) (cfg config, ok bool) {
@@ -100,6 +102,7 @@ sizes take a suffix: 4096, 64KiB, 1MiB, 1GiB (also K, M, G; KB, MB, GB are power
 	fs.BoolVar(&cfg.quiet, "q", false, "no progress bar")
 	fs.StringVar(&cfg.provider, "provider", rdma.ProviderAuto, "RDMA provider: auto, verbs or soft")
 	poll := fs.String("poll", "adaptive", "completion polling: adaptive, busy or event")
+	fs.StringVar(&cfg.cpuprof, "cpuprofile", "", "write a CPU profile to this file")
 	if err := fs.Parse(args); err != nil {
 		return cfg, false
 	}
@@ -148,6 +151,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, ok := parse(args, stderr)
 	if !ok {
 		return 2
+	}
+	if cfg.cpuprof != "" {
+		f, err := os.Create(cfg.cpuprof)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "datamover:", err)
+			return 1
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	if err := dispatch(ctx, cfg, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "datamover:", err)
