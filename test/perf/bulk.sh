@@ -61,6 +61,11 @@ head -c $((MIB << 20)) /dev/urandom >"$IN"
 
 now() { date +%s%N; }
 
+# cpusum FILE...: the user and system seconds of the children in the
+# output of bash's times (its second line), summed per file. times must
+# run in the shell that waited for the children, not in a $(...).
+cpusum() { awk 'FNR == 2 { s = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); s += a[1] * 60 + a[2] } print s }' "$@"; }
+
 # listener LOG PATTERN: wait until LOG has a line matching PATTERN (the
 # listener's "listening on ADDR") and print ADDR.
 listener() {
@@ -79,10 +84,11 @@ listener() {
   return 1
 }
 
-# transfer KIND ROUND: one transfer; prints its seconds.
+# transfer KIND ROUND: one transfer; prints its seconds and the CPU
+# seconds of both processes.
 transfer() {
   local kind=$1 round=$2 rlog=$DIR/log/$1.$2.recv slog=$DIR/log/$1.$2.send
-  local rprof=() sprof=() rpid addr t0 t1 rc=0
+  local rprof=() sprof=() rpid addr t0 t1 c0 c1 rc=0
   rm -f "$OUT"
   if [ -n "$PROF" ] && [ "$kind" != tcp ]; then
     rprof=(-cpuprofile "$DIR/pprof/$kind.$round.recv")
@@ -102,6 +108,7 @@ transfer() {
   esac
   rpid=$!
   addr=$(listener "$rlog" "$rpid") || { wait "$rpid" || true; return 1; }
+  times >"$DIR/times.0"
   t0=$(now)
   case $kind in
   tcp) "$DIR/bin/bulk" -c "$addr" -i "$IN" >"$slog" 2>&1 || rc=$? ;;
@@ -112,6 +119,8 @@ transfer() {
   esac
   wait "$rpid" || rc=$((rc == 0 ? $? : rc))
   t1=$(now)
+  times >"$DIR/times.1"
+  { read -r c0; read -r c1; } < <(cpusum "$DIR/times.0" "$DIR/times.1")
   if [ "$rc" -ne 0 ]; then
     echo "bulk.sh: $kind (round $round) failed, exit $rc" >&2
     tail -n 5 "$slog" "$rlog" >&2
@@ -121,18 +130,20 @@ transfer() {
     echo "bulk.sh: $kind (round $round) delivered other bytes than it was given" >&2
     return 1
   fi
-  awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f\n", (b - a) / 1e9 }'
+  awk -v a="$t0" -v b="$t1" -v c="$c0" -v d="$c1" 'BEGIN { printf "%.3f %.3f\n", (b - a) / 1e9, d - c }'
 }
 
 echo "bulk.sh: $MIB MiB, $ROUNDS rounds, $(go env GOVERSION), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-declare -A TIMES
+declare -A TIMES CPUS
 failed=0
 for ((r = 1; r <= ROUNDS; r++)); do
   line="round $r:"
   for k in "${KINDS[@]}"; do
-    if s=$(transfer "$k" "$r"); then
+    if out=$(transfer "$k" "$r"); then
+      read -r s c <<<"$out"
       TIMES[$k]="${TIMES[$k]:-} $s"
-      line="$line $k ${s}s"
+      CPUS[$k]="${CPUS[$k]:-} $c"
+      line="$line $k ${s}s (cpu ${c}s)"
     else
       failed=1
       line="$line $k FAILED"
@@ -144,13 +155,14 @@ done
 median() { tr ' ' '\n' | awk 'NF' | sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 tcp=$(echo "${TIMES[tcp]:-}" | median)
 echo
-echo "| transfer ($MIB MiB) | median s | MB/s | ratio to TCP |"
-echo "|---|---|---|---|"
+echo "| transfer ($MIB MiB) | median s | MB/s | ratio to TCP | CPU s, both processes |"
+echo "|---|---|---|---|---|"
 for k in "${KINDS[@]}"; do
   m=$(echo "${TIMES[$k]:-}" | median)
-  awk -v k="$k" -v m="$m" -v t="$tcp" -v mib="$MIB" 'BEGIN {
+  c=$(echo "${CPUS[$k]:-}" | median)
+  awk -v k="$k" -v m="$m" -v t="$tcp" -v mib="$MIB" -v c="$c" 'BEGIN {
     mbs = (m == "-" || m == 0) ? "-" : sprintf("%.0f", mib * 1048576 / m / 1e6)
     ratio = (m == "-" || t == "-" || m == 0) ? "-" : sprintf("%.2fx", t / m)
-    printf "| %s | %s | %s | %s |\n", k, m, mbs, ratio }'
+    printf "| %s | %s | %s | %s | %s |\n", k, m, mbs, ratio, c }'
 done
 exit "$failed"
