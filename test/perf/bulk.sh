@@ -13,7 +13,7 @@
 #   -p        CPU profiles of both processes of every transfer in DIR/pprof
 #             (rdmacat and datamover -cpuprofile); read them with go tool pprof
 #   -x ARGS   extra flags for rdmacat (both ends), e.g. "-msg 1048576"
-#   -y ARGS   extra flags for the datamover sender, e.g. "-j 8 -chunk 4MiB"
+#   -y ARGS   extra flags for datamover (both ends), e.g. "-j 8 -chunk 4MiB"
 #   KIND      tcp, rdmacat, datamover (default all three)
 # Exits 1 when a transfer fails or delivers other bytes, 2 on bad usage;
 # a ratio below the target does not fail it.
@@ -103,7 +103,8 @@ transfer() {
     "$DIR/bin/rdmacat" -provider soft -l -d -v "${rprof[@]}" $XCAT 127.0.0.1:0 </dev/null >"$OUT" 2>"$rlog" &
     ;;
   datamover)
-    "$DIR/bin/datamover" -provider soft -q -l 127.0.0.1:0 -o "$OUT" "${rprof[@]}" >"$rlog" 2>&1 &
+    # shellcheck disable=SC2086
+    "$DIR/bin/datamover" -provider soft -q -l 127.0.0.1:0 -o "$OUT" "${rprof[@]}" $XDM >"$rlog" 2>&1 &
     ;;
   esac
   rpid=$!
