@@ -24,9 +24,9 @@
 //     then sends "window consumed" (a Send). The sender writes window w
 //     into a slot only after the receiver consumed window w-2, which used
 //     the same slot.
-//  5. The sender then sends the SHA-256 of its data; the receiver compares
-//     it with its own over the bytes it received and answers with the
-//     verdict. The output file appears under its name (from a ".part"
+//  5. The sender then sends the checksum of its data (SHA-256, or with
+//     -sum crc32c the much cheaper CRC-32C); the receiver compares it with
+//     its own over the bytes it received and answers with the verdict. The output file appears under its name (from a ".part"
 //     file) only when the checksums match.
 //
 // Progress goes to stderr (at most 5 updates a second, redrawn in place on
@@ -72,6 +72,7 @@ type config struct {
 	quiet    bool
 	provider string
 	poll     rdma.PollMode
+	sum      checksum
 	cpuprof  string
 }
 
@@ -102,6 +103,7 @@ sizes take a suffix: 4096, 64KiB, 1MiB, 1GiB (also K, M, G; KB, MB, GB are power
 	fs.BoolVar(&cfg.quiet, "q", false, "no progress bar")
 	fs.StringVar(&cfg.provider, "provider", rdma.ProviderAuto, "RDMA provider: auto, verbs or soft")
 	poll := fs.String("poll", "adaptive", "completion polling: adaptive, busy or event")
+	sum := fs.String("sum", "sha256", "send: how both ends check the data: sha256 or crc32c (faster)")
 	fs.StringVar(&cfg.cpuprof, "cpuprofile", "", "write a CPU profile to this file")
 	if err := fs.Parse(args); err != nil {
 		return cfg, false
@@ -143,6 +145,9 @@ sizes take a suffix: 4096, 64KiB, 1MiB, 1GiB (also K, M, G; KB, MB, GB are power
 	cfg.chunk = int(chunk.v)
 	if cfg.poll, err = rdma.ParsePollMode(*poll); err != nil {
 		return bad("-poll: %v", err)
+	}
+	if cfg.sum, err = parseChecksum(*sum); err != nil {
+		return bad("-sum: %v", err)
 	}
 	return cfg, true
 }
@@ -193,7 +198,7 @@ func dispatch(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer src.Close()
-	s := &sender{src: src, chunk: cfg.chunk, jobs: cfg.jobs, log: stdout, progress: progressTo(stderr, cfg.quiet, tty)}
+	s := &sender{src: src, sum: cfg.sum, chunk: cfg.chunk, jobs: cfg.jobs, log: stdout, progress: progressTo(stderr, cfg.quiet, tty)}
 	if !cfg.self {
 		return s.run(ctx, cfg.addr, opts)
 	}
