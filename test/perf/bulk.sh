@@ -14,7 +14,8 @@
 #             (rdmacat and datamover -cpuprofile); read them with go tool pprof
 #   -x ARGS   extra flags for rdmacat (both ends), e.g. "-msg 1048576"
 #   -y ARGS   extra flags for datamover (both ends), e.g. "-j 8 -chunk 4MiB"
-#   KIND      tcp, rdmacat, datamover (default all three)
+#   KIND      tcp, rdmacat, datamover, datamover-crc32c (datamover -sum crc32c:
+#             a CRC-32C instead of SHA-256 at both ends) (default all four)
 # Exits 1 when a transfer fails or delivers other bytes, 2 on bad usage;
 # a ratio below the target does not fail it.
 set -euo pipefail
@@ -39,9 +40,9 @@ while getopts "n:r:o:px:y:h" opt; do
 done
 shift $((OPTIND - 1))
 KINDS=("$@")
-[ ${#KINDS[@]} -gt 0 ] || KINDS=(tcp rdmacat datamover)
+[ ${#KINDS[@]} -gt 0 ] || KINDS=(tcp rdmacat datamover datamover-crc32c)
 for k in "${KINDS[@]}"; do
-  case $k in tcp | rdmacat | datamover) ;; *) echo "bulk.sh: unknown kind $k" >&2; usage ;; esac
+  case $k in tcp | rdmacat | datamover | datamover-crc32c) ;; *) echo "bulk.sh: unknown kind $k" >&2; usage ;; esac
 done
 case $MIB$ROUNDS in *[!0-9]*) usage ;; esac
 [ "$MIB" -gt 0 ] && [ "$ROUNDS" -gt 0 ] || usage
@@ -88,11 +89,14 @@ listener() {
 # seconds of both processes.
 transfer() {
   local kind=$1 round=$2 rlog=$DIR/log/$1.$2.recv slog=$DIR/log/$1.$2.send
-  local rprof=() sprof=() rpid addr t0 t1 c0 c1 rc=0
+  local rprof=() sprof=() xdm=$XDM rpid addr t0 t1 c0 c1 rc=0
   rm -f "$OUT"
   if [ -n "$PROF" ] && [ "$kind" != tcp ]; then
     rprof=(-cpuprofile "$DIR/pprof/$kind.$round.recv")
     sprof=(-cpuprofile "$DIR/pprof/$kind.$round.send")
+  fi
+  if [ "$kind" = datamover-crc32c ]; then
+    kind=datamover xdm="-sum crc32c $XDM"
   fi
   case $kind in
   tcp)
@@ -104,7 +108,7 @@ transfer() {
     ;;
   datamover)
     # shellcheck disable=SC2086
-    "$DIR/bin/datamover" -provider soft -q -l 127.0.0.1:0 -o "$OUT" "${rprof[@]}" $XDM >"$rlog" 2>&1 &
+    "$DIR/bin/datamover" -provider soft -q -l 127.0.0.1:0 -o "$OUT" "${rprof[@]}" $xdm >"$rlog" 2>&1 &
     ;;
   esac
   rpid=$!
@@ -116,7 +120,7 @@ transfer() {
   # shellcheck disable=SC2086
   rdmacat) "$DIR/bin/rdmacat" -provider soft "${sprof[@]}" $XCAT "$addr" <"$IN" >"$slog" 2>&1 || rc=$? ;;
   # shellcheck disable=SC2086
-  datamover) "$DIR/bin/datamover" -provider soft -q -addr "$addr" -i "$IN" "${sprof[@]}" $XDM >"$slog" 2>&1 || rc=$? ;;
+  datamover) "$DIR/bin/datamover" -provider soft -q -addr "$addr" -i "$IN" "${sprof[@]}" $xdm >"$slog" 2>&1 || rc=$? ;;
   esac
   wait "$rpid" || rc=$((rc == 0 ? $? : rc))
   t1=$(now)
