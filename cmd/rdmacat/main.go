@@ -31,6 +31,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -63,6 +64,7 @@ type config struct {
 	timeout  time.Duration
 	msg      int
 	depth    int
+	cpuprof  string
 }
 
 func parse(args []string, stderr io.Writer) (cfg config, ok bool) {
@@ -81,6 +83,7 @@ func parse(args []string, stderr io.Writer) (cfg config, ok bool) {
 	fs.DurationVar(&cfg.timeout, "w", 30*time.Second, "connect timeout (with -l: no limit)")
 	fs.IntVar(&cfg.msg, "msg", 0, "bytes per message (default 64 KiB)")
 	fs.IntVar(&cfg.depth, "depth", 0, "messages kept posted per direction (default 32)")
+	fs.StringVar(&cfg.cpuprof, "cpuprofile", "", "write a CPU profile to this file")
 	if err := fs.Parse(args); err != nil {
 		return cfg, false
 	}
@@ -115,6 +118,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitUsage
 	}
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "rdmacat: "+format+"\n", a...) }
+	if cfg.cpuprof != "" {
+		stop, err := startCPUProfile(cfg.cpuprof)
+		if err != nil {
+			logf("%v", err)
+			return exitLocal
+		}
+		defer stop()
+	}
 	conn, err := connect(ctx, cfg, logf)
 	if err != nil {
 		logf("%v", err)
@@ -262,6 +273,19 @@ func progress(done <-chan struct{}, start time.Time, sent, received *atomic.Int6
 				sent.Load(), rate(sent.Load(), el), received.Load(), rate(received.Load(), el))
 		}
 	}
+}
+
+// startCPUProfile writes a CPU profile to path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 func rate(n int64, el time.Duration) string {

@@ -24,9 +24,9 @@
 //     then sends "window consumed" (a Send). The sender writes window w
 //     into a slot only after the receiver consumed window w-2, which used
 //     the same slot.
-//  5. The sender then sends the SHA-256 of its data; the receiver compares
-//     it with its own over the bytes it received and answers with the
-//     verdict. The output file appears under its name (from a ".part"
+//  5. The sender then sends the checksum of its data (SHA-256, or with
+//     -sum crc32c the much cheaper CRC-32C); the receiver compares it with
+//     its own over the bytes it received and answers with the verdict. The output file appears under its name (from a ".part"
 //     file) only when the checksums match.
 //
 // Progress goes to stderr (at most 5 updates a second, redrawn in place on
@@ -44,6 +44,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"syscall"
 
 	"golang.org/x/sync/errgroup"
@@ -71,6 +72,8 @@ type config struct {
 	quiet    bool
 	provider string
 	poll     rdma.PollMode
+	sum      checksum
+	cpuprof  string
 }
 
 func parse(args []string, stderr io.Writer) (cfg config, ok bool) {
@@ -100,6 +103,8 @@ sizes take a suffix: 4096, 64KiB, 1MiB, 1GiB (also K, M, G; KB, MB, GB are power
 	fs.BoolVar(&cfg.quiet, "q", false, "no progress bar")
 	fs.StringVar(&cfg.provider, "provider", rdma.ProviderAuto, "RDMA provider: auto, verbs or soft")
 	poll := fs.String("poll", "adaptive", "completion polling: adaptive, busy or event")
+	sum := fs.String("sum", "sha256", "send: how both ends check the data: sha256 or crc32c (faster)")
+	fs.StringVar(&cfg.cpuprof, "cpuprofile", "", "write a CPU profile to this file")
 	if err := fs.Parse(args); err != nil {
 		return cfg, false
 	}
@@ -141,6 +146,9 @@ sizes take a suffix: 4096, 64KiB, 1MiB, 1GiB (also K, M, G; KB, MB, GB are power
 	if cfg.poll, err = rdma.ParsePollMode(*poll); err != nil {
 		return bad("-poll: %v", err)
 	}
+	if cfg.sum, err = parseChecksum(*sum); err != nil {
+		return bad("-sum: %v", err)
+	}
 	return cfg, true
 }
 
@@ -148,6 +156,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, ok := parse(args, stderr)
 	if !ok {
 		return 2
+	}
+	if cfg.cpuprof != "" {
+		f, err := os.Create(cfg.cpuprof)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "datamover:", err)
+			return 1
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	if err := dispatch(ctx, cfg, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "datamover:", err)
@@ -179,7 +198,7 @@ func dispatch(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer src.Close()
-	s := &sender{src: src, chunk: cfg.chunk, jobs: cfg.jobs, log: stdout, progress: progressTo(stderr, cfg.quiet, tty)}
+	s := &sender{src: src, sum: cfg.sum, chunk: cfg.chunk, jobs: cfg.jobs, log: stdout, progress: progressTo(stderr, cfg.quiet, tty)}
 	if !cfg.self {
 		return s.run(ctx, cfg.addr, opts)
 	}

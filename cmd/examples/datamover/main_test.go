@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"golang.org/x/sync/errgroup"
 
@@ -69,6 +73,46 @@ func TestSelfGenerated(t *testing.T) {
 	if !strings.Contains(errs, "send [") || !strings.Contains(errs, "100%") || strings.Contains(errs, "\r") {
 		t.Errorf("progress on stderr:\n%q", errs)
 	}
+}
+
+// TestSelfCRC32C checks the data with -sum crc32c, in windows: the
+// receiver follows the sender's choice and writes the same file.
+func TestSelfCRC32C(t *testing.T) {
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "in"), filepath.Join(dir, "out")
+	data := make([]byte, 3<<20+123)
+	genSource{size: int64(len(data))}.ReadAt(data, 0)
+	require.NoError(t, os.WriteFile(in, data, 0o644))
+	code, stdout, stderr := runCmd(t, "-self", "-i", in, "-o", out, "-sum", "crc32c", "-window", "1MiB", "-chunk", "128KiB", "-q", "-provider", "soft")
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	want := crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli))
+	assert.Contains(t, stdout, fmt.Sprintf("the receiver verified crc32c %08x", want))
+	assert.Contains(t, stdout, fmt.Sprintf("checksum OK, crc32c %08x", want))
+	got, err := os.ReadFile(out)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(data, got), "the output differs from the input")
+}
+
+// TestMismatchCRC32C: a mismatch is found with CRC-32C too.
+func TestMismatchCRC32C(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	opts := []rdma.Option{rdma.WithProvider("soft"), rdma.WithMaxMessage(maxMsg)}
+	ln, err := rdma.Listen("rdma", "127.0.0.1:0", opts...)
+	require.NoError(t, err)
+	defer ln.Close()
+	var log syncBuffer
+	none := progressTo(nil, true, false)
+	r := &receiver{window: 1 << 20, log: &log, progress: none}
+	s := &sender{src: &lyingSource{genSource: genSource{size: 3 << 20}}, sum: sumCRC32C, chunk: 1 << 20, jobs: 2, log: &log, progress: none}
+	var g errgroup.Group
+	var rerr, serr error
+	g.Go(func() error { rerr = r.run(ctx, ln); return nil })
+	g.Go(func() error { serr = s.run(ctx, ln.Addr().String(), opts); return nil })
+	g.Wait()
+	require.ErrorIs(t, rerr, errMismatch, log.String())
+	require.ErrorIs(t, serr, errMismatch, log.String())
+	assert.Contains(t, log.String(), "checksum MISMATCH: ours crc32c")
 }
 
 // TestSelfFileWindows sends a file larger than the receiver's region, so
@@ -203,6 +247,7 @@ func TestUsage(t *testing.T) {
 		{"-self", "-gen", "1MiB", "-j", "0"},
 		{"-self", "-gen", "1MiB", "-chunk", "10"},
 		{"-self", "-gen", "1MiB", "-poll", "sometimes"},
+		{"-self", "-gen", "1MiB", "-sum", "md5"},
 		{"-self", "-gen", "1MiB", "-provider", "magic"},
 		{"-addr", "x:1", "-gen", "1MiB", "-o", "out"},
 		{"-self", "-gen", "1MiB", "extra"},

@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
+	"hash/crc32"
 	"time"
 
 	"github.com/go-rdma/rdma"
@@ -14,11 +16,11 @@ import (
 // The messages of the protocol, carried by Send and Recv. Each starts
 // with its type byte; numbers are big-endian.
 const (
-	msgStart   = 'S' // sender: size u64, chunk u32
+	msgStart   = 'S' // sender: size u64, chunk u32, checksum u8 (sumSHA256, sumCRC32C)
 	msgReady   = 'R' // receiver: slots u32, slot size u64, region (20 bytes)
 	msgAck     = 'A' // receiver: window u32 consumed; its slot is free
-	msgDone    = 'D' // sender: chunks u32, sha256 [32]
-	msgVerdict = 'V' // receiver: ok u8, sha256 [32] of what it received
+	msgDone    = 'D' // sender: chunks u32, checksum [32] (a CRC-32C in its first 4 bytes)
+	msgVerdict = 'V' // receiver: ok u8, checksum [32] of what it received
 	msgAbort   = 'E' // either: why it gives up (text)
 
 	maxMsg = 1024 // largest message either side accepts
@@ -125,10 +127,61 @@ type note struct {
 	n     int    // and its length
 }
 
-func startMsg(size int64, chunk int) []byte {
+func startMsg(size int64, chunk int, sum checksum) []byte {
 	b := []byte{msgStart}
 	b = binary.BigEndian.AppendUint64(b, uint64(size))
-	return binary.BigEndian.AppendUint32(b, uint32(chunk))
+	b = binary.BigEndian.AppendUint32(b, uint32(chunk))
+	return append(b, byte(sum))
+}
+
+const startLen = 1 + 8 + 4 + 1
+
+// checksum is how both ends check the data: the sender's choice, which
+// the receiver follows.
+type checksum byte
+
+const (
+	sumSHA256 checksum = 0 // SHA-256: about 2 GB/s a core with SHA-NI
+	sumCRC32C checksum = 1 // CRC-32C (Castagnoli): about 20 GB/s, with SSE 4.2
+)
+
+func parseChecksum(s string) (checksum, error) {
+	switch s {
+	case "sha256":
+		return sumSHA256, nil
+	case "crc32c":
+		return sumCRC32C, nil
+	}
+	return 0, fmt.Errorf("%q: want sha256 or crc32c", s)
+}
+
+func (c checksum) String() string {
+	switch c {
+	case sumSHA256:
+		return "sha256"
+	case sumCRC32C:
+		return "crc32c"
+	}
+	return fmt.Sprintf("checksum(%d)", byte(c))
+}
+
+// new returns the hash, or nil for an unknown checksum.
+func (c checksum) new() hash.Hash {
+	switch c {
+	case sumSHA256:
+		return sha256.New()
+	case sumCRC32C:
+		return crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	}
+	return nil
+}
+
+// size is how many bytes of a [sha256.Size] field the checksum uses.
+func (c checksum) size() int {
+	if c == sumCRC32C {
+		return crc32.Size
+	}
+	return sha256.Size
 }
 
 func readyMsg(slots int, slotSize int64, r rdma.RemoteRegion) []byte {

@@ -63,11 +63,15 @@ func (r *receiver) run(ctx context.Context, ln *rdma.Listener) (err error) {
 		}
 	}()
 
-	m, err := p.expect(ctx, msgStart, 1+8+4)
+	m, err := p.expect(ctx, msgStart, startLen)
 	if err != nil {
 		return fmt.Errorf("waiting for the sender: %w", err)
 	}
-	size, chunk := int64(binary.BigEndian.Uint64(m[1:])), int64(binary.BigEndian.Uint32(m[9:]))
+	size, chunk, sum := int64(binary.BigEndian.Uint64(m[1:])), int64(binary.BigEndian.Uint32(m[9:])), checksum(m[13])
+	h := sum.new()
+	if h == nil {
+		return fmt.Errorf("protocol: unknown checksum %d", m[13])
+	}
 	if chunk < 1 || chunk > 1<<30 || size < 0 || size > 1<<50 || (size+chunk-1)/chunk > 1<<32-1 {
 		return fmt.Errorf("protocol: %d bytes in chunks of %d", size, chunk)
 	}
@@ -101,7 +105,6 @@ func (r *receiver) run(ctx context.Context, ln *rdma.Listener) (err error) {
 	// and frees each window's slot with an ack once it is through. It
 	// runs beside the receive loop, so notifications keep being taken
 	// meanwhile.
-	h := sha256.New()
 	var arrived, acked atomic.Int64 // chunks arrived in order; windows consumed
 	wake := make(chan struct{}, 1)
 	consumed = make(chan error, 1)
@@ -135,6 +138,7 @@ func (r *receiver) run(ctx context.Context, ln *rdma.Listener) (err error) {
 	var ours [sha256.Size]byte
 	h.Sum(ours[:0])
 	ok := bytes.Equal(ours[:], m[5:])
+	sn := sum.size()
 	// The verdict is the last message: the sender closes once it has it,
 	// and that close can flush our send before its acknowledgement
 	// arrives although the verdict was delivered. Our own result stands
@@ -143,7 +147,7 @@ func (r *receiver) run(ctx context.Context, ln *rdma.Listener) (err error) {
 		r.logf("the verdict may not have reached the sender: %v", err)
 	}
 	if !ok {
-		r.logf("received %s in %v: checksum MISMATCH: ours %x, the sender's %x", human(size), elapsed.Round(time.Millisecond), ours, m[5:])
+		r.logf("received %s in %v: checksum MISMATCH: ours %s %x, the sender's %x", human(size), elapsed.Round(time.Millisecond), sum, ours[:sn], m[5:5+sn])
 		return errMismatch
 	}
 	if part != nil {
@@ -160,7 +164,7 @@ func (r *receiver) run(ctx context.Context, ln *rdma.Listener) (err error) {
 	if r.out != "" {
 		saved = "wrote " + r.out
 	}
-	r.logf("received %s in %v at %s: checksum OK, sha256 %x; %s", human(size), elapsed.Round(time.Millisecond), rate(size, elapsed), ours, saved)
+	r.logf("received %s in %v at %s: checksum OK, %s %x; %s", human(size), elapsed.Round(time.Millisecond), rate(size, elapsed), sum, ours[:sn], saved)
 	// Let the sender close first, once it has our verdict.
 	p.awaitClose(parent)
 	return nil
@@ -246,12 +250,17 @@ func (r *receiver) consume(ctx context.Context, p *peer, l layout, mem *rdma.Buf
 			winEnd := int64(w+1) * l.perWindow()
 			end := min(upto, winEnd)
 			n := min(end*l.chunk, l.size) - off
-			data := mem.Bytes()[at : at+n]
-			h.Write(data)
-			if part != nil {
-				if _, err := part.Write(data); err != nil {
-					return err
+			// A piece at a time, so that the write finds in the cache
+			// what the hash has just read.
+			for data := mem.Bytes()[at : at+n]; len(data) > 0; {
+				k := min(len(data), consumePiece)
+				h.Write(data[:k])
+				if part != nil {
+					if _, err := part.Write(data[:k]); err != nil {
+						return err
+					}
 				}
+				data = data[k:]
 			}
 			done = end
 			if done == winEnd || done == l.chunks() {
@@ -272,3 +281,7 @@ func (r *receiver) consume(ctx context.Context, p *peer, l layout, mem *rdma.Buf
 	}
 	return nil
 }
+
+// consumePiece is how much of the arrived data the consumer hashes and
+// writes at a time.
+const consumePiece = 256 << 10

@@ -16,6 +16,7 @@ import (
 
 type sender struct {
 	src      source
+	sum      checksum
 	chunk    int
 	jobs     int
 	log      io.Writer
@@ -63,9 +64,9 @@ func (s *sender) run(ctx context.Context, addr string, opts []rdma.Option) (err 
 	}()
 
 	sum = make(chan hashResult, 1)
-	go func() { sum <- hashSource(ctx, s.src) }()
+	go func() { sum <- hashSource(ctx, s.src, s.sum) }()
 
-	if err := p.send(ctx, startMsg(size, s.chunk)); err != nil {
+	if err := p.send(ctx, startMsg(size, s.chunk, s.sum)); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
 	m, err := p.expect(ctx, msgReady, readyLen)
@@ -166,10 +167,10 @@ func (s *sender) run(ctx context.Context, addr string, opts []rdma.Option) (err 
 	}
 	total := time.Since(start)
 	if m[1] != 1 {
-		return fmt.Errorf("%w: the receiver got sha256 %x, we sent %x", errMismatch, m[2:], h.sum)
+		return fmt.Errorf("%w: the receiver got %s %x, we sent %x", errMismatch, s.sum, m[2:2+s.sum.size()], h.sum[:s.sum.size()])
 	}
-	s.logf("sent %s in %v at %s, the writes in %v at %s; the receiver verified sha256 %x",
-		human(size), total.Round(time.Millisecond), rate(size, total), written.Round(time.Millisecond), rate(size, written), h.sum)
+	s.logf("sent %s in %v at %s, the writes in %v at %s; the receiver verified %s %x",
+		human(size), total.Round(time.Millisecond), rate(size, total), written.Round(time.Millisecond), rate(size, written), s.sum, h.sum[:s.sum.size()])
 	// The receiver waits for us to close, so that its verdict reached us.
 	return nil
 }
@@ -222,9 +223,9 @@ type hashResult struct {
 	err error
 }
 
-// hashSource computes the SHA-256 of src, stopping when ctx ends.
-func hashSource(ctx context.Context, src source) hashResult {
-	h := sha256.New()
+// hashSource computes the checksum of src, stopping when ctx ends.
+func hashSource(ctx context.Context, src source, sum checksum) hashResult {
+	h := sum.new()
 	buf := make([]byte, 1<<20)
 	for off := int64(0); off < src.Size(); {
 		if err := ctx.Err(); err != nil {
