@@ -59,37 +59,15 @@ type Conn struct {
 	failed  atomic.Pointer[error]
 	up      atomic.Bool // the handshake completed (events.go)
 
-	postMu     sync.Mutex    // orders posts, so sent matches the send queue
-	sqFree     int           // room in the send queue (sendq.go)
-	credits    int           // messages the peer may send us (credit.go)
-	asked      bool          // an ask for credits is out
-	askNow     bool          // postUnlock queues an ask
-	backNow    bool          // postUnlock queues a return of unused credits
-	idleArmed  bool          // idleTimer runs
-	idleSeen   uint64        // posted at the idle timer's last look
-	idleTimer  *time.Timer   // gives unused credits back (credit.go)
-	beacon     bool          // the beacon is posted (failBeacon)
-	pending    []queuedPost  // chains waiting for room, oldest first
-	pendingWRs int           // the WRs of pending
-	queuedSeq  uint64        // seq of the last chain queued
-	drainedSeq uint64        // seq of the last chain that left pending
-	posted     uint64        // send WRs the QP accepted
-	completed  atomic.Uint64 // send WRs completed
-	quiescing  bool          // Close waits for what was issued: nothing new
-	progress   chan struct{} // closed at the next completion or drain, for waitSent
-	failAfter  error         // a post under postMu failed the QP: fail at unlock
-	latencySeq uint64        // send-side ops submitted, for latency sampling (latency.go)
-	wr         [1]verbs.SendWR
-	sge        [1]verbs.SGE
-	op         [1]op
-	cq         combineQueue // operations left by goroutines that found postMu taken (combine.go)
-	heldOps    atomic.Int64 // operations posted and queued, as of the last postUnlock
+	sq sendQueue // the send queue: postMu and what it guards (sendq.go)
 
-	// sent holds the wr_ids of the posted send WRs in posting order. A
-	// send queue completes in order, so a completion covers every
-	// unsignaled WR ahead of it in sent.
-	sentMu sync.Mutex
-	sent   ring
+	credits   int         // messages the peer may send us (credit.go)
+	asked     bool        // an ask for credits is out
+	askNow    bool        // postUnlock queues an ask
+	backNow   bool        // postUnlock queues a return of unused credits
+	idleArmed bool        // idleTimer runs
+	idleSeen  uint64      // posted at the idle timer's last look
+	idleTimer *time.Timer // gives unused credits back (credit.go)
 
 	inflight  atomic.Int64 // posted WRs not yet completed, receives included
 	closing   atomic.Bool
@@ -130,9 +108,6 @@ type Conn struct {
 	regionSlots chan struct{}     // our SendRegions the peer has not taken
 	revokeSlots chan struct{}     // our orderly revokes in flight
 	regions     chan RemoteRegion // the peer's SendRegions not taken yet
-
-	revoked     map[uint32]struct{} // rkeys the peer revoked; under postMu
-	revokedFIFO []uint32
 
 	jobs    chan func() // control work, run by one worker (control.go)
 	working atomic.Bool
@@ -257,8 +232,8 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.returnCreditsJob, c.askJob, c.backJob, c.recallJob = c.returnCredits, c.askCredits, c.returnUnused, c.sendRecall
-	c.sqFree = cfg.sqDepth
-	c.sent = newRing(cfg.sqDepth)
+	c.sq.sqFree = cfg.sqDepth
+	c.sq.sent = newRing(cfg.sqDepth)
 	var err error
 	if !cfg.cm {
 		c.srq, err = eng.srqFor(cfg.maxMsg)
@@ -591,10 +566,10 @@ func (c *Conn) opDone() {
 // onSendDone resolves a send-side completion and every unsignaled WR it
 // covers. It runs on a poller.
 func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
-	c.sentMu.Lock()
+	c.sq.sentMu.Lock()
 	k := 1
-	for c.sent.len() > 0 {
-		id := c.sent.popFront()
+	for c.sq.sent.len() > 0 {
+		id := c.sq.sent.popFront()
 		if id == wc.WRID {
 			break
 		}
@@ -605,7 +580,7 @@ func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
 			k++
 		}
 	}
-	c.sentMu.Unlock()
+	c.sq.sentMu.Unlock()
 	if k > 1 {
 		c.st.completions.Add(uint64(k - 1))
 	}
@@ -825,12 +800,12 @@ func (c *Conn) postBeacon() {
 	if c.srq == nil {
 		return
 	}
-	c.postMu.Lock()
-	if c.beacon {
+	c.sq.postMu.Lock()
+	if c.sq.beacon {
 		c.unlockPost()
 		return
 	}
-	c.beacon = true
+	c.sq.beacon = true
 	c.inflight.Add(1)
 	id := c.ops.add(op{kind: opBeacon, conn: c})
 	_, err := c.qp.PostSend([]verbs.SendWR{{ID: id, Opcode: verbs.OpSend, Flags: verbs.SendSignaled}})
@@ -1023,10 +998,10 @@ func (c *Conn) teardown() error {
 		errs = append(errs, c.eng.dropSRQ(c.srq))
 	}
 	// Posts check closing under postMu, so none is half done here.
-	c.postMu.Lock()
-	c.sentMu.Lock()
-	c.sent.head, c.sent.size = 0, 0
-	c.sentMu.Unlock()
+	c.sq.postMu.Lock()
+	c.sq.sentMu.Lock()
+	c.sq.sent.head, c.sq.sent.size = 0, 0
+	c.sq.sentMu.Unlock()
 	if c.idleTimer != nil {
 		c.idleTimer.Stop()
 	}

@@ -272,13 +272,13 @@ func (c *Conn) quiesce(why error, drain bool) {
 	c.quiesceOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(c.ctx, revokeBound)
 		defer cancel()
-		c.postMu.Lock()
-		c.quiescing = true
-		for drain && len(c.pending) > 0 {
-			if c.progress == nil {
-				c.progress = make(chan struct{})
+		c.sq.postMu.Lock()
+		c.sq.quiescing = true
+		for drain && len(c.sq.pending) > 0 {
+			if c.sq.progress == nil {
+				c.sq.progress = make(chan struct{})
 			}
-			ch := c.progress
+			ch := c.sq.progress
 			c.unlockPost()
 			stall := time.NewTimer(closeStall)
 			select {
@@ -289,7 +289,7 @@ func (c *Conn) quiesce(why error, drain bool) {
 				drain = false
 			}
 			stall.Stop()
-			c.postMu.Lock()
+			c.sq.postMu.Lock()
 		}
 		c.failPendingLocked(why)
 		c.postUnlock()

@@ -100,7 +100,7 @@ func needCredits(wrs []verbs.SendWR) int {
 // and asks the peer for credits when they are what is short. Caller
 // holds postMu.
 func (c *Conn) roomLocked(wrs []verbs.SendWR) bool {
-	if c.sqFree < len(wrs) {
+	if c.sq.sqFree < len(wrs) {
 		return false
 	}
 	need := needCredits(wrs)
@@ -120,13 +120,13 @@ func (c *Conn) roomLocked(wrs []verbs.SendWR) bool {
 // It runs on the control worker.
 func (c *Conn) askCredits() {
 	c.askQueued.Store(false)
-	c.postMu.Lock()
+	c.sq.postMu.Lock()
 	// The credit word may have what the messages waiting need by now.
 	c.pullLocked()
 	c.drainLocked()
 	want, seen := -c.credits, c.cw.seen
-	for i := range c.pending {
-		if want += needCredits(c.pending[i].wrs); want >= maxAsk {
+	for i := range c.sq.pending {
+		if want += needCredits(c.sq.pending[i].wrs); want >= maxAsk {
 			break
 		}
 	}
@@ -143,7 +143,7 @@ func (c *Conn) askCredits() {
 // onCredit answers this side's ask: total is what the peer has given
 // over the connection's life (credit_word.go). It posts what waited.
 func (c *Conn) onCredit(total uint32) {
-	c.postMu.Lock()
+	c.sq.postMu.Lock()
 	c.takeTotalLocked(total)
 	c.pullLocked()
 	c.asked = false
@@ -156,7 +156,7 @@ func (c *Conn) onCredit(total uint32) {
 func (c *Conn) addCreditsLocked(n int) {
 	c.credits = min(c.credits+n, maxCredits)
 	if c.credits > 0 && !c.idleArmed && c.err() == nil {
-		c.idleArmed, c.idleSeen = true, c.posted
+		c.idleArmed, c.idleSeen = true, c.sq.posted
 		if c.idleTimer == nil {
 			c.idleTimer = time.AfterFunc(creditIdle, c.idleCredits)
 		} else {
@@ -168,19 +168,19 @@ func (c *Conn) addCreditsLocked(n int) {
 // idleCredits gives the peer back the credits of a connection that sent
 // nothing since the last look. It runs on the idle timer.
 func (c *Conn) idleCredits() {
-	c.postMu.Lock()
+	c.sq.postMu.Lock()
 	defer c.postUnlock()
 	c.pullLocked()
 	c.drainLocked()
 	switch {
 	case c.credits <= 0 || c.err() != nil || c.closing.Load():
 		c.idleArmed = false
-	case c.posted == c.idleSeen && len(c.pending) == 0:
+	case c.sq.posted == c.idleSeen && len(c.sq.pending) == 0:
 		c.creditBack.Add(int64(c.credits))
 		c.credits, c.idleArmed = 0, false
 		c.backNow = true
 	default:
-		c.idleSeen = c.posted
+		c.idleSeen = c.sq.posted
 		c.idleTimer.Reset(creditIdle)
 	}
 }
@@ -198,11 +198,11 @@ func (c *Conn) returnUnused() {
 // a chain waiting for more credits than it holds keeps them, since its
 // ask is out.
 func (c *Conn) onRecall() {
-	c.postMu.Lock()
+	c.sq.postMu.Lock()
 	defer c.postUnlock()
 	c.pullLocked()
 	c.drainLocked()
-	if c.credits > 0 && len(c.pending) == 0 && c.err() == nil {
+	if c.credits > 0 && len(c.sq.pending) == 0 && c.err() == nil {
 		c.creditBack.Add(int64(c.credits))
 		c.credits = 0
 		c.backNow = true

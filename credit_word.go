@@ -91,7 +91,7 @@ func (c *Conn) makeCreditWord() error {
 // ours is being made (writeCredits holds inflight). A late look at the
 // word (the idle timer) finds no mr, under postMu.
 func (c *Conn) closeCreditWord() error {
-	c.postMu.Lock()
+	c.sq.postMu.Lock()
 	mr := c.cw.mr
 	c.cw.mr = nil
 	c.unlockPost()

@@ -99,9 +99,9 @@ func SharedRecvStats(c *Conn) SRQStats {
 // ForgeCredits gives c n credits its peer never gave, as a hostile
 // peer would take them.
 func ForgeCredits(c *Conn, n int) {
-	c.postMu.Lock()
+	c.sq.postMu.Lock()
 	c.credits += n
-	c.postMu.Unlock()
+	c.sq.postMu.Unlock()
 }
 
 // InjectDeviceEvent makes c's device report ev, on soft.
@@ -131,6 +131,6 @@ func CreditWord(c *Conn) RemoteRegion {
 // HoldPost takes c's post lock, as a goroutine posting at that moment
 // would; posts meanwhile go to the combining queue. release lets go.
 func HoldPost(c *Conn) (release func()) {
-	c.postMu.Lock()
+	c.sq.postMu.Lock()
 	return c.postUnlock
 }

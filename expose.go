@@ -265,7 +265,7 @@ func (c *Conn) RevokeNow(r RemoteRegion) error {
 // from now on; the answer goes out once the accesses in flight are done
 // (fence). A peer may have at most maxRevokes revokes unanswered.
 func (c *Conn) onRevoke(rkey uint32) {
-	c.postMu.Lock()
+	c.sq.postMu.Lock()
 	c.addRevoked(rkey)
 	c.unlockPost()
 	c.emu.Lock()
@@ -310,29 +310,29 @@ const maxRevokedKeys = 1024
 
 // addRevoked records a revoked rkey. Caller holds postMu.
 func (c *Conn) addRevoked(rkey uint32) {
-	if c.revoked == nil {
-		c.revoked = map[uint32]struct{}{}
+	if c.sq.revoked == nil {
+		c.sq.revoked = map[uint32]struct{}{}
 	}
-	if _, ok := c.revoked[rkey]; ok {
+	if _, ok := c.sq.revoked[rkey]; ok {
 		return
 	}
-	if len(c.revokedFIFO) >= maxRevokedKeys {
-		delete(c.revoked, c.revokedFIFO[0])
-		c.revokedFIFO = c.revokedFIFO[1:]
+	if len(c.sq.revokedFIFO) >= maxRevokedKeys {
+		delete(c.sq.revoked, c.sq.revokedFIFO[0])
+		c.sq.revokedFIFO = c.sq.revokedFIFO[1:]
 	}
-	c.revoked[rkey] = struct{}{}
-	c.revokedFIFO = append(c.revokedFIFO, rkey)
+	c.sq.revoked[rkey] = struct{}{}
+	c.sq.revokedFIFO = append(c.sq.revokedFIFO, rkey)
 }
 
 // forgetRevoked: the peer hands out rkey again (the device reused it for
 // new memory), so accesses to it are good again.
 func (c *Conn) forgetRevoked(rkey uint32) {
-	c.postMu.Lock()
-	if _, ok := c.revoked[rkey]; ok {
-		delete(c.revoked, rkey)
-		for i, k := range c.revokedFIFO {
+	c.sq.postMu.Lock()
+	if _, ok := c.sq.revoked[rkey]; ok {
+		delete(c.sq.revoked, rkey)
+		for i, k := range c.sq.revokedFIFO {
 			if k == rkey {
-				c.revokedFIFO = append(c.revokedFIFO[:i], c.revokedFIFO[i+1:]...)
+				c.sq.revokedFIFO = append(c.sq.revokedFIFO[:i], c.sq.revokedFIFO[i+1:]...)
 				break
 			}
 		}
@@ -342,9 +342,9 @@ func (c *Conn) forgetRevoked(rkey uint32) {
 
 // isRevoked reports whether the peer revoked rkey. Caller holds postMu.
 func (c *Conn) isRevoked(rkey uint32) bool {
-	if len(c.revoked) == 0 {
+	if len(c.sq.revoked) == 0 {
 		return false
 	}
-	_, ok := c.revoked[rkey]
+	_, ok := c.sq.revoked[rkey]
 	return ok
 }

@@ -129,7 +129,7 @@ func (c *Conn) ReleaseRegion(ctx context.Context, r RemoteRegion) error {
 	if c.ctrl == nil {
 		return errNoControl
 	}
-	c.postMu.Lock()
+	c.sq.postMu.Lock()
 	c.addRevoked(r.RKey)
 	c.unlockPost()
 	if err := c.waitSent(ctx); err != nil {
