@@ -81,7 +81,7 @@ func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(verbs.QP) error)
 	}
 	c.cm = id
 	c.peer.MaxMsg = uint32(cfg.maxMsg)
-	c.credits = maxCredits // no control channel to return them: the peer's receives are unknown
+	c.cr.credits = maxCredits // no control channel to return them: the peer's receives are unknown
 	defer func() {
 		// c, not the result: a failure returns a nil *Conn.
 		if err != nil {

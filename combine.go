@@ -134,7 +134,7 @@ func (c *Conn) postCombinedLocked() {
 	}
 	wrs, sges, ops := cq.wrs[:0], cq.sges[:0], cq.ops[:0]
 	c.pullLocked()
-	credits := c.credits
+	credits := c.cr.credits
 	i := 0
 	for ; i < len(q) && len(c.sq.pending) == 0; i++ {
 		r := &q[i]

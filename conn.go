@@ -59,15 +59,8 @@ type Conn struct {
 	failed  atomic.Pointer[error]
 	up      atomic.Bool // the handshake completed (events.go)
 
-	sq sendQueue // the send queue: postMu and what it guards (sendq.go)
-
-	credits   int         // messages the peer may send us (credit.go)
-	asked     bool        // an ask for credits is out
-	askNow    bool        // postUnlock queues an ask
-	backNow   bool        // postUnlock queues a return of unused credits
-	idleArmed bool        // idleTimer runs
-	idleSeen  uint64      // posted at the idle timer's last look
-	idleTimer *time.Timer // gives unused credits back (credit.go)
+	sq sendQueue   // the send queue: postMu and what it guards (sendq.go)
+	cr creditState // credits both ways (credit.go, credit_word.go)
 
 	inflight  atomic.Int64 // posted WRs not yet completed, receives included
 	closing   atomic.Bool
@@ -83,16 +76,7 @@ type Conn struct {
 	recvSize int
 	handling bool // a worker runs the RecvHandler (dispatch.go)
 
-	// Credits given to the peer (credit.go, srq.go).
-	creditOut     atomic.Int64 // credits the peer holds or used on messages not yet here
-	creditHeld    atomic.Int64 // messages here the application has not taken
-	creditTaken   atomic.Int64 // messages taken whose credits are not given back yet; changed under rmu
-	creditWant    int          // credits it waits for; under srq.mu
-	creditWaiting bool         // among srq.waiters; under srq.mu
-	peerWants     atomic.Bool  // the peer asked for credits and gave none back since
-	peerShort     atomic.Bool  // the peer's last ask found too little room: give back each take at once
-	recalled      atomic.Bool  // a recall went to the peer, unanswered and with no grant since
-	beaconDone    atomic.Bool  // the beacon flushed: every message that came is delivered
+	beaconDone atomic.Bool // the beacon flushed: every message that came is delivered
 
 	// The control channel's state (control.go, expose.go, grant.go).
 	emu         sync.Mutex
@@ -113,26 +97,16 @@ type Conn struct {
 	working atomic.Bool
 	workers sync.WaitGroup
 
-	cw               creditWord   // in-band credits (credit_word.go)
-	creditQueued     atomic.Bool  // a job to return them is queued
-	returnCreditsJob func()       // c.returnCredits, bound once: a method value allocates
-	askJob           func()       // c.askCredits
-	backJob          func()       // c.returnUnused
-	recallJob        func()       // c.sendRecall
-	recallQueued     atomic.Bool  // recallJob is queued
-	creditBack       atomic.Int64 // unused credits to give back
-	askQueued        atomic.Bool  // askJob is queued
-	backQueued       atomic.Bool  // backJob is queued
-	peerClosed       atomic.Bool  // the peer closed or went away: post nothing more
-	closeHeard       atomic.Bool  // the peer's ctrlClose came
-	closeCalled      atomic.Bool  // Close began: what fails from here on is the orderly close's
-	deaf             atomic.Bool  // tests: play a peer that reads its control frames and drops them
-	quiesceOnce      sync.Once
-	closeAck         chan struct{} // closed when the peer answers our ctrlClose
-	closeAckOnce     sync.Once
-	ctrlDone         chan struct{}
-	closeOnce        sync.Once
-	closeErr         error
+	peerClosed   atomic.Bool // the peer closed or went away: post nothing more
+	closeHeard   atomic.Bool // the peer's ctrlClose came
+	closeCalled  atomic.Bool // Close began: what fails from here on is the orderly close's
+	deaf         atomic.Bool // tests: play a peer that reads its control frames and drops them
+	quiesceOnce  sync.Once
+	closeAck     chan struct{} // closed when the peer answers our ctrlClose
+	closeAckOnce sync.Once
+	ctrlDone     chan struct{}
+	closeOnce    sync.Once
+	closeErr     error
 }
 
 // message is a received message waiting for Recv.
@@ -231,7 +205,7 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 		return nil, err
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.returnCreditsJob, c.askJob, c.backJob, c.recallJob = c.returnCredits, c.askCredits, c.returnUnused, c.sendRecall
+	c.cr.returnCreditsJob, c.cr.askJob, c.cr.backJob, c.cr.recallJob = c.returnCredits, c.askCredits, c.returnUnused, c.sendRecall
 	c.sq.sqFree = cfg.sqDepth
 	c.sq.sent = newRing(cfg.sqDepth)
 	var err error
@@ -1002,8 +976,8 @@ func (c *Conn) teardown() error {
 	c.sq.sentMu.Lock()
 	c.sq.sent.head, c.sq.sent.size = 0, 0
 	c.sq.sentMu.Unlock()
-	if c.idleTimer != nil {
-		c.idleTimer.Stop()
+	if c.cr.idleTimer != nil {
+		c.cr.idleTimer.Stop()
 	}
 	c.unlockPost()
 	// The QP is gone, so no completion can arrive for what is left:

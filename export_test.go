@@ -100,7 +100,7 @@ func SharedRecvStats(c *Conn) SRQStats {
 // peer would take them.
 func ForgeCredits(c *Conn, n int) {
 	c.sq.postMu.Lock()
-	c.credits += n
+	c.cr.credits += n
 	c.sq.postMu.Unlock()
 }
 
@@ -125,7 +125,7 @@ func FailRecv(c *Conn, st verbs.WCStatus) error {
 // CreditWord is c's credit word as its peer may reach it: the region the
 // hello announced.
 func CreditWord(c *Conn) RemoteRegion {
-	return RemoteRegion{Addr: c.cw.mr.Addr(), Len: c.cw.mr.Len(), RKey: c.cw.mr.RKey()}
+	return RemoteRegion{Addr: c.cr.cw.mr.Addr(), Len: c.cr.cw.mr.Len(), RKey: c.cr.cw.mr.RKey()}
 }
 
 // HoldPost takes c's post lock, as a goroutine posting at that moment

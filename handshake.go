@@ -297,8 +297,8 @@ func (c *Conn) prepare() (hello, error) {
 	c.gidIndex = uint8(gid.Index)
 	me := hello{QPN: c.qp.QPN(), PSN: randPSN(), LID: eng.port.LID, MTU: uint8(eng.port.ActiveMTU), GID: gid.GID,
 		RecvDepth: uint32(c.recvCap()), MaxMsg: uint32(cfg.maxMsg)}
-	if c.cw.mr != nil {
-		me.CreditAddr, me.CreditRKey = c.cw.mr.Addr(), c.cw.mr.RKey()
+	if c.cr.cw.mr != nil {
+		me.CreditAddr, me.CreditRKey = c.cr.cw.mr.Addr(), c.cr.cw.mr.RKey()
 	}
 	if me.MTU == 0 {
 		me.MTU = uint8(verbs.MTU1024)

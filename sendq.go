@@ -213,15 +213,15 @@ func (c *Conn) postUnlock() {
 		}
 		err := c.sq.failAfter
 		c.sq.failAfter = nil
-		ask, back := c.askNow, c.backNow
-		c.askNow, c.backNow = false, false
+		ask, back := c.cr.askNow, c.cr.backNow
+		c.cr.askNow, c.cr.backNow = false, false
 		c.sq.heldOps.Store(int64(c.cfg.sqDepth - c.sq.sqFree + c.sq.pendingWRs))
 		c.sq.postMu.Unlock()
-		if ask && !c.askQueued.Swap(true) {
-			c.later(c.askJob)
+		if ask && !c.cr.askQueued.Swap(true) {
+			c.later(c.cr.askJob)
 		}
-		if back && !c.backQueued.Swap(true) {
-			c.later(c.backJob)
+		if back && !c.cr.backQueued.Swap(true) {
+			c.later(c.cr.backJob)
 		}
 		if err != nil {
 			c.fail(err)
@@ -308,7 +308,7 @@ func (c *Conn) waitProgressLocked(ctx context.Context) error {
 // (or flush, since a failed post fails the connection) like any other.
 func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 	c.sq.sqFree -= len(wrs)
-	c.credits -= needCredits(wrs)
+	c.cr.credits -= needCredits(wrs)
 	for i := range wrs {
 		c.inflight.Add(1)
 		wrs[i].ID = c.ops.add(ops[i])
@@ -338,7 +338,7 @@ func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 		if o, ok := c.ops.take(wrs[i].ID); ok {
 			c.dropBuf(&o)
 			c.sq.sqFree++
-			c.credits += needCredits(wrs[i : i+1])
+			c.cr.credits += needCredits(wrs[i : i+1])
 			c.opDone()
 		}
 	}

@@ -93,7 +93,7 @@ func (c *Conn) Stats() ConnStats {
 		Completions: s.completions.Load(),
 		CreditWaits: s.creditWaits.Load(), QueueWaits: s.queueWaits.Load(),
 		QueueFull:    s.queueFull.Load(),
-		CreditsOut:   c.creditOut.Load(),
+		CreditsOut:   c.cr.creditOut.Load(),
 		Latency:      s.latency.load(),
 		CreditWrites: s.creditWrites.Load(), ControlFrames: s.ctrlFrames.Load(), Doorbells: s.doorbells.Load(),
 	}

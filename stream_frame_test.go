@@ -261,7 +261,7 @@ func TestStreamRecvSlack(t *testing.T) {
 				}
 				f.Buffer().Release()
 				s.rmu.Lock()
-				out, held, taken := int(s.creditOut.Load()), int(s.creditHeld.Load()), int(s.creditTaken.Load())
+				out, held, taken := int(s.cr.creditOut.Load()), int(s.cr.creditHeld.Load()), int(s.cr.creditTaken.Load())
 				s.rmu.Unlock()
 				if out+held+taken != depth {
 					t.Fatalf("after %d messages: %d credits out, %d messages held, %d taken: want %d in all", i+1, out, held, taken, depth)
