@@ -51,7 +51,6 @@ type Conn struct {
 	ctx     context.Context // ends when the connection fails or closes
 	cancel  context.CancelFunc
 	done    chan struct{}  // Done: ended, and every message that arrived delivered
-	ended   bool           // done is closed; under rmu
 	told    atomic.Bool    // the peer was told of a failure of our own (abort.go)
 	telling sync.WaitGroup // the telling is under way
 	tellMu  sync.Mutex     // orders telling.Add before teardown's Wait
@@ -61,22 +60,12 @@ type Conn struct {
 
 	sq sendQueue   // the send queue: postMu and what it guards (sendq.go)
 	cr creditState // credits both ways (credit.go, credit_word.go)
+	rq receives    // the receive side: rmu and what it guards (recv.go)
 
 	inflight  atomic.Int64 // posted WRs not yet completed, receives included
 	closing   atomic.Bool
 	drained   chan struct{} // closed when inflight reaches 0 while closing
 	drainOnce sync.Once
-
-	rmu      sync.Mutex
-	rposted  int // receives posted
-	ready    []message
-	waiters  []*Future
-	rwrs     []verbs.RecvWR
-	rsges    []verbs.SGE
-	recvSize int
-	handling bool // a worker runs the RecvHandler (dispatch.go)
-
-	beaconDone atomic.Bool // the beacon flushed: every message that came is delivered
 
 	// The control channel's state (control.go, expose.go, grant.go).
 	emu         sync.Mutex
@@ -194,7 +183,7 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 	if err := eng.acquire(); err != nil {
 		return nil, err
 	}
-	c := &Conn{eng: eng, cfg: cfg, local: local, remote: remote, recvSize: cfg.maxMsg,
+	c := &Conn{eng: eng, cfg: cfg, local: local, remote: remote, rq: receives{recvSize: cfg.maxMsg},
 		drained: make(chan struct{}), done: make(chan struct{}), ctrlDone: make(chan struct{}), closeAck: make(chan struct{}),
 		exposed: map[uint32]*exposure{}, requests: map[uint32]*request{},
 		reqSlots: make(chan struct{}, maxRegionRequests), regionSlots: make(chan struct{}, maxQueuedRegions),
@@ -239,10 +228,10 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 	}
 	c.inline = min(c.qp.Cap().MaxInlineData, 64)
 	if c.srq == nil {
-		c.rwrs = make([]verbs.RecvWR, cfg.rqDepth)
-		c.rsges = make([]verbs.SGE, cfg.rqDepth)
-		for i := range c.rwrs {
-			c.rwrs[i].SGL = c.rsges[i : i+1]
+		c.rq.rwrs = make([]verbs.RecvWR, cfg.rqDepth)
+		c.rq.rsges = make([]verbs.SGE, cfg.rqDepth)
+		for i := range c.rq.rwrs {
+			c.rq.rwrs[i].SGL = c.rq.rsges[i : i+1]
 		}
 	}
 	return c, nil
@@ -265,8 +254,8 @@ func (c *Conn) postReceives() error {
 	if c.srq != nil {
 		return nil
 	}
-	c.rmu.Lock()
-	defer c.rmu.Unlock()
+	c.rq.rmu.Lock()
+	defer c.rq.rmu.Unlock()
 	return c.repostLocked(c.cfg.rqDepth)
 }
 
@@ -310,13 +299,13 @@ func (c *Conn) fail(err error) {
 	// Receives still posted complete (messages that arrived) or flush,
 	// in order; the first flush fails the waiters left then (onRecv).
 	// When nothing more can come, fail them now.
-	c.rmu.Lock()
+	c.rq.rmu.Lock()
 	var ws []*Future
 	if !c.moreToComeLocked() {
-		ws, c.waiters = c.waiters, nil
+		ws, c.rq.waiters = c.rq.waiters, nil
 	}
 	c.endIfDeliveredLocked()
-	c.rmu.Unlock()
+	c.rq.rmu.Unlock()
 	for _, f := range ws {
 		f.resolve(err, 0, 0, false, nil, 0)
 	}
@@ -329,10 +318,10 @@ func (c *Conn) fail(err error) {
 // every message that arrived was handed over: taken by Recv, or handled
 // (the handler returned). Caller holds rmu.
 func (c *Conn) endIfDeliveredLocked() {
-	if c.ended || c.err() == nil || len(c.ready) > 0 || c.handling || c.moreToComeLocked() {
+	if c.rq.ended || c.err() == nil || len(c.rq.ready) > 0 || c.rq.handling || c.moreToComeLocked() {
 		return
 	}
-	c.ended = true
+	c.rq.ended = true
 	close(c.done)
 }
 
@@ -629,8 +618,8 @@ func (c *Conn) finish(o *op, err error) {
 // own receive queue. It runs on a poller.
 func (c *Conn) onRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 	defer c.opDone()
-	c.rmu.Lock()
-	c.rposted--
+	c.rq.rmu.Lock()
+	c.rq.rposted--
 	c.deliverLocked(pb, wc)
 }
 
@@ -641,7 +630,7 @@ func (c *Conn) onSharedRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 		pb.Release()
 		return
 	}
-	c.rmu.Lock()
+	c.rq.rmu.Lock()
 	c.deliverLocked(pb, wc)
 }
 
@@ -653,10 +642,10 @@ func (c *Conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 		c.st.recvFailed(wc.Status, wc.Status == verbs.WCWRFlushErr && c.orderly())
 		// Every receive before this one was delivered; the waiters
 		// left will get nothing more.
-		ws := c.waiters
-		c.waiters = nil
+		ws := c.rq.waiters
+		c.rq.waiters = nil
 		c.endIfDeliveredLocked()
-		c.rmu.Unlock()
+		c.rq.rmu.Unlock()
 		pb.Release()
 		err := c.completionErr(postedWC(opRecv, wc))
 		c.fail(err)
@@ -675,21 +664,21 @@ func (c *Conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 	} else {
 		pb.Filled(m.n)
 	}
-	if len(c.waiters) > 0 {
-		f := c.waiters[0]
-		c.waiters[0] = nil
-		c.waiters = c.waiters[1:]
+	if len(c.rq.waiters) > 0 {
+		f := c.rq.waiters[0]
+		c.rq.waiters[0] = nil
+		c.rq.waiters = c.rq.waiters[1:]
 		c.refillLocked()
 		c.endIfDeliveredLocked()
-		c.rmu.Unlock()
+		c.rq.rmu.Unlock()
 		f.resolve(nil, m.n, m.imm, m.has, m.pb, 0)
 		return
 	}
-	c.ready = append(c.ready, m)
+	c.rq.ready = append(c.rq.ready, m)
 	if c.cfg.handler != nil {
 		c.dispatchLocked()
 	}
-	c.rmu.Unlock()
+	c.rq.rmu.Unlock()
 }
 
 // Recv receives the next message. The future's Buffer holds its bytes
@@ -700,29 +689,29 @@ func (c *Conn) Recv() *Future {
 	if c.cfg.handler != nil {
 		return newResolved(fmt.Errorf("rdma: recv on %v: %w: the connection's messages go to its RecvHandler", c.remote, ErrInvalid))
 	}
-	c.rmu.Lock()
-	if len(c.ready) > 0 {
+	c.rq.rmu.Lock()
+	if len(c.rq.ready) > 0 {
 		return c.takeReadyLocked()
 	}
 	if c.err() != nil && !c.moreToComeLocked() {
-		c.rmu.Unlock()
+		c.rq.rmu.Unlock()
 		return newResolved(c.closedErr())
 	}
 	f := &Future{drv: c.drv, recv: c}
-	c.waiters = append(c.waiters, f)
-	c.rmu.Unlock()
+	c.rq.waiters = append(c.rq.waiters, f)
+	c.rq.rmu.Unlock()
 	return f
 }
 
 // takeReadyLocked takes the oldest message that arrived before a Recv
 // asked for it, as a resolved future, and unlocks rmu.
 func (c *Conn) takeReadyLocked() *Future {
-	m := c.ready[0]
-	c.ready[0] = message{}
-	c.ready = c.ready[1:]
+	m := c.rq.ready[0]
+	c.rq.ready[0] = message{}
+	c.rq.ready = c.rq.ready[1:]
 	c.refillLocked()
 	c.endIfDeliveredLocked()
-	c.rmu.Unlock()
+	c.rq.rmu.Unlock()
 	f := &Future{}
 	f.resolve(nil, m.n, m.imm, m.has, m.pb, 0)
 	return f
@@ -730,12 +719,12 @@ func (c *Conn) takeReadyLocked() *Future {
 
 // withdraw removes the pending Recv f, if no message matched it yet.
 func (c *Conn) withdraw(f *Future) bool {
-	c.rmu.Lock()
-	i := slices.Index(c.waiters, f)
+	c.rq.rmu.Lock()
+	i := slices.Index(c.rq.waiters, f)
 	if i >= 0 {
-		c.waiters = slices.Delete(c.waiters, i, i+1)
+		c.rq.waiters = slices.Delete(c.rq.waiters, i, i+1)
 	}
-	c.rmu.Unlock()
+	c.rq.rmu.Unlock()
 	if i < 0 {
 		return false
 	}
@@ -757,9 +746,9 @@ func (c *Conn) moreToComeLocked() bool {
 		return false
 	}
 	if c.srq != nil {
-		return !c.beaconDone.Load()
+		return !c.rq.beaconDone.Load()
 	}
-	return c.rposted > 0
+	return c.rq.rposted > 0
 }
 
 // postBeacon posts a WR to the QP, just moved to the error state, whose
@@ -797,12 +786,12 @@ func (c *Conn) postBeacon() {
 // onBeacon fails the Recvs left: every message that came is delivered.
 // Their error is the beacon's flush, as a receive's own flush would be.
 func (c *Conn) onBeacon(wc *verbs.WorkCompletion) {
-	c.beaconDone.Store(true)
-	c.rmu.Lock()
-	ws := c.waiters
-	c.waiters = nil
+	c.rq.beaconDone.Store(true)
+	c.rq.rmu.Lock()
+	ws := c.rq.waiters
+	c.rq.waiters = nil
 	c.endIfDeliveredLocked()
-	c.rmu.Unlock()
+	c.rq.rmu.Unlock()
 	err := c.err()
 	if wc != nil && wc.Status != verbs.WCSuccess {
 		err = c.completionErr(postedWC(opRecv, wc)) // the Recvs' error: it names RECV
@@ -822,10 +811,10 @@ func (c *Conn) refillLocked() {
 		c.tookLocked()
 		return
 	}
-	if gap := len(c.rwrs) - c.rposted - len(c.ready); gap >= max(1, len(c.rwrs)/8) {
-		before := c.rposted
+	if gap := len(c.rq.rwrs) - c.rq.rposted - len(c.rq.ready); gap >= max(1, len(c.rq.rwrs)/8) {
+		before := c.rq.rposted
 		c.repostLocked(gap)
-		c.owe(c.rposted - before)
+		c.owe(c.rq.rposted - before)
 	}
 }
 
@@ -835,25 +824,25 @@ func (c *Conn) repostLocked(k int) error {
 	if c.closing.Load() || c.err() != nil {
 		return nil
 	}
-	k = min(k, len(c.rwrs)-c.rposted-len(c.ready))
+	k = min(k, len(c.rq.rwrs)-c.rq.rposted-len(c.rq.ready))
 	if k <= 0 {
 		return nil
 	}
 	for i := 0; i < k; i++ {
-		pb, err := c.eng.pool.Get(c.recvSize)
+		pb, err := c.eng.pool.Get(c.rq.recvSize)
 		if err != nil {
 			c.unpost(i)
 			return fmt.Errorf("rdma: receive buffers: %w", err)
 		}
-		c.rsges[i] = verbs.SGE{Addr: pb.Addr(), Length: uint32(c.recvSize), LKey: pb.LKey()}
+		c.rq.rsges[i] = verbs.SGE{Addr: pb.Addr(), Length: uint32(c.rq.recvSize), LKey: pb.LKey()}
 		c.inflight.Add(1)
-		c.rwrs[i].ID = c.ops.add(op{kind: opRecv, conn: c, buf: pb})
+		c.rq.rwrs[i].ID = c.ops.add(op{kind: opRecv, conn: c, buf: pb})
 	}
-	n, err := c.qp.PostRecv(c.rwrs[:k])
-	c.rposted += n
+	n, err := c.qp.PostRecv(c.rq.rwrs[:k])
+	c.rq.rposted += n
 	if err != nil {
 		for i := n; i < k; i++ {
-			if o, ok := c.ops.take(c.rwrs[i].ID); ok {
+			if o, ok := c.ops.take(c.rq.rwrs[i].ID); ok {
 				o.buf.Release()
 				c.opDone()
 			}
@@ -866,7 +855,7 @@ func (c *Conn) repostLocked(k int) error {
 // unpost undoes the first i prepared receives.
 func (c *Conn) unpost(i int) {
 	for j := 0; j < i; j++ {
-		if o, ok := c.ops.take(c.rwrs[j].ID); ok {
+		if o, ok := c.ops.take(c.rq.rwrs[j].ID); ok {
 			o.buf.Release()
 			c.opDone()
 		}
@@ -995,22 +984,22 @@ func (c *Conn) teardown() error {
 			c.opDone()
 		}
 	}
-	c.rmu.Lock()
-	for _, m := range c.ready {
+	c.rq.rmu.Lock()
+	for _, m := range c.rq.ready {
 		if m.pb != nil {
 			m.pb.Release()
 		}
 	}
-	c.ready = nil
-	ws := c.waiters
-	c.waiters = nil
-	if !c.ended {
+	c.rq.ready = nil
+	ws := c.rq.waiters
+	c.rq.waiters = nil
+	if !c.rq.ended {
 		// Nothing more is delivered: a handler still running (it
 		// may be the caller) has its message already.
-		c.ended = true
+		c.rq.ended = true
 		close(c.done)
 	}
-	c.rmu.Unlock()
+	c.rq.rmu.Unlock()
 	for _, f := range ws {
 		f.resolve(c.closedErr(), 0, 0, false, nil, 0)
 	}

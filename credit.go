@@ -55,7 +55,7 @@ import (
 // c.cr. Each field says the lock it is under, if any.
 type creditState struct {
 	// Sending side: credits the peer gave us, under postMu.
-	credits   int         // messages the peer may send us
+	credits   int         // messages we may send the peer
 	asked     bool        // an ask for credits is out
 	askNow    bool        // postUnlock queues an ask
 	backNow   bool        // postUnlock queues a return of unused credits
@@ -331,10 +331,10 @@ func (c *Conn) onCreditAsk(want, seen uint32) {
 	w := int(min(want, maxAsk))
 	// Under rmu, with the takes: a take between the flush and the mark
 	// would keep its credit until a batch fills.
-	c.rmu.Lock()
+	c.rq.rmu.Lock()
 	c.giveTakenLocked(false)
 	c.cr.peerShort.Store(w > c.creditRoom())
-	c.rmu.Unlock()
+	c.rq.rmu.Unlock()
 	c.srq.ask(c, w)
 	// Answer at once when the peer has credits it has not seen (a WRITE
 	// in flight); else the next grant answers.
@@ -353,9 +353,9 @@ func (c *Conn) onCreditBack(n uint32) {
 	c.cr.recalled.Store(false)
 	// The peer is idle: the credits of messages taken since the last
 	// batch need no receives kept for them either, only room to give.
-	c.rmu.Lock()
+	c.rq.rmu.Lock()
 	c.giveTakenLocked(false)
-	c.rmu.Unlock()
+	c.rq.rmu.Unlock()
 	c.srq.giveBack(c, int(n))
 }
 

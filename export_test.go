@@ -113,11 +113,11 @@ func InjectDeviceEvent(c *Conn, typ string, port uint8) bool {
 // FailRecv hands c a receive completion with status st, as its poller
 // would for a receive that failed.
 func FailRecv(c *Conn, st verbs.WCStatus) error {
-	pb, err := c.eng.pool.Get(c.recvSize)
+	pb, err := c.eng.pool.Get(c.rq.recvSize)
 	if err != nil {
 		return err
 	}
-	c.rmu.Lock()
+	c.rq.rmu.Lock()
 	c.deliverLocked(pb, &verbs.WorkCompletion{Status: st, QPN: 1})
 	return nil
 }

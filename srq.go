@@ -439,9 +439,9 @@ func (s *sharedRecv) leave(c *Conn) {
 	}
 	c.cr.creditWaiting, c.cr.creditWant = false, 0
 	s.mu.Unlock()
-	c.rmu.Lock()
+	c.rq.rmu.Lock()
 	s.held.Add(-c.cr.creditHeld.Swap(0) - c.cr.creditTaken.Swap(0))
-	c.rmu.Unlock()
+	c.rq.rmu.Unlock()
 	s.giveBack(c, int(c.cr.creditOut.Load()))
 }
 
