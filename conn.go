@@ -39,9 +39,7 @@ type Conn struct {
 	srq      *sharedRecv    // where its receives come from; nil on rdma_cm connections
 	drv      *poller.Poller // unit's poller when Busy: Wait drives it (poller/drive.go)
 	qp       verbs.QP
-	ctrl     net.Conn   // the TCP control channel; nil on rdma_cm connections
-	cm       *ibv.CMID  // the rdma_cm connection; nil on TCP-set-up ones
-	ctrlMu   sync.Mutex // serializes control frames
+	cm       *ibv.CMID // the rdma_cm connection; nil on TCP-set-up ones
 	peer     hello
 	local    net.Addr
 	remote   net.Addr
@@ -58,44 +56,21 @@ type Conn struct {
 	failed  atomic.Pointer[error]
 	up      atomic.Bool // the handshake completed (events.go)
 
-	sq sendQueue   // the send queue: postMu and what it guards (sendq.go)
-	cr creditState // credits both ways (credit.go, credit_word.go)
-	rq receives    // the receive side: rmu and what it guards (recv.go)
+	sq  sendQueue   // the send queue: postMu and what it guards (sendq.go)
+	cr  creditState // credits both ways (credit.go, credit_word.go)
+	rq  receives    // the receive side: rmu and what it guards (recv.go)
+	ctl controlChan // the control channel and the regions' state on it (control.go)
 
 	inflight  atomic.Int64 // posted WRs not yet completed, receives included
 	closing   atomic.Bool
 	drained   chan struct{} // closed when inflight reaches 0 while closing
 	drainOnce sync.Once
 
-	// The control channel's state (control.go, expose.go, grant.go).
-	emu         sync.Mutex
-	exposed     map[uint32]*exposure
-	granted     int // bytes granted to the peer's RequestRegion
-	grants      int // regions granted to it
-	requests    map[uint32]*request
-	nextReq     uint32
-	peerReqs    int               // the peer's region requests queued or being served
-	revokeAcks  []uint32          // the peer's revokes waiting for a fence
-	fencing     bool              // a fence is queued or running
-	reqSlots    chan struct{}     // our RequestRegions in flight
-	regionSlots chan struct{}     // our SendRegions the peer has not taken
-	revokeSlots chan struct{}     // our orderly revokes in flight
-	regions     chan RemoteRegion // the peer's SendRegions not taken yet
-
-	jobs    chan func() // control work, run by one worker (control.go)
-	working atomic.Bool
-	workers sync.WaitGroup
-
-	peerClosed   atomic.Bool // the peer closed or went away: post nothing more
-	closeHeard   atomic.Bool // the peer's ctrlClose came
-	closeCalled  atomic.Bool // Close began: what fails from here on is the orderly close's
-	deaf         atomic.Bool // tests: play a peer that reads its control frames and drops them
-	quiesceOnce  sync.Once
-	closeAck     chan struct{} // closed when the peer answers our ctrlClose
-	closeAckOnce sync.Once
-	ctrlDone     chan struct{}
-	closeOnce    sync.Once
-	closeErr     error
+	peerClosed  atomic.Bool // the peer closed or went away: post nothing more
+	closeCalled atomic.Bool // Close began: what fails from here on is the orderly close's
+	quiesceOnce sync.Once
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 // message is a received message waiting for Recv.
@@ -184,11 +159,12 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 		return nil, err
 	}
 	c := &Conn{eng: eng, cfg: cfg, local: local, remote: remote, rq: receives{recvSize: cfg.maxMsg},
-		drained: make(chan struct{}), done: make(chan struct{}), ctrlDone: make(chan struct{}), closeAck: make(chan struct{}),
-		exposed: map[uint32]*exposure{}, requests: map[uint32]*request{},
-		reqSlots: make(chan struct{}, maxRegionRequests), regionSlots: make(chan struct{}, maxQueuedRegions),
-		revokeSlots: make(chan struct{}, maxRevokes), regions: make(chan RemoteRegion, maxQueuedRegions),
-		jobs: make(chan func(), maxRegionRequests+6)}
+		drained: make(chan struct{}), done: make(chan struct{}),
+		ctl: controlChan{ctrlDone: make(chan struct{}), closeAck: make(chan struct{}),
+			exposed: map[uint32]*exposure{}, requests: map[uint32]*request{},
+			reqSlots: make(chan struct{}, maxRegionRequests), regionSlots: make(chan struct{}, maxQueuedRegions),
+			revokeSlots: make(chan struct{}, maxRevokes), regions: make(chan RemoteRegion, maxQueuedRegions),
+			jobs: make(chan func(), maxRegionRequests+6)}}
 	if err := eng.slots.add(c); err != nil {
 		eng.release()
 		return nil, err
@@ -222,7 +198,7 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 		}
 	}
 	if err != nil {
-		close(c.ctrlDone)
+		close(c.ctl.ctrlDone)
 		c.teardown()
 		return nil, err
 	}
@@ -896,18 +872,18 @@ func (c *Conn) Close() error {
 		if c.err() == nil {
 			c.quiesce(fmt.Errorf("rdma: conn %v: %w", c.remote, ErrClosed), true)
 		}
-		if c.ctrl != nil && !c.told.Load() { // an abort told the peer already
-			c.ctrlMu.Lock()
-			c.ctrl.SetWriteDeadline(time.Now().Add(time.Second))
-			writeFrame(c.ctrl, ctrlClose, nil)
-			c.ctrlMu.Unlock()
+		if c.ctl.ctrl != nil && !c.told.Load() { // an abort told the peer already
+			c.ctl.ctrlMu.Lock()
+			c.ctl.ctrl.SetWriteDeadline(time.Now().Add(time.Second))
+			writeFrame(c.ctl.ctrl, ctrlClose, nil)
+			c.ctl.ctrlMu.Unlock()
 			// Keep the QP up until the peer's operations are done too
 			// (bounded): it acknowledges what it received only while
 			// it is up, and the peer may still be reading from or
 			// writing to our memory.
 			select {
-			case <-c.closeAck:
-			case <-c.ctrlDone:
+			case <-c.ctl.closeAck:
+			case <-c.ctl.ctrlDone:
 			case <-time.After(closeAckBound):
 			}
 		}
@@ -919,7 +895,7 @@ func (c *Conn) Close() error {
 			// peer would then wait for its retries.
 			c.cm.Disconnect()
 			select {
-			case <-c.ctrlDone:
+			case <-c.ctl.ctrlDone:
 			case <-time.After(2 * time.Second):
 			}
 		}
@@ -1009,20 +985,20 @@ func (c *Conn) teardown() error {
 	c.untold = true
 	c.tellMu.Unlock()
 	c.telling.Wait()
-	if c.ctrl != nil {
-		c.ctrl.Close()
+	if c.ctl.ctrl != nil {
+		c.ctl.ctrl.Close()
 	}
-	<-c.ctrlDone
-	c.workers.Wait()
+	<-c.ctl.ctrlDone
+	c.ctl.workers.Wait()
 	if c.cm != nil {
 		errs = append(errs, c.cm.Close())
 	}
-	c.emu.Lock()
-	keys := make([]uint32, 0, len(c.exposed))
-	for k := range c.exposed {
+	c.ctl.emu.Lock()
+	keys := make([]uint32, 0, len(c.ctl.exposed))
+	for k := range c.ctl.exposed {
 		keys = append(keys, k)
 	}
-	c.emu.Unlock()
+	c.ctl.emu.Unlock()
 	for _, k := range keys {
 		if err := c.RevokeNow(RemoteRegion{RKey: k}); err != nil && !errors.Is(err, ErrInvalid) {
 			errs = append(errs, err)

@@ -113,7 +113,7 @@ func (c *Conn) recvCap() int {
 // needs more could never go out. Connections without a control channel
 // (rdma_cm) send without credits.
 func (c *Conn) creditCap() int {
-	if c.ctrl == nil {
+	if c.ctl.ctrl == nil {
 		return maxCredits
 	}
 	return int(c.peer.RecvDepth)
@@ -145,7 +145,7 @@ func (c *Conn) roomLocked(wrs []verbs.SendWR) bool {
 	if c.pullLocked(); c.cr.credits >= need {
 		return true
 	}
-	if !c.cr.asked && c.ctrl != nil {
+	if !c.cr.asked && c.ctl.ctrl != nil {
 		c.cr.asked, c.cr.askNow = true, true // postUnlock queues the ask
 	}
 	return false
@@ -363,7 +363,7 @@ func (c *Conn) onCreditBack(n uint32) {
 // It runs on pollers, consumers and the control reader, under locks of
 // theirs, so it never writes to the control channel itself.
 func (c *Conn) owe(n int) {
-	if n <= 0 || c.ctrl == nil {
+	if n <= 0 || c.ctl.ctrl == nil {
 		return
 	}
 	c.cr.cw.total.Add(uint32(n))

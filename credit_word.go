@@ -70,7 +70,7 @@ type creditWord struct {
 // makeCreditWord registers the connection's credit word. Connections
 // without a control channel (rdma_cm) have no credits.
 func (c *Conn) makeCreditWord() error {
-	if c.ctrl == nil || c.srq == nil {
+	if c.ctl.ctrl == nil || c.srq == nil {
 		return nil
 	}
 	b, err := c.eng.credits.get(c.eng.pd)

@@ -50,21 +50,21 @@ func SendControl(c *Conn, typ byte, p []byte) error { return c.writeControl(typ,
 // Granted is what c has granted to its peer's RequestRegion: bytes and
 // regions.
 func Granted(c *Conn) (bytes, regions int) {
-	c.emu.Lock()
-	defer c.emu.Unlock()
-	return c.granted, c.grants
+	c.ctl.emu.Lock()
+	defer c.ctl.emu.Unlock()
+	return c.ctl.granted, c.ctl.grants
 }
 
 // Exposed counts c's exposures.
 func Exposed(c *Conn) int {
-	c.emu.Lock()
-	defer c.emu.Unlock()
-	return len(c.exposed)
+	c.ctl.emu.Lock()
+	defer c.ctl.emu.Unlock()
+	return len(c.ctl.exposed)
 }
 
 // Deafen makes c read the peer's control frames and drop them, as a hung
 // or hostile peer would: it answers nothing.
-func Deafen(c *Conn) { c.deaf.Store(true) }
+func Deafen(c *Conn) { c.ctl.deaf.Store(true) }
 
 // PoolDrained is closed once the pool c shares with its engine (its
 // Listener's, or its own for a dialed Conn) is closed and every slab is

@@ -231,7 +231,7 @@ func (l *lifeCounters) ended(c *Conn, err error) {
 	switch {
 	case !c.up.Load():
 		// A handshake that failed: dial or the listener counts it.
-	case c.orderly() && c.closeHeard.Load():
+	case c.orderly() && c.ctl.closeHeard.Load():
 		l.closedPeer.Add(1)
 	case c.orderly():
 		l.closedLocal.Add(1)
