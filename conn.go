@@ -258,7 +258,7 @@ func (c *Conn) fail(err error) {
 	c.rq.rmu.Lock()
 	var ws []*Future
 	if !c.moreToComeLocked() {
-		ws, c.rq.waiters = c.rq.waiters, nil
+		ws = c.rq.takeWaitersLocked()
 	}
 	c.endIfDeliveredLocked()
 	c.rq.rmu.Unlock()
@@ -688,8 +688,7 @@ func (c *Conn) teardown() error {
 		}
 	}
 	c.rq.ready = nil
-	ws := c.rq.waiters
-	c.rq.waiters = nil
+	ws := c.rq.takeWaitersLocked()
 	if !c.rq.ended {
 		// Nothing more is delivered: a handler still running (it
 		// may be the caller) has its message already.

@@ -351,23 +351,23 @@ func (c *Conn) later(f func()) {
 	}
 	if c.ctl.working.CompareAndSwap(false, true) {
 		c.ctl.workers.Add(1)
-		go c.work()
+		go c.ctl.work()
 	}
 }
 
-func (c *Conn) work() {
-	defer c.ctl.workers.Done()
+func (ch *controlChan) work() {
+	defer ch.workers.Done()
 	for {
 		select {
-		case f := <-c.ctl.jobs:
+		case f := <-ch.jobs:
 			f()
 			continue
 		default:
 		}
-		c.ctl.working.Store(false)
+		ch.working.Store(false)
 		// A job queued between the empty check and the store would be
 		// left waiting: look once more.
-		if len(c.ctl.jobs) == 0 || !c.ctl.working.CompareAndSwap(false, true) {
+		if len(ch.jobs) == 0 || !ch.working.CompareAndSwap(false, true) {
 			return
 		}
 	}

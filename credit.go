@@ -325,7 +325,7 @@ func (c *Conn) giveTakenLocked(regrant bool) {
 // batch; if the ask is still short, every take is given back at once
 // until the next ask.
 func (c *Conn) onCreditAsk(want, seen uint32) {
-	c.openAsk(seen)
+	c.cr.cw.openAsk(seen)
 	c.cr.peerWants.Store(true)
 	c.cr.recalled.Store(false)
 	w := int(min(want, maxAsk))

@@ -203,9 +203,9 @@ func (c *Conn) onCreditWritten(wc *verbs.WorkCompletion) {
 }
 
 // onCreditAsk's answer: the ask is open until a frame answers it.
-func (c *Conn) openAsk(seen uint32) {
-	c.cr.cw.askSeen.Store(seen)
-	c.cr.cw.askOpen.Store(true)
+func (w *creditWord) openAsk(seen uint32) {
+	w.askSeen.Store(seen)
+	w.askOpen.Store(true)
 }
 
 // creditBuf is a connection's credit buffer: creditBufSize bytes of

@@ -28,6 +28,14 @@ type receives struct {
 	beaconDone atomic.Bool // the beacon flushed: every message that came is delivered
 }
 
+// takeWaitersLocked takes the Recvs that wait, for the caller to fail
+// them once it has unlocked rmu. Caller holds rmu.
+func (r *receives) takeWaitersLocked() []*Future {
+	ws := r.waiters
+	r.waiters = nil
+	return ws
+}
+
 // message is a received message waiting for Recv.
 type message struct {
 	pb  *pool.Buffer // nil for WRITE_WITH_IMM notifications
@@ -86,8 +94,7 @@ func (c *Conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 		c.st.recvFailed(wc.Status, wc.Status == verbs.WCWRFlushErr && c.orderly())
 		// Every receive before this one was delivered; the waiters
 		// left will get nothing more.
-		ws := c.rq.waiters
-		c.rq.waiters = nil
+		ws := c.rq.takeWaitersLocked()
 		c.endIfDeliveredLocked()
 		c.rq.rmu.Unlock()
 		pb.Release()
@@ -232,8 +239,7 @@ func (c *Conn) postBeacon() {
 func (c *Conn) onBeacon(wc *verbs.WorkCompletion) {
 	c.rq.beaconDone.Store(true)
 	c.rq.rmu.Lock()
-	ws := c.rq.waiters
-	c.rq.waiters = nil
+	ws := c.rq.takeWaitersLocked()
 	c.endIfDeliveredLocked()
 	c.rq.rmu.Unlock()
 	err := c.err()

@@ -170,7 +170,7 @@ func (c *Conn) drainLocked() {
 			resolveAll(q.ops, err)
 		}
 	}
-	c.notifyLocked()
+	c.sq.notifyLocked()
 }
 
 // failPending fails every queued chain: the connection failed, and
@@ -190,7 +190,7 @@ func (c *Conn) failPendingLocked(err error) {
 		c.sq.drainedSeq = q.seq
 	}
 	c.sq.pending, c.sq.pendingWRs = nil, 0
-	c.notifyLocked()
+	c.sq.notifyLocked()
 }
 
 // settle returns the room of k completed WRs and posts what waits for
@@ -245,10 +245,10 @@ func (c *Conn) unlockPost() {
 }
 
 // notifyLocked wakes waitSent. Caller holds postMu.
-func (c *Conn) notifyLocked() {
-	if c.sq.progress != nil {
-		close(c.sq.progress)
-		c.sq.progress = nil
+func (q *sendQueue) notifyLocked() {
+	if q.progress != nil {
+		close(q.progress)
+		q.progress = nil
 	}
 }
 
