@@ -134,7 +134,7 @@ func (c *Conn) postCombinedLocked() {
 	}
 	wrs, sges, ops := cq.wrs[:0], cq.sges[:0], cq.ops[:0]
 	c.pullLocked()
-	credits, free := c.cr.credits, c.sqFreeLocked()
+	credits := c.cr.credits
 	i := 0
 	for ; i < len(q) && len(c.sq.pending) == 0; i++ {
 		r := &q[i]
@@ -145,7 +145,7 @@ func (c *Conn) postCombinedLocked() {
 			continue
 		}
 		need := needCredits(wr1)
-		if len(wrs) == free || need > credits {
+		if len(wrs) == c.sq.sqFree || need > credits {
 			break // the rest go on their own, and queue for room
 		}
 		credits -= need

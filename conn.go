@@ -162,6 +162,7 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.cr.returnCreditsJob, c.cr.askJob, c.cr.backJob, c.cr.recallJob = c.returnCredits, c.askCredits, c.returnUnused, c.sendRecall
+	c.sq.sqFree = cfg.sqDepth
 	c.sq.sent = newRing(cfg.sqDepth)
 	var err error
 	if !cfg.cm {

@@ -135,7 +135,7 @@ func needCredits(wrs []verbs.SendWR) int {
 // and asks the peer for credits when they are what is short. Caller
 // holds postMu.
 func (c *Conn) roomLocked(wrs []verbs.SendWR) bool {
-	if c.sqFreeLocked() < len(wrs) {
+	if c.sq.sqFree < len(wrs) {
 		return false
 	}
 	need := needCredits(wrs)

@@ -32,13 +32,14 @@ import (
 // guards. Conn holds it as c.sq.
 type sendQueue struct {
 	postMu     sync.Mutex    // orders posts, so sent matches the send queue
+	sqFree     int           // room in the send queue
 	beacon     bool          // the beacon is posted (postBeacon)
 	pending    []queuedPost  // chains waiting for room, oldest first
 	pendingWRs int           // the WRs of pending
 	queuedSeq  uint64        // seq of the last chain queued
 	drainedSeq uint64        // seq of the last chain that left pending
 	posted     uint64        // send WRs the QP accepted
-	completed  atomic.Uint64 // send WRs completed; posted less completed is the send queue's use (sqFreeLocked)
+	completed  atomic.Uint64 // send WRs completed
 	quiescing  bool          // Close waits for what was issued: nothing new
 	progress   chan struct{} // closed at the next completion or drain, for waitSent
 	failAfter  error         // a post under postMu failed the QP: fail at unlock
@@ -113,13 +114,13 @@ func (c *Conn) submitLocked(wrs []verbs.SendWR, ops []op) error {
 	}
 	// Posted and not completed, and queued: a direct post never passes
 	// the limit (at least the send depth), so only a queued one checks.
-	if held := c.sq.outstanding() + c.sq.pendingWRs; held+len(wrs) > c.sendQueueLimit() {
+	if held := c.cfg.sqDepth - c.sq.sqFree + c.sq.pendingWRs; held+len(wrs) > c.sendQueueLimit() {
 		c.dropAll(ops)
 		c.st.queueFull.Add(1)
 		return fmt.Errorf("rdma: conn %v: %w: %d operations issued and not completed (WithSendQueueLimit %d); post again once one of them resolves",
 			c.remote, ErrQueueFull, held, c.sendQueueLimit())
 	}
-	if c.sqFreeLocked() < len(wrs) {
+	if c.sq.sqFree < len(wrs) {
 		c.st.queueWaits.Add(1)
 	} else {
 		c.st.creditWaits.Add(1)
@@ -138,16 +139,6 @@ func (c *Conn) submitLocked(wrs []verbs.SendWR, ops []op) error {
 	c.sq.pendingWRs += len(q.wrs)
 	return nil
 }
-
-// outstanding is how many send WRs are posted and not completed: what
-// takes room in the send queue. A send queue completes in order, and
-// settle counts a completion with the WRs it covers, so posted less
-// completed is the room in use; no count of its own is kept beside
-// them. Caller holds postMu.
-func (q *sendQueue) outstanding() int { return int(q.posted - q.completed.Load()) }
-
-// sqFreeLocked is the room in the send queue. Caller holds postMu.
-func (c *Conn) sqFreeLocked() int { return c.cfg.sqDepth - c.sq.outstanding() }
 
 // sendQueueLimit is the connection's WithSendQueueLimit.
 func (c *Conn) sendQueueLimit() int {
@@ -207,6 +198,7 @@ func (c *Conn) failPendingLocked(err error) {
 func (c *Conn) settle(k int) {
 	c.sq.completed.Add(uint64(k))
 	c.sq.postMu.Lock()
+	c.sq.sqFree += k
 	c.drainLocked()
 	c.postUnlock()
 }
@@ -223,7 +215,7 @@ func (c *Conn) postUnlock() {
 		c.sq.failAfter = nil
 		ask, back := c.cr.askNow, c.cr.backNow
 		c.cr.askNow, c.cr.backNow = false, false
-		c.sq.heldOps.Store(int64(c.sq.outstanding() + c.sq.pendingWRs))
+		c.sq.heldOps.Store(int64(c.cfg.sqDepth - c.sq.sqFree + c.sq.pendingWRs))
 		c.sq.postMu.Unlock()
 		if ask && !c.cr.askQueued.Swap(true) {
 			c.later(c.cr.askJob)
@@ -315,6 +307,7 @@ func (c *Conn) waitProgressLocked(ctx context.Context) error {
 // nothing stays recorded except WRs the provider accepted; those complete
 // (or flush, since a failed post fails the connection) like any other.
 func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
+	c.sq.sqFree -= len(wrs)
 	c.cr.credits -= needCredits(wrs)
 	for i := range wrs {
 		c.inflight.Add(1)
@@ -344,6 +337,7 @@ func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 		c.sq.sent.popBack()
 		if o, ok := c.ops.take(wrs[i].ID); ok {
 			c.dropBuf(&o)
+			c.sq.sqFree++
 			c.cr.credits += needCredits(wrs[i : i+1])
 			c.opDone()
 		}
