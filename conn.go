@@ -55,15 +55,19 @@ type Conn struct {
 	failed  atomic.Pointer[error]
 	up      atomic.Bool // the handshake completed (events.go)
 
-	sq  sendQueue   // the send queue: postMu and what it guards (sendq.go)
-	cr  creditState // credits both ways (credit.go, credit_word.go)
-	rq  receives    // the receive side: rmu and what it guards (recv.go)
-	ctl controlChan // the control channel and the regions' state on it (control.go)
+	// The concepts, in an order that keeps what the post and completion
+	// paths touch together, as before the split: the sending side of the
+	// credits, then the send queue, then inflight.
+	cr creditState // credits both ways (credit.go, credit_word.go)
+	sq sendQueue   // the send queue: postMu and what it guards (sendq.go)
 
 	inflight  atomic.Int64 // posted WRs not yet completed, receives included
 	closing   atomic.Bool
 	drained   chan struct{} // closed when inflight reaches 0 while closing
 	drainOnce sync.Once
+
+	rq  receives    // the receive side: rmu and what it guards (recv.go)
+	ctl controlChan // the control channel and the regions' state on it (control.go)
 
 	peerClosed  atomic.Bool // the peer closed or went away: post nothing more
 	closeCalled atomic.Bool // Close began: what fails from here on is the orderly close's

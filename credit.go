@@ -54,15 +54,6 @@ import (
 // creditState is a connection's credits, both ways. Conn holds it as
 // c.cr. Each field says the lock it is under, if any.
 type creditState struct {
-	// Sending side: credits the peer gave us, under postMu.
-	credits   int         // messages we may send the peer
-	asked     bool        // an ask for credits is out
-	askNow    bool        // postUnlock queues an ask
-	backNow   bool        // postUnlock queues a return of unused credits
-	idleArmed bool        // idleTimer runs
-	idleSeen  uint64      // posted at the idle timer's last look
-	idleTimer *time.Timer // gives unused credits back (idleCredits)
-
 	// Receiving side: credits given to the peer (srq.go).
 	creditOut     atomic.Int64 // credits the peer holds or used on messages not yet here
 	creditHeld    atomic.Int64 // messages here the application has not taken
@@ -83,6 +74,17 @@ type creditState struct {
 	creditBack       atomic.Int64 // unused credits to give back
 	askQueued        atomic.Bool  // askJob is queued
 	backQueued       atomic.Bool  // backJob is queued
+
+	// Sending side: credits the peer gave us, under postMu. Last, so
+	// that they sit beside postMu (Conn puts c.sq right after c.cr):
+	// the post path reads them with the send queue's state.
+	credits   int         // messages we may send the peer
+	asked     bool        // an ask for credits is out
+	askNow    bool        // postUnlock queues an ask
+	backNow   bool        // postUnlock queues a return of unused credits
+	idleArmed bool        // idleTimer runs
+	idleSeen  uint64      // posted at the idle timer's last look
+	idleTimer *time.Timer // gives unused credits back (idleCredits)
 }
 
 // maxCredits bounds the credits a peer can give, so adding never
