@@ -45,7 +45,7 @@ func (c *Conn) Abort(cause error) error {
 func (c *Conn) tellPeer(err error) {
 	// Before the handshake completed, the set-up's own error tells the
 	// peer; a frame would only garble the handshake.
-	if !c.up.Load() || c.closing.Load() || c.peerClosed.Load() || errors.Is(err, ErrPeerClosed) || (c.ctrl == nil && c.cm == nil) {
+	if !c.up.Load() || c.closing.Load() || c.peerClosed.Load() || errors.Is(err, ErrPeerClosed) || (c.ctl.ctrl == nil && c.cm == nil) {
 		return
 	}
 	c.tellMu.Lock()
@@ -63,15 +63,15 @@ func (c *Conn) tellPeer(err error) {
 			c.cm.Disconnect()
 			return
 		}
-		c.ctrlMu.Lock()
-		c.ctrl.SetWriteDeadline(time.Now().Add(abortBound))
-		werr := writeFrame(c.ctrl, ctrlAbort, abortReason(err))
-		c.ctrlMu.Unlock()
-		if cw, ok := c.ctrl.(interface{ CloseWrite() error }); ok && werr == nil {
+		c.ctl.ctrlMu.Lock()
+		c.ctl.ctrl.SetWriteDeadline(time.Now().Add(abortBound))
+		werr := writeFrame(c.ctl.ctrl, ctrlAbort, abortReason(err))
+		c.ctl.ctrlMu.Unlock()
+		if cw, ok := c.ctl.ctrl.(interface{ CloseWrite() error }); ok && werr == nil {
 			cw.CloseWrite()
 			return
 		}
-		c.ctrl.Close() // the peer did not take the frame: cut it off
+		c.ctl.ctrl.Close() // the peer did not take the frame: cut it off
 	}()
 }
 

@@ -128,7 +128,7 @@ func (b *Batch) Post() *Future {
 	b.ops[n-1].signaled = true
 	b.ops[n-1].n = total
 	b.wrs[n-1].Flags |= verbs.SendSignaled
-	c.postMu.Lock()
+	c.sq.postMu.Lock()
 	// What this goroutine (or another) left in the combining queue was
 	// issued first: it goes first.
 	c.postCombinedLocked()

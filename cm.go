@@ -81,11 +81,11 @@ func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(verbs.QP) error)
 	}
 	c.cm = id
 	c.peer.MaxMsg = uint32(cfg.maxMsg)
-	c.credits = maxCredits // no control channel to return them: the peer's receives are unknown
+	c.cr.credits = maxCredits // no control channel to return them: the peer's receives are unknown
 	defer func() {
 		// c, not the result: a failure returns a nil *Conn.
 		if err != nil {
-			close(c.ctrlDone)
+			close(c.ctl.ctrlDone)
 			c.teardown()
 		}
 	}()
@@ -99,7 +99,7 @@ func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(verbs.QP) error)
 		return nil, err
 	}
 	go func() {
-		defer close(c.ctrlDone)
+		defer close(c.ctl.ctrlDone)
 		if id.WaitDisconnect(c.ctx) == nil {
 			c.fail(fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerClosed))
 			// Answer the peer's disconnect request, or its rdma_cm

@@ -85,33 +85,33 @@ func (cq *combineQueue) giveBack(q []postReq) {
 // the combining queue. An operation that fails at once has its Future
 // resolved.
 func (c *Conn) submit(wr verbs.SendWR, sge verbs.SGE, o op) {
-	if !c.postMu.TryLock() {
+	if !c.sq.postMu.TryLock() {
 		// Near the send queue limit, wait for the lock: a post past
 		// the limit fails at once, and the queue stays bounded.
-		if c.heldOps.Load()+int64(c.cq.n.Load()) < int64(c.sendQueueLimit()/2) {
-			c.cq.leave(postReq{wr: wr, sge: sge, op: o})
-			if !c.postMu.TryLock() {
+		if c.sq.heldOps.Load()+int64(c.sq.cq.n.Load()) < int64(c.sendQueueLimit()/2) {
+			c.sq.cq.leave(postReq{wr: wr, sge: sge, op: o})
+			if !c.sq.postMu.TryLock() {
 				return // the holder posts it (unlockPost)
 			}
 			c.postUnlock() // the holder had let go: post it ourselves
 			return
 		}
-		c.postMu.Lock()
+		c.sq.postMu.Lock()
 	}
-	if c.cq.n.Load() > 0 {
+	if c.sq.cq.n.Load() > 0 {
 		// Those who came first go first.
-		c.cq.leave(postReq{wr: wr, sge: sge, op: o})
+		c.sq.cq.leave(postReq{wr: wr, sge: sge, op: o})
 		c.postUnlock()
 		return
 	}
-	c.sge[0] = sge
-	wr.SGL = c.sge[:]
+	c.sq.sge[0] = sge
+	wr.SGL = c.sq.sge[:]
 	if o.n == 0 {
 		wr.SGL = nil
 	}
-	c.wr[0], c.op[0] = wr, o
-	err := c.submitLocked(c.wr[:], c.op[:])
-	c.wr[0], c.op[0] = verbs.SendWR{}, op{}
+	c.sq.wr[0], c.sq.op[0] = wr, o
+	err := c.submitLocked(c.sq.wr[:], c.sq.op[:])
+	c.sq.wr[0], c.sq.op[0] = verbs.SendWR{}, op{}
 	c.postUnlock()
 	if err != nil {
 		o.fut.resolve(err, 0, 0, false, nil, 0)
@@ -123,20 +123,20 @@ func (c *Conn) submit(wr verbs.SendWR, sge verbs.SGE, o op) {
 // each on its own through submitLocked (which queues it for room).
 // Caller holds postMu.
 func (c *Conn) postCombinedLocked() {
-	q := c.cq.takeAll()
+	q := c.sq.cq.takeAll()
 	if len(q) == 0 {
-		c.cq.giveBack(q)
+		c.sq.cq.giveBack(q)
 		return
 	}
-	cq := &c.cq
+	cq := &c.sq.cq
 	if cap(cq.wrs) < len(q) {
 		cq.wrs, cq.sges, cq.ops = make([]verbs.SendWR, 0, len(q)), make([]verbs.SGE, 0, len(q)), make([]op, 0, len(q))
 	}
 	wrs, sges, ops := cq.wrs[:0], cq.sges[:0], cq.ops[:0]
 	c.pullLocked()
-	credits := c.credits
+	credits := c.cr.credits
 	i := 0
-	for ; i < len(q) && len(c.pending) == 0; i++ {
+	for ; i < len(q) && len(c.sq.pending) == 0; i++ {
 		r := &q[i]
 		wr1, op1 := unsafe.Slice(&r.wr, 1), unsafe.Slice(&r.op, 1)
 		if err := c.postable(wr1, op1, false); err != nil {
@@ -145,7 +145,7 @@ func (c *Conn) postCombinedLocked() {
 			continue
 		}
 		need := needCredits(wr1)
-		if len(wrs) == c.sqFree || need > credits {
+		if len(wrs) == c.sq.sqFree || need > credits {
 			break // the rest go on their own, and queue for room
 		}
 		credits -= need
@@ -181,5 +181,5 @@ func (c *Conn) postCombinedLocked() {
 			r.op.fut.resolve(err, 0, 0, false, nil, 0)
 		}
 	}
-	c.cq.giveBack(q)
+	c.sq.cq.giveBack(q)
 }

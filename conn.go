@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,9 +38,7 @@ type Conn struct {
 	srq      *sharedRecv    // where its receives come from; nil on rdma_cm connections
 	drv      *poller.Poller // unit's poller when Busy: Wait drives it (poller/drive.go)
 	qp       verbs.QP
-	ctrl     net.Conn   // the TCP control channel; nil on rdma_cm connections
-	cm       *ibv.CMID  // the rdma_cm connection; nil on TCP-set-up ones
-	ctrlMu   sync.Mutex // serializes control frames
+	cm       *ibv.CMID // the rdma_cm connection; nil on TCP-set-up ones
 	peer     hello
 	local    net.Addr
 	remote   net.Addr
@@ -51,7 +48,6 @@ type Conn struct {
 	ctx     context.Context // ends when the connection fails or closes
 	cancel  context.CancelFunc
 	done    chan struct{}  // Done: ended, and every message that arrived delivered
-	ended   bool           // done is closed; under rmu
 	told    atomic.Bool    // the peer was told of a failure of our own (abort.go)
 	telling sync.WaitGroup // the telling is under way
 	tellMu  sync.Mutex     // orders telling.Add before teardown's Wait
@@ -59,113 +55,25 @@ type Conn struct {
 	failed  atomic.Pointer[error]
 	up      atomic.Bool // the handshake completed (events.go)
 
-	postMu     sync.Mutex    // orders posts, so sent matches the send queue
-	sqFree     int           // room in the send queue (sendq.go)
-	credits    int           // messages the peer may send us (credit.go)
-	asked      bool          // an ask for credits is out
-	askNow     bool          // postUnlock queues an ask
-	backNow    bool          // postUnlock queues a return of unused credits
-	idleArmed  bool          // idleTimer runs
-	idleSeen   uint64        // posted at the idle timer's last look
-	idleTimer  *time.Timer   // gives unused credits back (credit.go)
-	beacon     bool          // the beacon is posted (failBeacon)
-	pending    []queuedPost  // chains waiting for room, oldest first
-	pendingWRs int           // the WRs of pending
-	queuedSeq  uint64        // seq of the last chain queued
-	drainedSeq uint64        // seq of the last chain that left pending
-	posted     uint64        // send WRs the QP accepted
-	completed  atomic.Uint64 // send WRs completed
-	quiescing  bool          // Close waits for what was issued: nothing new
-	progress   chan struct{} // closed at the next completion or drain, for waitSent
-	failAfter  error         // a post under postMu failed the QP: fail at unlock
-	latencySeq uint64        // send-side ops submitted, for latency sampling (latency.go)
-	wr         [1]verbs.SendWR
-	sge        [1]verbs.SGE
-	op         [1]op
-	cq         combineQueue // operations left by goroutines that found postMu taken (combine.go)
-	heldOps    atomic.Int64 // operations posted and queued, as of the last postUnlock
-
-	// sent holds the wr_ids of the posted send WRs in posting order. A
-	// send queue completes in order, so a completion covers every
-	// unsignaled WR ahead of it in sent.
-	sentMu sync.Mutex
-	sent   ring
+	// The concepts, in an order that keeps what the post and completion
+	// paths touch together, as before the split: the sending side of the
+	// credits, then the send queue, then inflight.
+	cr creditState // credits both ways (credit.go, credit_word.go)
+	sq sendQueue   // the send queue: postMu and what it guards (sendq.go)
 
 	inflight  atomic.Int64 // posted WRs not yet completed, receives included
 	closing   atomic.Bool
 	drained   chan struct{} // closed when inflight reaches 0 while closing
 	drainOnce sync.Once
 
-	rmu      sync.Mutex
-	rposted  int // receives posted
-	ready    []message
-	waiters  []*Future
-	rwrs     []verbs.RecvWR
-	rsges    []verbs.SGE
-	recvSize int
-	handling bool // a worker runs the RecvHandler (dispatch.go)
+	rq  receives    // the receive side: rmu and what it guards (recv.go)
+	ctl controlChan // the control channel and the regions' state on it (control.go)
 
-	// Credits given to the peer (credit.go, srq.go).
-	creditOut     atomic.Int64 // credits the peer holds or used on messages not yet here
-	creditHeld    atomic.Int64 // messages here the application has not taken
-	creditTaken   atomic.Int64 // messages taken whose credits are not given back yet; changed under rmu
-	creditWant    int          // credits it waits for; under srq.mu
-	creditWaiting bool         // among srq.waiters; under srq.mu
-	peerWants     atomic.Bool  // the peer asked for credits and gave none back since
-	peerShort     atomic.Bool  // the peer's last ask found too little room: give back each take at once
-	recalled      atomic.Bool  // a recall went to the peer, unanswered and with no grant since
-	beaconDone    atomic.Bool  // the beacon flushed: every message that came is delivered
-
-	// The control channel's state (control.go, expose.go, grant.go).
-	emu         sync.Mutex
-	exposed     map[uint32]*exposure
-	granted     int // bytes granted to the peer's RequestRegion
-	grants      int // regions granted to it
-	requests    map[uint32]*request
-	nextReq     uint32
-	peerReqs    int               // the peer's region requests queued or being served
-	revokeAcks  []uint32          // the peer's revokes waiting for a fence
-	fencing     bool              // a fence is queued or running
-	reqSlots    chan struct{}     // our RequestRegions in flight
-	regionSlots chan struct{}     // our SendRegions the peer has not taken
-	revokeSlots chan struct{}     // our orderly revokes in flight
-	regions     chan RemoteRegion // the peer's SendRegions not taken yet
-
-	revoked     map[uint32]struct{} // rkeys the peer revoked; under postMu
-	revokedFIFO []uint32
-
-	jobs    chan func() // control work, run by one worker (control.go)
-	working atomic.Bool
-	workers sync.WaitGroup
-
-	cw               creditWord   // in-band credits (credit_word.go)
-	creditQueued     atomic.Bool  // a job to return them is queued
-	returnCreditsJob func()       // c.returnCredits, bound once: a method value allocates
-	askJob           func()       // c.askCredits
-	backJob          func()       // c.returnUnused
-	recallJob        func()       // c.sendRecall
-	recallQueued     atomic.Bool  // recallJob is queued
-	creditBack       atomic.Int64 // unused credits to give back
-	askQueued        atomic.Bool  // askJob is queued
-	backQueued       atomic.Bool  // backJob is queued
-	peerClosed       atomic.Bool  // the peer closed or went away: post nothing more
-	closeHeard       atomic.Bool  // the peer's ctrlClose came
-	closeCalled      atomic.Bool  // Close began: what fails from here on is the orderly close's
-	deaf             atomic.Bool  // tests: play a peer that reads its control frames and drops them
-	quiesceOnce      sync.Once
-	closeAck         chan struct{} // closed when the peer answers our ctrlClose
-	closeAckOnce     sync.Once
-	ctrlDone         chan struct{}
-	closeOnce        sync.Once
-	closeErr         error
-}
-
-// message is a received message waiting for Recv.
-type message struct {
-	pb  *pool.Buffer // nil for WRITE_WITH_IMM notifications
-	n   int
-	imm uint32
-	has bool
+	peerClosed  atomic.Bool // the peer closed or went away: post nothing more
+	closeCalled atomic.Bool // Close began: what fails from here on is the orderly close's
+	quiesceOnce sync.Once
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 // Dial connects to a Listener at address ("host:port") over network
@@ -245,20 +153,21 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 	if err := eng.acquire(); err != nil {
 		return nil, err
 	}
-	c := &Conn{eng: eng, cfg: cfg, local: local, remote: remote, recvSize: cfg.maxMsg,
-		drained: make(chan struct{}), done: make(chan struct{}), ctrlDone: make(chan struct{}), closeAck: make(chan struct{}),
-		exposed: map[uint32]*exposure{}, requests: map[uint32]*request{},
-		reqSlots: make(chan struct{}, maxRegionRequests), regionSlots: make(chan struct{}, maxQueuedRegions),
-		revokeSlots: make(chan struct{}, maxRevokes), regions: make(chan RemoteRegion, maxQueuedRegions),
-		jobs: make(chan func(), maxRegionRequests+6)}
+	c := &Conn{eng: eng, cfg: cfg, local: local, remote: remote, rq: receives{recvSize: cfg.maxMsg},
+		drained: make(chan struct{}), done: make(chan struct{}),
+		ctl: controlChan{ctrlDone: make(chan struct{}), closeAck: make(chan struct{}),
+			exposed: map[uint32]*exposure{}, requests: map[uint32]*request{},
+			reqSlots: make(chan struct{}, maxRegionRequests), regionSlots: make(chan struct{}, maxQueuedRegions),
+			revokeSlots: make(chan struct{}, maxRevokes), regions: make(chan RemoteRegion, maxQueuedRegions),
+			jobs: make(chan func(), maxRegionRequests+6)}}
 	if err := eng.slots.add(c); err != nil {
 		eng.release()
 		return nil, err
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.returnCreditsJob, c.askJob, c.backJob, c.recallJob = c.returnCredits, c.askCredits, c.returnUnused, c.sendRecall
-	c.sqFree = cfg.sqDepth
-	c.sent = newRing(cfg.sqDepth)
+	c.cr.returnCreditsJob, c.cr.askJob, c.cr.backJob, c.cr.recallJob = c.returnCredits, c.askCredits, c.returnUnused, c.sendRecall
+	c.sq.sqFree = cfg.sqDepth
+	c.sq.sent = newRing(cfg.sqDepth)
 	var err error
 	if !cfg.cm {
 		c.srq, err = eng.srqFor(cfg.maxMsg)
@@ -284,16 +193,16 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 		}
 	}
 	if err != nil {
-		close(c.ctrlDone)
+		close(c.ctl.ctrlDone)
 		c.teardown()
 		return nil, err
 	}
 	c.inline = min(c.qp.Cap().MaxInlineData, 64)
 	if c.srq == nil {
-		c.rwrs = make([]verbs.RecvWR, cfg.rqDepth)
-		c.rsges = make([]verbs.SGE, cfg.rqDepth)
-		for i := range c.rwrs {
-			c.rwrs[i].SGL = c.rsges[i : i+1]
+		c.rq.rwrs = make([]verbs.RecvWR, cfg.rqDepth)
+		c.rq.rsges = make([]verbs.SGE, cfg.rqDepth)
+		for i := range c.rq.rwrs {
+			c.rq.rwrs[i].SGL = c.rq.rsges[i : i+1]
 		}
 	}
 	return c, nil
@@ -308,17 +217,6 @@ func (c *Conn) cqNeed() int {
 		return c.cfg.sqDepth + c.cfg.rqDepth + 2
 	}
 	return c.cfg.sqDepth + c.cfg.rqDepth
-}
-
-// postReceives fills the receive queue of a connection without an SRQ;
-// the QP must be in INIT.
-func (c *Conn) postReceives() error {
-	if c.srq != nil {
-		return nil
-	}
-	c.rmu.Lock()
-	defer c.rmu.Unlock()
-	return c.repostLocked(c.cfg.rqDepth)
 }
 
 // LocalAddr is the local address of the connection's control channel.
@@ -361,30 +259,19 @@ func (c *Conn) fail(err error) {
 	// Receives still posted complete (messages that arrived) or flush,
 	// in order; the first flush fails the waiters left then (onRecv).
 	// When nothing more can come, fail them now.
-	c.rmu.Lock()
+	c.rq.rmu.Lock()
 	var ws []*Future
 	if !c.moreToComeLocked() {
-		ws, c.waiters = c.waiters, nil
+		ws = c.rq.takeWaitersLocked()
 	}
 	c.endIfDeliveredLocked()
-	c.rmu.Unlock()
+	c.rq.rmu.Unlock()
 	for _, f := range ws {
 		f.resolve(err, 0, 0, false, nil, 0)
 	}
 	c.failRequests(err)
 	c.failPending()
 	c.tellPeer(err)
-}
-
-// endIfDeliveredLocked closes Done once the connection has ended and
-// every message that arrived was handed over: taken by Recv, or handled
-// (the handler returned). Caller holds rmu.
-func (c *Conn) endIfDeliveredLocked() {
-	if c.ended || c.err() == nil || len(c.ready) > 0 || c.handling || c.moreToComeLocked() {
-		return
-	}
-	c.ended = true
-	close(c.done)
 }
 
 // closedErr is the error of an operation on a closed or failed
@@ -591,10 +478,10 @@ func (c *Conn) opDone() {
 // onSendDone resolves a send-side completion and every unsignaled WR it
 // covers. It runs on a poller.
 func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
-	c.sentMu.Lock()
+	c.sq.sentMu.Lock()
 	k := 1
-	for c.sent.len() > 0 {
-		id := c.sent.popFront()
+	for c.sq.sent.len() > 0 {
+		id := c.sq.sent.popFront()
 		if id == wc.WRID {
 			break
 		}
@@ -605,7 +492,7 @@ func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
 			k++
 		}
 	}
-	c.sentMu.Unlock()
+	c.sq.sentMu.Unlock()
 	if k > 1 {
 		c.st.completions.Add(uint64(k - 1))
 	}
@@ -676,254 +563,6 @@ func (c *Conn) finish(o *op, err error) {
 	c.opDone()
 }
 
-// onRecv delivers a completion of a receive the connection posted on its
-// own receive queue. It runs on a poller.
-func (c *Conn) onRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
-	defer c.opDone()
-	c.rmu.Lock()
-	c.rposted--
-	c.deliverLocked(pb, wc)
-}
-
-// onSharedRecv delivers a completion of a receive of the SRQ that a
-// message to this connection took. It runs on a poller.
-func (c *Conn) onSharedRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
-	if wc.Status == verbs.WCSuccess && !c.arrived() {
-		pb.Release()
-		return
-	}
-	c.rmu.Lock()
-	c.deliverLocked(pb, wc)
-}
-
-// deliverLocked hands a received message to the oldest waiting Recv,
-// the handler or the ready queue, or fails the connection when the
-// receive failed. Caller holds rmu; it unlocks it.
-func (c *Conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
-	if wc.Status != verbs.WCSuccess {
-		c.st.recvFailed(wc.Status, wc.Status == verbs.WCWRFlushErr && c.orderly())
-		// Every receive before this one was delivered; the waiters
-		// left will get nothing more.
-		ws := c.waiters
-		c.waiters = nil
-		c.endIfDeliveredLocked()
-		c.rmu.Unlock()
-		pb.Release()
-		err := c.completionErr(postedWC(opRecv, wc))
-		c.fail(err)
-		for _, f := range ws {
-			f.resolve(err, 0, 0, false, nil, 0)
-		}
-		return
-	}
-	m := message{pb: pb, n: int(wc.ByteLen), imm: wc.Imm, has: wc.Flags&verbs.WCWithImm != 0}
-	c.st.recvs.Add(1)
-	c.st.recvBytes.Add(uint64(m.n))
-	if wc.Opcode == verbs.WCRecvWriteWithImm {
-		// The data went to the written region; the buffer stayed empty.
-		pb.Release()
-		m.pb = nil
-	} else {
-		pb.Filled(m.n)
-	}
-	if len(c.waiters) > 0 {
-		f := c.waiters[0]
-		c.waiters[0] = nil
-		c.waiters = c.waiters[1:]
-		c.refillLocked()
-		c.endIfDeliveredLocked()
-		c.rmu.Unlock()
-		f.resolve(nil, m.n, m.imm, m.has, m.pb, 0)
-		return
-	}
-	c.ready = append(c.ready, m)
-	if c.cfg.handler != nil {
-		c.dispatchLocked()
-	}
-	c.rmu.Unlock()
-}
-
-// Recv receives the next message. The future's Buffer holds its bytes
-// (the caller must Release it), Len its length and Imm its immediate
-// value. A WRITE_WITH_IMM from the peer also resolves a Recv, with no
-// buffer.
-func (c *Conn) Recv() *Future {
-	if c.cfg.handler != nil {
-		return newResolved(fmt.Errorf("rdma: recv on %v: %w: the connection's messages go to its RecvHandler", c.remote, ErrInvalid))
-	}
-	c.rmu.Lock()
-	if len(c.ready) > 0 {
-		return c.takeReadyLocked()
-	}
-	if c.err() != nil && !c.moreToComeLocked() {
-		c.rmu.Unlock()
-		return newResolved(c.closedErr())
-	}
-	f := &Future{drv: c.drv, recv: c}
-	c.waiters = append(c.waiters, f)
-	c.rmu.Unlock()
-	return f
-}
-
-// takeReadyLocked takes the oldest message that arrived before a Recv
-// asked for it, as a resolved future, and unlocks rmu.
-func (c *Conn) takeReadyLocked() *Future {
-	m := c.ready[0]
-	c.ready[0] = message{}
-	c.ready = c.ready[1:]
-	c.refillLocked()
-	c.endIfDeliveredLocked()
-	c.rmu.Unlock()
-	f := &Future{}
-	f.resolve(nil, m.n, m.imm, m.has, m.pb, 0)
-	return f
-}
-
-// withdraw removes the pending Recv f, if no message matched it yet.
-func (c *Conn) withdraw(f *Future) bool {
-	c.rmu.Lock()
-	i := slices.Index(c.waiters, f)
-	if i >= 0 {
-		c.waiters = slices.Delete(c.waiters, i, i+1)
-	}
-	c.rmu.Unlock()
-	if i < 0 {
-		return false
-	}
-	f.resolve(fmt.Errorf("rdma: recv on %v withdrawn: %w", c.remote, context.Canceled), 0, 0, false, nil, 0)
-	return true
-}
-
-// moreToComeLocked reports whether messages of a failed connection may
-// still be delivered. A failure can be seen (the peer's close on the
-// control channel) before the poller has taken the completions of
-// messages that arrived ahead of it. With its own receive queue, the QP
-// completes the posted receives in order, first those that got a
-// message before the failure, then flushes, which fail the waiters left
-// (onRecv). With an SRQ, the beacon's flush comes after every message
-// that arrived (postBeacon). After a local Close, or once the poller
-// has stopped, nothing more comes. Caller holds rmu.
-func (c *Conn) moreToComeLocked() bool {
-	if c.closing.Load() || c.unit == nil || isClosedChan(c.unit.p.Done()) {
-		return false
-	}
-	if c.srq != nil {
-		return !c.beaconDone.Load()
-	}
-	return c.rposted > 0
-}
-
-// postBeacon posts a WR to the QP, just moved to the error state, whose
-// flush comes after the completion of every message that arrived before
-// the error: a CQ reports a QP's completions in order, and in the error
-// state the QP takes no more messages. When the flush is handled, every
-// message that came is delivered, so the Recvs still waiting fail
-// (onBeacon), and no completion of the QP is left in its CQ, so its QPN
-// may go to another connection (teardown). The QP has a send WR of room
-// kept for it.
-func (c *Conn) postBeacon() {
-	if c.srq == nil {
-		return
-	}
-	c.postMu.Lock()
-	if c.beacon {
-		c.unlockPost()
-		return
-	}
-	c.beacon = true
-	c.inflight.Add(1)
-	id := c.ops.add(op{kind: opBeacon, conn: c})
-	_, err := c.qp.PostSend([]verbs.SendWR{{ID: id, Opcode: verbs.OpSend, Flags: verbs.SendSignaled}})
-	c.unlockPost()
-	if err != nil {
-		// Nothing to wait for (the QP is closed, or the provider
-		// refuses): what came is all there is.
-		if _, ok := c.ops.take(id); ok {
-			c.opDone()
-		}
-		c.onBeacon(nil)
-	}
-}
-
-// onBeacon fails the Recvs left: every message that came is delivered.
-// Their error is the beacon's flush, as a receive's own flush would be.
-func (c *Conn) onBeacon(wc *verbs.WorkCompletion) {
-	c.beaconDone.Store(true)
-	c.rmu.Lock()
-	ws := c.waiters
-	c.waiters = nil
-	c.endIfDeliveredLocked()
-	c.rmu.Unlock()
-	err := c.err()
-	if wc != nil && wc.Status != verbs.WCSuccess {
-		err = c.completionErr(postedWC(opRecv, wc)) // the Recvs' error: it names RECV
-	}
-	for _, f := range ws {
-		f.resolve(err, 0, 0, false, nil, 0)
-	}
-}
-
-// refillLocked accounts for a message the application took. With an SRQ
-// its credit goes back to the peer (credit.go). Otherwise it re-posts
-// consumed receives once enough of them add up to a batch: one chain and
-// one doorbell for many, as the peer libraries that kept receives deep
-// learned. Caller holds rmu.
-func (c *Conn) refillLocked() {
-	if c.srq != nil {
-		c.tookLocked()
-		return
-	}
-	if gap := len(c.rwrs) - c.rposted - len(c.ready); gap >= max(1, len(c.rwrs)/8) {
-		before := c.rposted
-		c.repostLocked(gap)
-		c.owe(c.rposted - before)
-	}
-}
-
-// repostLocked posts up to k receives, keeping at most rqDepth posted or
-// waiting in ready. Caller holds rmu.
-func (c *Conn) repostLocked(k int) error {
-	if c.closing.Load() || c.err() != nil {
-		return nil
-	}
-	k = min(k, len(c.rwrs)-c.rposted-len(c.ready))
-	if k <= 0 {
-		return nil
-	}
-	for i := 0; i < k; i++ {
-		pb, err := c.eng.pool.Get(c.recvSize)
-		if err != nil {
-			c.unpost(i)
-			return fmt.Errorf("rdma: receive buffers: %w", err)
-		}
-		c.rsges[i] = verbs.SGE{Addr: pb.Addr(), Length: uint32(c.recvSize), LKey: pb.LKey()}
-		c.inflight.Add(1)
-		c.rwrs[i].ID = c.ops.add(op{kind: opRecv, conn: c, buf: pb})
-	}
-	n, err := c.qp.PostRecv(c.rwrs[:k])
-	c.rposted += n
-	if err != nil {
-		for i := n; i < k; i++ {
-			if o, ok := c.ops.take(c.rwrs[i].ID); ok {
-				o.buf.Release()
-				c.opDone()
-			}
-		}
-		return fmt.Errorf("rdma: post receives: %w", err)
-	}
-	return nil
-}
-
-// unpost undoes the first i prepared receives.
-func (c *Conn) unpost(i int) {
-	for j := 0; j < i; j++ {
-		if o, ok := c.ops.take(c.rwrs[j].ID); ok {
-			o.buf.Release()
-			c.opDone()
-		}
-	}
-}
-
 // Close closes the connection gracefully and returns every buffer it
 // holds. What it promises to both sides:
 //   - Every operation this side issued before Close completes as it
@@ -958,18 +597,18 @@ func (c *Conn) Close() error {
 		if c.err() == nil {
 			c.quiesce(fmt.Errorf("rdma: conn %v: %w", c.remote, ErrClosed), true)
 		}
-		if c.ctrl != nil && !c.told.Load() { // an abort told the peer already
-			c.ctrlMu.Lock()
-			c.ctrl.SetWriteDeadline(time.Now().Add(time.Second))
-			writeFrame(c.ctrl, ctrlClose, nil)
-			c.ctrlMu.Unlock()
+		if c.ctl.ctrl != nil && !c.told.Load() { // an abort told the peer already
+			c.ctl.ctrlMu.Lock()
+			c.ctl.ctrl.SetWriteDeadline(time.Now().Add(time.Second))
+			writeFrame(c.ctl.ctrl, ctrlClose, nil)
+			c.ctl.ctrlMu.Unlock()
 			// Keep the QP up until the peer's operations are done too
 			// (bounded): it acknowledges what it received only while
 			// it is up, and the peer may still be reading from or
 			// writing to our memory.
 			select {
-			case <-c.closeAck:
-			case <-c.ctrlDone:
+			case <-c.ctl.closeAck:
+			case <-c.ctl.ctrlDone:
 			case <-time.After(closeAckBound):
 			}
 		}
@@ -981,7 +620,7 @@ func (c *Conn) Close() error {
 			// peer would then wait for its retries.
 			c.cm.Disconnect()
 			select {
-			case <-c.ctrlDone:
+			case <-c.ctl.ctrlDone:
 			case <-time.After(2 * time.Second):
 			}
 		}
@@ -1023,12 +662,12 @@ func (c *Conn) teardown() error {
 		errs = append(errs, c.eng.dropSRQ(c.srq))
 	}
 	// Posts check closing under postMu, so none is half done here.
-	c.postMu.Lock()
-	c.sentMu.Lock()
-	c.sent.head, c.sent.size = 0, 0
-	c.sentMu.Unlock()
-	if c.idleTimer != nil {
-		c.idleTimer.Stop()
+	c.sq.postMu.Lock()
+	c.sq.sentMu.Lock()
+	c.sq.sent.head, c.sq.sent.size = 0, 0
+	c.sq.sentMu.Unlock()
+	if c.cr.idleTimer != nil {
+		c.cr.idleTimer.Stop()
 	}
 	c.unlockPost()
 	// The QP is gone, so no completion can arrive for what is left:
@@ -1046,22 +685,21 @@ func (c *Conn) teardown() error {
 			c.opDone()
 		}
 	}
-	c.rmu.Lock()
-	for _, m := range c.ready {
+	c.rq.rmu.Lock()
+	for _, m := range c.rq.ready {
 		if m.pb != nil {
 			m.pb.Release()
 		}
 	}
-	c.ready = nil
-	ws := c.waiters
-	c.waiters = nil
-	if !c.ended {
+	c.rq.ready = nil
+	ws := c.rq.takeWaitersLocked()
+	if !c.rq.ended {
 		// Nothing more is delivered: a handler still running (it
 		// may be the caller) has its message already.
-		c.ended = true
+		c.rq.ended = true
 		close(c.done)
 	}
-	c.rmu.Unlock()
+	c.rq.rmu.Unlock()
 	for _, f := range ws {
 		f.resolve(c.closedErr(), 0, 0, false, nil, 0)
 	}
@@ -1071,20 +709,20 @@ func (c *Conn) teardown() error {
 	c.untold = true
 	c.tellMu.Unlock()
 	c.telling.Wait()
-	if c.ctrl != nil {
-		c.ctrl.Close()
+	if c.ctl.ctrl != nil {
+		c.ctl.ctrl.Close()
 	}
-	<-c.ctrlDone
-	c.workers.Wait()
+	<-c.ctl.ctrlDone
+	c.ctl.workers.Wait()
 	if c.cm != nil {
 		errs = append(errs, c.cm.Close())
 	}
-	c.emu.Lock()
-	keys := make([]uint32, 0, len(c.exposed))
-	for k := range c.exposed {
+	c.ctl.emu.Lock()
+	keys := make([]uint32, 0, len(c.ctl.exposed))
+	for k := range c.ctl.exposed {
 		keys = append(keys, k)
 	}
-	c.emu.Unlock()
+	c.ctl.emu.Unlock()
 	for _, k := range keys {
 		if err := c.RevokeNow(RemoteRegion{RKey: k}); err != nil && !errors.Is(err, ErrInvalid) {
 			errs = append(errs, err)

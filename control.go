@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -58,6 +61,41 @@ const (
 	closeAckBound = 2 * time.Second
 )
 
+// controlChan is a connection's control channel: the socket, the
+// worker that runs control work, the close handshake, and the state of
+// the regions exchanged on it (expose.go, grant.go). Conn holds it as
+// c.ctl.
+type controlChan struct {
+	ctrl     net.Conn   // the TCP control channel; nil on rdma_cm connections
+	ctrlMu   sync.Mutex // serializes control frames
+	ctrlDone chan struct{}
+
+	jobs    chan func() // control work, run by one worker (later)
+	working atomic.Bool
+	workers sync.WaitGroup
+
+	closeHeard   atomic.Bool   // the peer's ctrlClose came
+	closeAck     chan struct{} // closed when the peer answers our ctrlClose
+	closeAckOnce sync.Once
+	deaf         atomic.Bool // tests: play a peer that reads its control frames and drops them
+
+	// The regions' state: the maps and counts under emu; the channels
+	// bound what is in flight (control.go).
+	emu         sync.Mutex
+	exposed     map[uint32]*exposure
+	granted     int // bytes granted to the peer's RequestRegion
+	grants      int // regions granted to it
+	requests    map[uint32]*request
+	nextReq     uint32
+	peerReqs    int               // the peer's region requests queued or being served
+	revokeAcks  []uint32          // the peer's revokes waiting for a fence
+	fencing     bool              // a fence is queued or running
+	reqSlots    chan struct{}     // our RequestRegions in flight
+	regionSlots chan struct{}     // our SendRegions the peer has not taken
+	revokeSlots chan struct{}     // our orderly revokes in flight
+	regions     chan RemoteRegion // the peer's SendRegions not taken yet
+}
+
 // ErrProtocol means the peer broke go-rdma's control protocol: a
 // malformed frame, or more outstanding requests than it may have. The
 // connection is cut off.
@@ -94,7 +132,7 @@ func readFrame(r *bufio.Reader, buf []byte) (byte, []byte, error) {
 
 // control writes one control frame, bounded by ctx.
 func (c *Conn) control(ctx context.Context, typ byte, p []byte) error {
-	if c.ctrl == nil {
+	if c.ctl.ctrl == nil {
 		return errNoControl
 	}
 	if err := ctx.Err(); err != nil {
@@ -109,14 +147,14 @@ func (c *Conn) control(ctx context.Context, typ byte, p []byte) error {
 // writeControl writes a frame even on a failed connection (answers and
 // the close handshake still go out while the socket is open).
 func (c *Conn) writeControl(typ byte, p []byte) error {
-	c.ctrlMu.Lock()
-	defer c.ctrlMu.Unlock()
+	c.ctl.ctrlMu.Lock()
+	defer c.ctl.ctrlMu.Unlock()
 	// Frames are tiny, so the socket buffer takes them at once; a write
 	// that times out means a stuck peer, and a frame cut in half would
 	// corrupt the channel, so a failed write fails the connection.
-	c.ctrl.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	c.ctl.ctrl.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	c.st.ctrlFrames.Add(1)
-	if err := writeFrame(c.ctrl, typ, p); err != nil {
+	if err := writeFrame(c.ctl.ctrl, typ, p); err != nil {
 		if c.err() != nil {
 			return c.closedErr()
 		}
@@ -139,7 +177,7 @@ func (c *Conn) protocolErr(format string, args ...any) {
 func (c *Conn) cutOff(err error) {
 	c.fail(err)
 	if !c.told.Load() {
-		c.ctrl.Close()
+		c.ctl.ctrl.Close()
 	}
 }
 
@@ -152,7 +190,7 @@ func (c *Conn) cutOff(err error) {
 // then fails every pending operation instead of waiting for transport
 // timeouts.
 func (c *Conn) readControl(r *bufio.Reader) {
-	defer close(c.ctrlDone)
+	defer close(c.ctl.ctrlDone)
 	buf := make([]byte, maxCtrl)
 	for {
 		typ, p, err := readFrame(r, buf)
@@ -173,7 +211,7 @@ func (c *Conn) readControl(r *bufio.Reader) {
 			c.fail(fmt.Errorf("rdma: peer %v: %w", c.remote, err))
 			return
 		}
-		if c.deaf.Load() {
+		if c.ctl.deaf.Load() {
 			continue // tests: a peer that hears nothing
 		}
 		switch typ {
@@ -181,7 +219,7 @@ func (c *Conn) readControl(r *bufio.Reader) {
 			c.onRegion(p)
 		case ctrlTaken:
 			select {
-			case <-c.regionSlots:
+			case <-c.ctl.regionSlots:
 			default:
 				c.protocolErr("took a region that was never sent")
 			}
@@ -226,7 +264,7 @@ func (c *Conn) readControl(r *bufio.Reader) {
 		case ctrlAbort:
 			c.onPeerAbort(p)
 		case ctrlCloseAck:
-			c.closeAckOnce.Do(func() { close(c.closeAck) })
+			c.ctl.closeAckOnce.Do(func() { close(c.ctl.closeAck) })
 		default:
 			c.protocolErr("unknown control frame %d", typ)
 		}
@@ -252,7 +290,7 @@ func (c *Conn) word(p []byte, what string) (uint32, bool) {
 // received before its Close therefore completes here as delivered.
 func (c *Conn) onPeerClose() {
 	c.peerClosed.Store(true)
-	if c.closeHeard.Swap(true) {
+	if c.ctl.closeHeard.Swap(true) {
 		return // said twice: once is served
 	}
 	c.later(func() {
@@ -272,13 +310,13 @@ func (c *Conn) quiesce(why error, drain bool) {
 	c.quiesceOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(c.ctx, revokeBound)
 		defer cancel()
-		c.postMu.Lock()
-		c.quiescing = true
-		for drain && len(c.pending) > 0 {
-			if c.progress == nil {
-				c.progress = make(chan struct{})
+		c.sq.postMu.Lock()
+		c.sq.quiescing = true
+		for drain && len(c.sq.pending) > 0 {
+			if c.sq.progress == nil {
+				c.sq.progress = make(chan struct{})
 			}
-			ch := c.progress
+			ch := c.sq.progress
 			c.unlockPost()
 			stall := time.NewTimer(closeStall)
 			select {
@@ -289,7 +327,7 @@ func (c *Conn) quiesce(why error, drain bool) {
 				drain = false
 			}
 			stall.Stop()
-			c.postMu.Lock()
+			c.sq.postMu.Lock()
 		}
 		c.failPendingLocked(why)
 		c.postUnlock()
@@ -306,30 +344,30 @@ const closeStall = 500 * time.Millisecond
 // by the protocol's limits; a peer that overflows it is cut off.
 func (c *Conn) later(f func()) {
 	select {
-	case c.jobs <- f:
+	case c.ctl.jobs <- f:
 	default:
 		c.protocolErr("more control work queued than the protocol allows")
 		return
 	}
-	if c.working.CompareAndSwap(false, true) {
-		c.workers.Add(1)
-		go c.work()
+	if c.ctl.working.CompareAndSwap(false, true) {
+		c.ctl.workers.Add(1)
+		go c.ctl.work()
 	}
 }
 
-func (c *Conn) work() {
-	defer c.workers.Done()
+func (ch *controlChan) work() {
+	defer ch.workers.Done()
 	for {
 		select {
-		case f := <-c.jobs:
+		case f := <-ch.jobs:
 			f()
 			continue
 		default:
 		}
-		c.working.Store(false)
+		ch.working.Store(false)
 		// A job queued between the empty check and the store would be
 		// left waiting: look once more.
-		if len(c.jobs) == 0 || !c.working.CompareAndSwap(false, true) {
+		if len(ch.jobs) == 0 || !ch.working.CompareAndSwap(false, true) {
 			return
 		}
 	}

@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"encoding/binary"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-rdma/rdma/internal/verbs"
@@ -50,6 +51,42 @@ import (
 // through rdma_cm have no control channel: they keep receives of their
 // own and send without credits.
 
+// creditState is a connection's credits, both ways. Conn holds it as
+// c.cr. Each field says the lock it is under, if any.
+type creditState struct {
+	// Receiving side: credits given to the peer (srq.go).
+	creditOut     atomic.Int64 // credits the peer holds or used on messages not yet here
+	creditHeld    atomic.Int64 // messages here the application has not taken
+	creditTaken   atomic.Int64 // messages taken whose credits are not given back yet; changed under rmu
+	creditWant    int          // credits it waits for; under srq.mu
+	creditWaiting bool         // among srq.waiters; under srq.mu
+	peerWants     atomic.Bool  // the peer asked for credits and gave none back since
+	peerShort     atomic.Bool  // the peer's last ask found too little room: give back each take at once
+	recalled      atomic.Bool  // a recall went to the peer, unanswered and with no grant since
+
+	cw               creditWord   // in-band credits (credit_word.go)
+	creditQueued     atomic.Bool  // a job to return them is queued
+	returnCreditsJob func()       // c.returnCredits, bound once: a method value allocates
+	askJob           func()       // c.askCredits
+	backJob          func()       // c.returnUnused
+	recallJob        func()       // c.sendRecall
+	recallQueued     atomic.Bool  // recallJob is queued
+	creditBack       atomic.Int64 // unused credits to give back
+	askQueued        atomic.Bool  // askJob is queued
+	backQueued       atomic.Bool  // backJob is queued
+
+	// Sending side: credits the peer gave us, under postMu. Last, so
+	// that they sit beside postMu (Conn puts c.sq right after c.cr):
+	// the post path reads them with the send queue's state.
+	credits   int         // messages we may send the peer
+	asked     bool        // an ask for credits is out
+	askNow    bool        // postUnlock queues an ask
+	backNow   bool        // postUnlock queues a return of unused credits
+	idleArmed bool        // idleTimer runs
+	idleSeen  uint64      // posted at the idle timer's last look
+	idleTimer *time.Timer // gives unused credits back (idleCredits)
+}
+
 // maxCredits bounds the credits a peer can give, so adding never
 // overflows.
 const maxCredits = 1 << 30
@@ -78,7 +115,7 @@ func (c *Conn) recvCap() int {
 // needs more could never go out. Connections without a control channel
 // (rdma_cm) send without credits.
 func (c *Conn) creditCap() int {
-	if c.ctrl == nil {
+	if c.ctl.ctrl == nil {
 		return maxCredits
 	}
 	return int(c.peer.RecvDepth)
@@ -100,18 +137,18 @@ func needCredits(wrs []verbs.SendWR) int {
 // and asks the peer for credits when they are what is short. Caller
 // holds postMu.
 func (c *Conn) roomLocked(wrs []verbs.SendWR) bool {
-	if c.sqFree < len(wrs) {
+	if c.sq.sqFree < len(wrs) {
 		return false
 	}
 	need := needCredits(wrs)
-	if c.credits >= need {
+	if c.cr.credits >= need {
 		return true
 	}
-	if c.pullLocked(); c.credits >= need {
+	if c.pullLocked(); c.cr.credits >= need {
 		return true
 	}
-	if !c.asked && c.ctrl != nil {
-		c.asked, c.askNow = true, true // postUnlock queues the ask
+	if !c.cr.asked && c.ctl.ctrl != nil {
+		c.cr.asked, c.cr.askNow = true, true // postUnlock queues the ask
 	}
 	return false
 }
@@ -119,19 +156,19 @@ func (c *Conn) roomLocked(wrs []verbs.SendWR) bool {
 // askCredits tells the peer how many credits the messages waiting need.
 // It runs on the control worker.
 func (c *Conn) askCredits() {
-	c.askQueued.Store(false)
-	c.postMu.Lock()
+	c.cr.askQueued.Store(false)
+	c.sq.postMu.Lock()
 	// The credit word may have what the messages waiting need by now.
 	c.pullLocked()
 	c.drainLocked()
-	want, seen := -c.credits, c.cw.seen
-	for i := range c.pending {
-		if want += needCredits(c.pending[i].wrs); want >= maxAsk {
+	want, seen := -c.cr.credits, c.cr.cw.seen
+	for i := range c.sq.pending {
+		if want += needCredits(c.sq.pending[i].wrs); want >= maxAsk {
 			break
 		}
 	}
 	if want <= 0 {
-		c.asked = false
+		c.cr.asked = false
 	}
 	c.postUnlock()
 	if want > 0 {
@@ -143,10 +180,10 @@ func (c *Conn) askCredits() {
 // onCredit answers this side's ask: total is what the peer has given
 // over the connection's life (credit_word.go). It posts what waited.
 func (c *Conn) onCredit(total uint32) {
-	c.postMu.Lock()
+	c.sq.postMu.Lock()
 	c.takeTotalLocked(total)
 	c.pullLocked()
-	c.asked = false
+	c.cr.asked = false
 	c.drainLocked()
 	c.postUnlock()
 }
@@ -154,13 +191,13 @@ func (c *Conn) onCredit(total uint32) {
 // addCreditsLocked takes n credits from the peer, and starts the idle
 // give-back. Caller holds postMu.
 func (c *Conn) addCreditsLocked(n int) {
-	c.credits = min(c.credits+n, maxCredits)
-	if c.credits > 0 && !c.idleArmed && c.err() == nil {
-		c.idleArmed, c.idleSeen = true, c.posted
-		if c.idleTimer == nil {
-			c.idleTimer = time.AfterFunc(creditIdle, c.idleCredits)
+	c.cr.credits = min(c.cr.credits+n, maxCredits)
+	if c.cr.credits > 0 && !c.cr.idleArmed && c.err() == nil {
+		c.cr.idleArmed, c.cr.idleSeen = true, c.sq.posted
+		if c.cr.idleTimer == nil {
+			c.cr.idleTimer = time.AfterFunc(creditIdle, c.idleCredits)
 		} else {
-			c.idleTimer.Reset(creditIdle)
+			c.cr.idleTimer.Reset(creditIdle)
 		}
 	}
 }
@@ -168,27 +205,27 @@ func (c *Conn) addCreditsLocked(n int) {
 // idleCredits gives the peer back the credits of a connection that sent
 // nothing since the last look. It runs on the idle timer.
 func (c *Conn) idleCredits() {
-	c.postMu.Lock()
+	c.sq.postMu.Lock()
 	defer c.postUnlock()
 	c.pullLocked()
 	c.drainLocked()
 	switch {
-	case c.credits <= 0 || c.err() != nil || c.closing.Load():
-		c.idleArmed = false
-	case c.posted == c.idleSeen && len(c.pending) == 0:
-		c.creditBack.Add(int64(c.credits))
-		c.credits, c.idleArmed = 0, false
-		c.backNow = true
+	case c.cr.credits <= 0 || c.err() != nil || c.closing.Load():
+		c.cr.idleArmed = false
+	case c.sq.posted == c.cr.idleSeen && len(c.sq.pending) == 0:
+		c.cr.creditBack.Add(int64(c.cr.credits))
+		c.cr.credits, c.cr.idleArmed = 0, false
+		c.cr.backNow = true
 	default:
-		c.idleSeen = c.posted
-		c.idleTimer.Reset(creditIdle)
+		c.cr.idleSeen = c.sq.posted
+		c.cr.idleTimer.Reset(creditIdle)
 	}
 }
 
 // returnUnused sends the credits idleCredits gave back.
 func (c *Conn) returnUnused() {
-	c.backQueued.Store(false)
-	if n := c.creditBack.Swap(0); n > 0 {
+	c.cr.backQueued.Store(false)
+	if n := c.cr.creditBack.Swap(0); n > 0 {
 		c.writeControl(ctrlBack, binary.BigEndian.AppendUint32(nil, uint32(n)))
 	}
 }
@@ -198,14 +235,14 @@ func (c *Conn) returnUnused() {
 // a chain waiting for more credits than it holds keeps them, since its
 // ask is out.
 func (c *Conn) onRecall() {
-	c.postMu.Lock()
+	c.sq.postMu.Lock()
 	defer c.postUnlock()
 	c.pullLocked()
 	c.drainLocked()
-	if c.credits > 0 && len(c.pending) == 0 && c.err() == nil {
-		c.creditBack.Add(int64(c.credits))
-		c.credits = 0
-		c.backNow = true
+	if c.cr.credits > 0 && len(c.sq.pending) == 0 && c.err() == nil {
+		c.cr.creditBack.Add(int64(c.cr.credits))
+		c.cr.credits = 0
+		c.cr.backNow = true
 	}
 }
 
@@ -213,18 +250,18 @@ func (c *Conn) onRecall() {
 
 // sendRecall asks the peer for the credits it does not use.
 func (c *Conn) sendRecall() {
-	c.recallQueued.Store(false)
+	c.cr.recallQueued.Store(false)
 	c.writeControl(ctrlRecall, nil)
 }
 
 // recall asks c's peer for its unused credits, once until it answers or
 // is given more. Caller holds srq.mu.
 func (c *Conn) recall() {
-	if c.err() != nil || c.creditWaiting || c.creditOut.Load() <= 0 || c.recalled.Swap(true) {
+	if c.err() != nil || c.cr.creditWaiting || c.cr.creditOut.Load() <= 0 || c.cr.recalled.Swap(true) {
 		return
 	}
-	if !c.recallQueued.Swap(true) {
-		c.later(c.recallJob)
+	if !c.cr.recallQueued.Swap(true) {
+		c.later(c.cr.recallJob)
 	}
 }
 
@@ -232,20 +269,20 @@ func (c *Conn) recall() {
 // credits out, the messages not yet taken and those taken whose credits
 // are not given back yet.
 func (c *Conn) creditRoom() int {
-	return c.cfg.rqDepth - int(c.creditOut.Load()+c.creditHeld.Load()+c.creditTaken.Load())
+	return c.cfg.rqDepth - int(c.cr.creditOut.Load()+c.cr.creditHeld.Load()+c.cr.creditTaken.Load())
 }
 
 // arrived accounts for a message from the peer: it used a credit. A
 // message without one breaks the protocol.
 func (c *Conn) arrived() bool {
-	if c.creditOut.Add(-1) < 0 {
-		c.creditOut.Add(1)
+	if c.cr.creditOut.Add(-1) < 0 {
+		c.cr.creditOut.Add(1)
 		c.protocolErr("a message without a credit")
 		return false
 	}
 	c.srq.granted.Add(-1)
 	c.srq.held.Add(1)
-	c.creditHeld.Add(1)
+	c.cr.creditHeld.Add(1)
 	return true
 }
 
@@ -263,10 +300,10 @@ func (c *Conn) creditBatch() int64 { return max(1, int64(c.cfg.rqDepth/8)) }
 // goes back to the peer in a batch, or at once when the peer has none
 // left or its last ask was short. Caller holds rmu.
 func (c *Conn) tookLocked() {
-	c.creditHeld.Add(-1)
-	taken := c.creditTaken.Add(1)
-	if taken >= c.creditBatch() || c.creditOut.Load() == 0 || c.peerShort.Load() {
-		c.peerShort.Store(false)
+	c.cr.creditHeld.Add(-1)
+	taken := c.cr.creditTaken.Add(1)
+	if taken >= c.creditBatch() || c.cr.creditOut.Load() == 0 || c.cr.peerShort.Load() {
+		c.cr.peerShort.Store(false)
 		c.giveTakenLocked(true)
 	}
 }
@@ -275,12 +312,12 @@ func (c *Conn) tookLocked() {
 // since the last time, when regrant is set and the peer wants them; else
 // it only makes them room for an ask to give. Caller holds rmu.
 func (c *Conn) giveTakenLocked(regrant bool) {
-	k := c.creditTaken.Swap(0)
+	k := c.cr.creditTaken.Swap(0)
 	if k == 0 {
 		return
 	}
 	c.srq.held.Add(-k)
-	if regrant && c.peerWants.Load() && c.err() == nil {
+	if regrant && c.cr.peerWants.Load() && c.err() == nil {
 		c.srq.regrant(c, int(k))
 	}
 }
@@ -290,37 +327,37 @@ func (c *Conn) giveTakenLocked(regrant bool) {
 // batch; if the ask is still short, every take is given back at once
 // until the next ask.
 func (c *Conn) onCreditAsk(want, seen uint32) {
-	c.openAsk(seen)
-	c.peerWants.Store(true)
-	c.recalled.Store(false)
+	c.cr.cw.openAsk(seen)
+	c.cr.peerWants.Store(true)
+	c.cr.recalled.Store(false)
 	w := int(min(want, maxAsk))
 	// Under rmu, with the takes: a take between the flush and the mark
 	// would keep its credit until a batch fills.
-	c.rmu.Lock()
+	c.rq.rmu.Lock()
 	c.giveTakenLocked(false)
-	c.peerShort.Store(w > c.creditRoom())
-	c.rmu.Unlock()
+	c.cr.peerShort.Store(w > c.creditRoom())
+	c.rq.rmu.Unlock()
 	c.srq.ask(c, w)
 	// Answer at once when the peer has credits it has not seen (a WRITE
 	// in flight); else the next grant answers.
-	if !c.creditQueued.Swap(true) {
-		c.later(c.returnCreditsJob)
+	if !c.cr.creditQueued.Swap(true) {
+		c.later(c.cr.returnCreditsJob)
 	}
 }
 
 // onCreditBack takes back credits the peer did not use.
 func (c *Conn) onCreditBack(n uint32) {
-	if int64(n) > c.creditOut.Load() {
-		c.protocolErr("gave back %d credits, holding %d", n, c.creditOut.Load())
+	if int64(n) > c.cr.creditOut.Load() {
+		c.protocolErr("gave back %d credits, holding %d", n, c.cr.creditOut.Load())
 		return
 	}
-	c.peerWants.Store(false)
-	c.recalled.Store(false)
+	c.cr.peerWants.Store(false)
+	c.cr.recalled.Store(false)
 	// The peer is idle: the credits of messages taken since the last
 	// batch need no receives kept for them either, only room to give.
-	c.rmu.Lock()
+	c.rq.rmu.Lock()
 	c.giveTakenLocked(false)
-	c.rmu.Unlock()
+	c.rq.rmu.Unlock()
 	c.srq.giveBack(c, int(n))
 }
 
@@ -328,9 +365,9 @@ func (c *Conn) onCreditBack(n uint32) {
 // It runs on pollers, consumers and the control reader, under locks of
 // theirs, so it never writes to the control channel itself.
 func (c *Conn) owe(n int) {
-	if n <= 0 || c.ctrl == nil {
+	if n <= 0 || c.ctl.ctrl == nil {
 		return
 	}
-	c.cw.total.Add(uint32(n))
+	c.cr.cw.total.Add(uint32(n))
 	c.tellCredits()
 }

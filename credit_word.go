@@ -70,7 +70,7 @@ type creditWord struct {
 // makeCreditWord registers the connection's credit word. Connections
 // without a control channel (rdma_cm) have no credits.
 func (c *Conn) makeCreditWord() error {
-	if c.ctrl == nil || c.srq == nil {
+	if c.ctl.ctrl == nil || c.srq == nil {
 		return nil
 	}
 	b, err := c.eng.credits.get(c.eng.pd)
@@ -82,7 +82,7 @@ func (c *Conn) makeCreditWord() error {
 		c.eng.credits.put(b)
 		return fmt.Errorf("rdma: register the credit word: %w", err)
 	}
-	c.cw.buf, c.cw.mr = b, mr
+	c.cr.cw.buf, c.cr.cw.mr = b, mr
 	return nil
 }
 
@@ -91,15 +91,15 @@ func (c *Conn) makeCreditWord() error {
 // ours is being made (writeCredits holds inflight). A late look at the
 // word (the idle timer) finds no mr, under postMu.
 func (c *Conn) closeCreditWord() error {
-	c.postMu.Lock()
-	mr := c.cw.mr
-	c.cw.mr = nil
+	c.sq.postMu.Lock()
+	mr := c.cr.cw.mr
+	c.cr.cw.mr = nil
 	c.unlockPost()
 	if mr == nil {
 		return nil
 	}
 	err := mr.Close()
-	c.eng.credits.put(c.cw.buf)
+	c.eng.credits.put(c.cr.cw.buf)
 	return err
 }
 
@@ -111,19 +111,19 @@ func (w *creditWord) word(off int) *uint32 {
 // takeTotalLocked takes the credits a total from the peer adds to what
 // this side saw. Caller holds postMu.
 func (c *Conn) takeTotalLocked(total uint32) {
-	d := int32(total - c.cw.seen)
+	d := int32(total - c.cr.cw.seen)
 	if d <= 0 {
 		return
 	}
-	c.cw.seen = total
+	c.cr.cw.seen = total
 	c.addCreditsLocked(int(d))
 }
 
 // pullLocked takes the credits the peer wrote into the credit word since
 // the last look. Caller holds postMu.
 func (c *Conn) pullLocked() {
-	if c.cw.mr != nil {
-		c.takeTotalLocked(atomic.LoadUint32(c.cw.word(creditWordIn)))
+	if c.cr.cw.mr != nil {
+		c.takeTotalLocked(atomic.LoadUint32(c.cr.cw.word(creditWordIn)))
 	}
 }
 
@@ -131,13 +131,13 @@ func (c *Conn) pullLocked() {
 // waits on an ask, else by a WRITE into its credit word. It runs under
 // locks of the SRQ and the receive path, so it only posts or queues.
 func (c *Conn) tellCredits() {
-	if c.cw.askOpen.Load() || c.peer.CreditRKey == 0 {
-		if !c.creditQueued.Swap(true) {
-			c.later(c.returnCreditsJob)
+	if c.cr.cw.askOpen.Load() || c.peer.CreditRKey == 0 {
+		if !c.cr.creditQueued.Swap(true) {
+			c.later(c.cr.returnCreditsJob)
 		}
 		return
 	}
-	if !c.cw.writing.Swap(true) {
+	if !c.cr.cw.writing.Swap(true) {
 		c.writeCredits()
 	}
 }
@@ -147,13 +147,13 @@ func (c *Conn) tellCredits() {
 // the next grant comes back here. Without a credit word on the peer
 // every grant goes this way.
 func (c *Conn) returnCredits() {
-	c.creditQueued.Store(false)
-	t := c.cw.total.Load()
+	c.cr.creditQueued.Store(false)
+	t := c.cr.cw.total.Load()
 	if c.peer.CreditRKey != 0 {
-		if !c.cw.askOpen.Load() || t == c.cw.askSeen.Load() {
+		if !c.cr.cw.askOpen.Load() || t == c.cr.cw.askSeen.Load() {
 			return
 		}
-		c.cw.askOpen.Store(false)
+		c.cr.cw.askOpen.Store(false)
 	}
 	c.writeControl(ctrlCredit, binary.BigEndian.AppendUint32(nil, t))
 }
@@ -168,11 +168,11 @@ func (c *Conn) writeCredits() {
 		c.opDone() // the connection is failing: nothing is taken any more
 		return
 	}
-	t := c.cw.total.Load()
-	c.cw.written.Store(t)
-	atomic.StoreUint32(c.cw.word(creditWordOut), t)
+	t := c.cr.cw.total.Load()
+	c.cr.cw.written.Store(t)
+	atomic.StoreUint32(c.cr.cw.word(creditWordOut), t)
 	id := c.ops.add(op{kind: opCredit, conn: c})
-	sge := [1]verbs.SGE{{Addr: c.cw.buf.addr + creditWordOut, Length: 4, LKey: c.cw.buf.lkey}}
+	sge := [1]verbs.SGE{{Addr: c.cr.cw.buf.addr + creditWordOut, Length: 4, LKey: c.cr.cw.buf.lkey}}
 	flags := verbs.SendSignaled
 	if c.inline >= 4 {
 		flags |= verbs.SendInline
@@ -196,16 +196,16 @@ func (c *Conn) onCreditWritten(wc *verbs.WorkCompletion) {
 		c.fail(c.completionErr(postedWC(opCredit, wc)))
 		return
 	}
-	c.cw.writing.Store(false)
-	if c.cw.total.Load() != c.cw.written.Load() && !c.cw.writing.Swap(true) {
+	c.cr.cw.writing.Store(false)
+	if c.cr.cw.total.Load() != c.cr.cw.written.Load() && !c.cr.cw.writing.Swap(true) {
 		c.writeCredits()
 	}
 }
 
 // onCreditAsk's answer: the ask is open until a frame answers it.
-func (c *Conn) openAsk(seen uint32) {
-	c.cw.askSeen.Store(seen)
-	c.cw.askOpen.Store(true)
+func (w *creditWord) openAsk(seen uint32) {
+	w.askSeen.Store(seen)
+	w.askOpen.Store(true)
 }
 
 // creditBuf is a connection's credit buffer: creditBufSize bytes of

@@ -63,10 +63,10 @@ func WithHandlerWorkers(n int) Option {
 // is not running already. Caller holds rmu; it may run on a poller, so it
 // only queues.
 func (c *Conn) dispatchLocked() {
-	if c.handling || len(c.ready) == 0 {
+	if c.rq.handling || len(c.rq.ready) == 0 {
 		return
 	}
-	c.handling = true
+	c.rq.handling = true
 	c.eng.dispatch(c)
 }
 
@@ -74,11 +74,11 @@ func (c *Conn) dispatchLocked() {
 // one at a time, until none is left.
 func (c *Conn) handle() {
 	for {
-		c.rmu.Lock()
-		if len(c.ready) == 0 || c.closing.Load() {
-			c.handling = false
+		c.rq.rmu.Lock()
+		if len(c.rq.ready) == 0 || c.closing.Load() {
+			c.rq.handling = false
 			c.endIfDeliveredLocked() // the handler returned for the last one
-			c.rmu.Unlock()
+			c.rq.rmu.Unlock()
 			return
 		}
 		f := c.takeReadyLocked()

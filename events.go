@@ -48,7 +48,7 @@ func (c *Conn) logConnected() {
 // orderly reports whether the connection is in an orderly close, by
 // Close or by the peer's: what fails from then on (the flushes of the
 // receives left posted, above all) is the close's doing, not an error.
-func (c *Conn) orderly() bool { return c.closeCalled.Load() || c.closeHeard.Load() }
+func (c *Conn) orderly() bool { return c.closeCalled.Load() || c.ctl.closeHeard.Load() }
 
 // logEnded records why a connection ended; it runs once, with the first
 // error. An orderly close, by either side, is "rdma: connection closed"
@@ -62,7 +62,7 @@ func (c *Conn) logEnded(err error) {
 	}
 	if c.orderly() {
 		by := "local"
-		if c.closeHeard.Load() {
+		if c.ctl.closeHeard.Load() {
 			by = "peer"
 		}
 		l.Info("rdma: connection closed", "local", c.local, "remote", c.remote, "by", by)

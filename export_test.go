@@ -50,21 +50,21 @@ func SendControl(c *Conn, typ byte, p []byte) error { return c.writeControl(typ,
 // Granted is what c has granted to its peer's RequestRegion: bytes and
 // regions.
 func Granted(c *Conn) (bytes, regions int) {
-	c.emu.Lock()
-	defer c.emu.Unlock()
-	return c.granted, c.grants
+	c.ctl.emu.Lock()
+	defer c.ctl.emu.Unlock()
+	return c.ctl.granted, c.ctl.grants
 }
 
 // Exposed counts c's exposures.
 func Exposed(c *Conn) int {
-	c.emu.Lock()
-	defer c.emu.Unlock()
-	return len(c.exposed)
+	c.ctl.emu.Lock()
+	defer c.ctl.emu.Unlock()
+	return len(c.ctl.exposed)
 }
 
 // Deafen makes c read the peer's control frames and drop them, as a hung
 // or hostile peer would: it answers nothing.
-func Deafen(c *Conn) { c.deaf.Store(true) }
+func Deafen(c *Conn) { c.ctl.deaf.Store(true) }
 
 // PoolDrained is closed once the pool c shares with its engine (its
 // Listener's, or its own for a dialed Conn) is closed and every slab is
@@ -99,9 +99,9 @@ func SharedRecvStats(c *Conn) SRQStats {
 // ForgeCredits gives c n credits its peer never gave, as a hostile
 // peer would take them.
 func ForgeCredits(c *Conn, n int) {
-	c.postMu.Lock()
-	c.credits += n
-	c.postMu.Unlock()
+	c.sq.postMu.Lock()
+	c.cr.credits += n
+	c.sq.postMu.Unlock()
 }
 
 // InjectDeviceEvent makes c's device report ev, on soft.
@@ -113,11 +113,11 @@ func InjectDeviceEvent(c *Conn, typ string, port uint8) bool {
 // FailRecv hands c a receive completion with status st, as its poller
 // would for a receive that failed.
 func FailRecv(c *Conn, st verbs.WCStatus) error {
-	pb, err := c.eng.pool.Get(c.recvSize)
+	pb, err := c.eng.pool.Get(c.rq.recvSize)
 	if err != nil {
 		return err
 	}
-	c.rmu.Lock()
+	c.rq.rmu.Lock()
 	c.deliverLocked(pb, &verbs.WorkCompletion{Status: st, QPN: 1})
 	return nil
 }
@@ -125,12 +125,12 @@ func FailRecv(c *Conn, st verbs.WCStatus) error {
 // CreditWord is c's credit word as its peer may reach it: the region the
 // hello announced.
 func CreditWord(c *Conn) RemoteRegion {
-	return RemoteRegion{Addr: c.cw.mr.Addr(), Len: c.cw.mr.Len(), RKey: c.cw.mr.RKey()}
+	return RemoteRegion{Addr: c.cr.cw.mr.Addr(), Len: c.cr.cw.mr.Len(), RKey: c.cr.cw.mr.RKey()}
 }
 
 // HoldPost takes c's post lock, as a goroutine posting at that moment
 // would; posts meanwhile go to the combining queue. release lets go.
 func HoldPost(c *Conn) (release func()) {
-	c.postMu.Lock()
+	c.sq.postMu.Lock()
 	return c.postUnlock
 }

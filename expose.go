@@ -82,18 +82,18 @@ func (c *Conn) expose(pb *pool.Buffer, off, n int, access Access, granted int, l
 	}
 	r := RemoteRegion{Addr: mr.Addr(), Len: n, RKey: mr.RKey()}
 	x := &exposure{mr: mr, pb: pb, granted: granted}
-	c.emu.Lock()
+	c.ctl.emu.Lock()
 	if c.closing.Load() {
-		c.emu.Unlock()
+		c.ctl.emu.Unlock()
 		mr.Close()
 		pb.Unref()
 		return RemoteRegion{}, c.closedErr()
 	}
-	c.exposed[r.RKey] = x
+	c.ctl.exposed[r.RKey] = x
 	if life > 0 {
 		x.expiry = time.AfterFunc(life, func() { c.Revoke(context.Background(), r) })
 	}
-	c.emu.Unlock()
+	c.ctl.emu.Unlock()
 	return r, nil
 }
 
@@ -109,18 +109,18 @@ func (c *Conn) expose(pb *pool.Buffer, off, n int, access Access, granted int, l
 // for room. On connections set up through rdma_cm, which have no control
 // channel to ask the peer, Revoke works as RevokeNow.
 func (c *Conn) Revoke(ctx context.Context, r RemoteRegion) error {
-	if c.ctrl == nil {
+	if c.ctl.ctrl == nil {
 		return c.RevokeNow(r)
 	}
-	c.emu.Lock()
-	x, ok := c.exposed[r.RKey]
+	c.ctl.emu.Lock()
+	x, ok := c.ctl.exposed[r.RKey]
 	if !ok {
-		c.emu.Unlock()
+		c.ctl.emu.Unlock()
 		return fmt.Errorf("rdma: revoke %v: %w: not exposed on this connection", r, ErrInvalid)
 	}
 	if x.revoke != nil { // under way already: wait for it
 		rv := x.revoke
-		c.emu.Unlock()
+		c.ctl.emu.Unlock()
 		return c.waitRevoke(ctx, rv)
 	}
 	rv := &revocation{done: make(chan struct{})}
@@ -128,10 +128,10 @@ func (c *Conn) Revoke(ctx context.Context, r RemoteRegion) error {
 	if x.expiry != nil {
 		x.expiry.Stop()
 	}
-	c.emu.Unlock()
+	c.ctl.emu.Unlock()
 
 	select {
-	case c.revokeSlots <- struct{}{}:
+	case c.ctl.revokeSlots <- struct{}{}:
 	case <-c.ctx.Done():
 		// The connection failed: no access of the peer's can come.
 		c.finishRevoke(r.RKey, nil)
@@ -141,7 +141,7 @@ func (c *Conn) Revoke(ctx context.Context, r RemoteRegion) error {
 		// break the peer; wait for a slot in the background instead.
 		go func() {
 			select {
-			case c.revokeSlots <- struct{}{}:
+			case c.ctl.revokeSlots <- struct{}{}:
 				c.askRevoke(r.RKey, rv)
 			case <-c.ctx.Done():
 				c.finishRevoke(r.RKey, nil)
@@ -156,13 +156,13 @@ func (c *Conn) Revoke(ctx context.Context, r RemoteRegion) error {
 // askRevoke sends the revoke and arms its bound. The caller holds a
 // revoke slot, which finishRevoke gives back.
 func (c *Conn) askRevoke(rkey uint32, rv *revocation) {
-	c.emu.Lock()
+	c.ctl.emu.Lock()
 	rv.bound = time.AfterFunc(revokeBound, func() {
 		err := fmt.Errorf("rdma: peer %v did not answer the revoke of rkey %#x within %v: %w: cut off", c.remote, rkey, revokeBound, ErrProtocol)
 		c.cutOff(err)
 		c.finishRevoke(rkey, err)
 	})
-	c.emu.Unlock()
+	c.ctl.emu.Unlock()
 	if err := c.writeControl(ctrlRevoke, binary.BigEndian.AppendUint32(nil, rkey)); err != nil {
 		// The connection failed: no access of the peer's can come.
 		c.finishRevoke(rkey, nil)
@@ -181,10 +181,10 @@ func (c *Conn) waitRevoke(ctx context.Context, rv *revocation) error {
 // onRevoked: the peer answered our revoke; nothing of its reaches the
 // region any more.
 func (c *Conn) onRevoked(rkey uint32) {
-	c.emu.Lock()
-	x, ok := c.exposed[rkey]
+	c.ctl.emu.Lock()
+	x, ok := c.ctl.exposed[rkey]
 	asked := ok && x.revoke != nil && x.revoke.bound != nil
-	c.emu.Unlock()
+	c.ctl.emu.Unlock()
 	if !asked {
 		c.protocolErr("answered a revoke of rkey %#x that was not asked", rkey)
 		return
@@ -195,26 +195,26 @@ func (c *Conn) onRevoked(rkey uint32) {
 // finishRevoke deregisters an exposure whose revoke may complete: the
 // peer answered, or can no longer reach it. It runs once per exposure.
 func (c *Conn) finishRevoke(rkey uint32, err error) {
-	c.emu.Lock()
-	x, ok := c.exposed[rkey]
+	c.ctl.emu.Lock()
+	x, ok := c.ctl.exposed[rkey]
 	if !ok || x.revoke == nil {
-		c.emu.Unlock()
+		c.ctl.emu.Unlock()
 		return
 	}
-	delete(c.exposed, rkey)
-	c.granted -= x.granted
+	delete(c.ctl.exposed, rkey)
+	c.ctl.granted -= x.granted
 	if x.granted > 0 {
-		c.grants--
+		c.ctl.grants--
 	}
 	rv := x.revoke
 	asked := rv.bound != nil
 	if asked {
 		rv.bound.Stop()
 	}
-	c.emu.Unlock()
+	c.ctl.emu.Unlock()
 	rv.err = errors.Join(err, c.unexpose(x))
 	if asked {
-		<-c.revokeSlots
+		<-c.ctl.revokeSlots
 	}
 	close(rv.done)
 }
@@ -239,22 +239,22 @@ func (c *Conn) unexpose(x *exposure) error {
 // safe: it stays out of the pool until the deregistration is done. Use
 // Revoke to end an exposure without breaking the connection.
 func (c *Conn) RevokeNow(r RemoteRegion) error {
-	c.emu.Lock()
-	x, ok := c.exposed[r.RKey]
+	c.ctl.emu.Lock()
+	x, ok := c.ctl.exposed[r.RKey]
 	if ok && x.revoke != nil {
 		// An orderly revoke is under way: finish it now.
-		c.emu.Unlock()
+		c.ctl.emu.Unlock()
 		c.finishRevoke(r.RKey, nil)
 		return nil
 	}
 	if ok {
-		delete(c.exposed, r.RKey)
-		c.granted -= x.granted
+		delete(c.ctl.exposed, r.RKey)
+		c.ctl.granted -= x.granted
 		if x.granted > 0 {
-			c.grants--
+			c.ctl.grants--
 		}
 	}
-	c.emu.Unlock()
+	c.ctl.emu.Unlock()
 	if !ok {
 		return fmt.Errorf("rdma: revoke %v: %w: not exposed on this connection", r, ErrInvalid)
 	}
@@ -265,19 +265,19 @@ func (c *Conn) RevokeNow(r RemoteRegion) error {
 // from now on; the answer goes out once the accesses in flight are done
 // (fence). A peer may have at most maxRevokes revokes unanswered.
 func (c *Conn) onRevoke(rkey uint32) {
-	c.postMu.Lock()
+	c.sq.postMu.Lock()
 	c.addRevoked(rkey)
 	c.unlockPost()
-	c.emu.Lock()
-	if len(c.revokeAcks) >= maxRevokes {
-		c.emu.Unlock()
+	c.ctl.emu.Lock()
+	if len(c.ctl.revokeAcks) >= maxRevokes {
+		c.ctl.emu.Unlock()
 		c.protocolErr("more than %d revokes unanswered", maxRevokes)
 		return
 	}
-	c.revokeAcks = append(c.revokeAcks, rkey)
-	start := !c.fencing
-	c.fencing = true
-	c.emu.Unlock()
+	c.ctl.revokeAcks = append(c.ctl.revokeAcks, rkey)
+	start := !c.ctl.fencing
+	c.ctl.fencing = true
+	c.ctl.emu.Unlock()
 	if start {
 		c.later(c.fence)
 	}
@@ -289,11 +289,11 @@ func (c *Conn) fence() {
 	ctx, cancel := context.WithTimeout(c.ctx, revokeBound)
 	err := c.waitSent(ctx)
 	cancel()
-	c.emu.Lock()
-	acks := c.revokeAcks
-	c.revokeAcks = nil
-	c.fencing = false
-	c.emu.Unlock()
+	c.ctl.emu.Lock()
+	acks := c.ctl.revokeAcks
+	c.ctl.revokeAcks = nil
+	c.ctl.fencing = false
+	c.ctl.emu.Unlock()
 	if err != nil {
 		return // failed or closing: the peer learns that from the connection
 	}
@@ -310,29 +310,29 @@ const maxRevokedKeys = 1024
 
 // addRevoked records a revoked rkey. Caller holds postMu.
 func (c *Conn) addRevoked(rkey uint32) {
-	if c.revoked == nil {
-		c.revoked = map[uint32]struct{}{}
+	if c.sq.revoked == nil {
+		c.sq.revoked = map[uint32]struct{}{}
 	}
-	if _, ok := c.revoked[rkey]; ok {
+	if _, ok := c.sq.revoked[rkey]; ok {
 		return
 	}
-	if len(c.revokedFIFO) >= maxRevokedKeys {
-		delete(c.revoked, c.revokedFIFO[0])
-		c.revokedFIFO = c.revokedFIFO[1:]
+	if len(c.sq.revokedFIFO) >= maxRevokedKeys {
+		delete(c.sq.revoked, c.sq.revokedFIFO[0])
+		c.sq.revokedFIFO = c.sq.revokedFIFO[1:]
 	}
-	c.revoked[rkey] = struct{}{}
-	c.revokedFIFO = append(c.revokedFIFO, rkey)
+	c.sq.revoked[rkey] = struct{}{}
+	c.sq.revokedFIFO = append(c.sq.revokedFIFO, rkey)
 }
 
 // forgetRevoked: the peer hands out rkey again (the device reused it for
 // new memory), so accesses to it are good again.
 func (c *Conn) forgetRevoked(rkey uint32) {
-	c.postMu.Lock()
-	if _, ok := c.revoked[rkey]; ok {
-		delete(c.revoked, rkey)
-		for i, k := range c.revokedFIFO {
+	c.sq.postMu.Lock()
+	if _, ok := c.sq.revoked[rkey]; ok {
+		delete(c.sq.revoked, rkey)
+		for i, k := range c.sq.revokedFIFO {
 			if k == rkey {
-				c.revokedFIFO = append(c.revokedFIFO[:i], c.revokedFIFO[i+1:]...)
+				c.sq.revokedFIFO = append(c.sq.revokedFIFO[:i], c.sq.revokedFIFO[i+1:]...)
 				break
 			}
 		}
@@ -342,9 +342,9 @@ func (c *Conn) forgetRevoked(rkey uint32) {
 
 // isRevoked reports whether the peer revoked rkey. Caller holds postMu.
 func (c *Conn) isRevoked(rkey uint32) bool {
-	if len(c.revoked) == 0 {
+	if len(c.sq.revoked) == 0 {
 		return false
 	}
-	_, ok := c.revoked[rkey]
+	_, ok := c.sq.revoked[rkey]
 	return ok
 }

@@ -65,38 +65,38 @@ func (c *Conn) RequestRegion(ctx context.Context, size int, access Access, opts 
 			return RemoteRegion{}, err
 		}
 	}
-	if c.ctrl == nil {
+	if c.ctl.ctrl == nil {
 		return RemoteRegion{}, errNoControl
 	}
 	select {
-	case c.reqSlots <- struct{}{}:
+	case c.ctl.reqSlots <- struct{}{}:
 	case <-ctx.Done():
 		return RemoteRegion{}, ctx.Err()
 	case <-c.ctx.Done():
 		return RemoteRegion{}, c.closedErr()
 	}
 	ch := make(chan regionAnswer, 1)
-	c.emu.Lock()
+	c.ctl.emu.Lock()
 	if c.err() != nil {
-		c.emu.Unlock()
-		<-c.reqSlots
+		c.ctl.emu.Unlock()
+		<-c.ctl.reqSlots
 		return RemoteRegion{}, c.closedErr()
 	}
-	c.nextReq++
-	id := c.nextReq
-	c.requests[id] = &request{ch: ch}
-	c.emu.Unlock()
+	c.ctl.nextReq++
+	id := c.ctl.nextReq
+	c.ctl.requests[id] = &request{ch: ch}
+	c.ctl.emu.Unlock()
 	p := binary.BigEndian.AppendUint32(nil, id)
 	p = binary.BigEndian.AppendUint64(p, uint64(size))
 	p = binary.BigEndian.AppendUint32(p, uint32(access))
 	p = binary.BigEndian.AppendUint32(p, uint32(rr.life/time.Millisecond))
 	if err := c.control(ctx, ctrlRequest, p); err != nil {
-		c.emu.Lock()
-		_, mine := c.requests[id]
-		delete(c.requests, id)
-		c.emu.Unlock()
+		c.ctl.emu.Lock()
+		_, mine := c.ctl.requests[id]
+		delete(c.ctl.requests, id)
+		c.ctl.emu.Unlock()
 		if mine {
-			<-c.reqSlots
+			<-c.ctl.reqSlots
 		}
 		return RemoteRegion{}, err
 	}
@@ -104,12 +104,12 @@ func (c *Conn) RequestRegion(ctx context.Context, size int, access Access, opts 
 	case a := <-ch:
 		return a.r, a.err
 	case <-ctx.Done():
-		c.emu.Lock()
-		rq, waiting := c.requests[id]
+		c.ctl.emu.Lock()
+		rq, waiting := c.ctl.requests[id]
 		if waiting {
 			rq.abandoned = true // onAnswer hands a grant back
 		}
-		c.emu.Unlock()
+		c.ctl.emu.Unlock()
 		if !waiting {
 			// The answer was taken as ctx ended: it is in ch, or
 			// about to be. A grant goes back to the peer.
@@ -126,10 +126,10 @@ func (c *Conn) RequestRegion(ctx context.Context, size int, access Access, opts 
 // ErrRegionRevoked); it waits, until ctx ends, for the accesses in
 // flight to complete and then tells the peer, which frees the memory.
 func (c *Conn) ReleaseRegion(ctx context.Context, r RemoteRegion) error {
-	if c.ctrl == nil {
+	if c.ctl.ctrl == nil {
 		return errNoControl
 	}
-	c.postMu.Lock()
+	c.sq.postMu.Lock()
 	c.addRevoked(r.RKey)
 	c.unlockPost()
 	if err := c.waitSent(ctx); err != nil {
@@ -151,21 +151,21 @@ func (c *Conn) onRequest(p []byte) {
 	id, size := binary.BigEndian.Uint32(p), binary.BigEndian.Uint64(p[4:])
 	access := Access(binary.BigEndian.Uint32(p[12:]))
 	life := time.Duration(binary.BigEndian.Uint32(p[16:])) * time.Millisecond
-	c.emu.Lock()
-	if c.peerReqs >= maxRegionRequests {
-		c.emu.Unlock()
+	c.ctl.emu.Lock()
+	if c.ctl.peerReqs >= maxRegionRequests {
+		c.ctl.emu.Unlock()
 		c.protocolErr("more than %d region requests in flight", maxRegionRequests)
 		return
 	}
-	c.peerReqs++
-	c.emu.Unlock()
+	c.ctl.peerReqs++
+	c.ctl.emu.Unlock()
 	c.later(func() {
 		typ, p := c.grant(size, access, life)
 		// The request is served before the peer can hear it: it may
 		// send its next one as soon as the answer arrives.
-		c.emu.Lock()
-		c.peerReqs--
-		c.emu.Unlock()
+		c.ctl.emu.Lock()
+		c.ctl.peerReqs--
+		c.ctl.emu.Unlock()
 		c.control(context.Background(), typ, append(binary.BigEndian.AppendUint32(nil, id), p...))
 	})
 }
@@ -178,14 +178,14 @@ func (c *Conn) grant(size uint64, access Access, life time.Duration) (typ byte, 
 		return deny(fmt.Sprintf("bad request: %d bytes, access %v", size, access))
 	}
 	limit := c.cfg.maxExpose
-	c.emu.Lock()
-	granted, grants := c.granted, c.grants
+	c.ctl.emu.Lock()
+	granted, grants := c.ctl.granted, c.ctl.grants
 	ok := size <= uint64(limit-granted) && grants < maxGrants
 	if ok {
-		c.granted += int(size)
-		c.grants++
+		c.ctl.granted += int(size)
+		c.ctl.grants++
 	}
-	c.emu.Unlock()
+	c.ctl.emu.Unlock()
 	switch {
 	case grants >= maxGrants:
 		return deny(fmt.Sprintf("%d regions granted already, the most a connection may hold", grants))
@@ -203,10 +203,10 @@ func (c *Conn) grant(size uint64, access Access, life time.Duration) (typ byte, 
 		}
 		pb.Release()
 	}
-	c.emu.Lock()
-	c.granted -= int(size)
-	c.grants--
-	c.emu.Unlock()
+	c.ctl.emu.Lock()
+	c.ctl.granted -= int(size)
+	c.ctl.grants--
+	c.ctl.emu.Unlock()
 	return deny(err.Error())
 }
 
@@ -228,15 +228,15 @@ func (c *Conn) onAnswer(typ byte, p []byte) {
 	} else {
 		a.err = fmt.Errorf("rdma: peer %v: %w: %s", c.remote, ErrRegionRefused, p[4:])
 	}
-	c.emu.Lock()
-	rq, ok := c.requests[id]
-	delete(c.requests, id)
-	c.emu.Unlock()
+	c.ctl.emu.Lock()
+	rq, ok := c.ctl.requests[id]
+	delete(c.ctl.requests, id)
+	c.ctl.emu.Unlock()
 	if !ok {
 		c.protocolErr("answered region request %d, which is not in flight", id)
 		return
 	}
-	<-c.reqSlots
+	<-c.ctl.reqSlots
 	if !rq.abandoned {
 		rq.ch <- a
 		return
@@ -252,10 +252,10 @@ func (c *Conn) onAnswer(typ byte, p []byte) {
 // back: memory this side exposed with Expose stays until its Revoke. A
 // release of a region that is gone already (it expired) is no error.
 func (c *Conn) onFree(rkey uint32) {
-	c.emu.Lock()
-	x, ok := c.exposed[rkey]
+	c.ctl.emu.Lock()
+	x, ok := c.ctl.exposed[rkey]
 	grant := ok && x.granted > 0
-	c.emu.Unlock()
+	c.ctl.emu.Unlock()
 	if grant {
 		c.RevokeNow(RemoteRegion{RKey: rkey})
 	}
@@ -263,11 +263,11 @@ func (c *Conn) onFree(rkey uint32) {
 
 // failRequests answers every RequestRegion in flight with err.
 func (c *Conn) failRequests(err error) {
-	c.emu.Lock()
-	for id, rq := range c.requests {
-		delete(c.requests, id)
-		<-c.reqSlots
+	c.ctl.emu.Lock()
+	for id, rq := range c.ctl.requests {
+		delete(c.ctl.requests, id)
+		<-c.ctl.reqSlots
 		rq.ch <- regionAnswer{err: err}
 	}
-	c.emu.Unlock()
+	c.ctl.emu.Unlock()
 }

@@ -168,7 +168,7 @@ func dialHandshake(ctx context.Context, eng *engine, cfg config, tc net.Conn) (*
 		tc.Close()
 		return nil, err
 	}
-	c.ctrl = tc
+	c.ctl.ctrl = tc
 	me, err := c.prepare()
 	if err == nil {
 		err = writeHello(tc, &me)
@@ -234,7 +234,7 @@ func acceptConn(eng *engine, cfg config, tc net.Conn, br *bufio.Reader, peer *he
 		tc.Close()
 		return nil, err
 	}
-	c.ctrl = tc
+	c.ctl.ctrl = tc
 	me, err := c.prepare()
 	if err != nil {
 		writeRefusal(tc, err.Error())
@@ -290,15 +290,15 @@ func (c *Conn) prepare() (hello, error) {
 	if err := c.makeCreditWord(); err != nil {
 		return hello{}, err
 	}
-	gid, err := eng.gidFor(addrIP(c.ctrl.LocalAddr()))
+	gid, err := eng.gidFor(addrIP(c.ctl.ctrl.LocalAddr()))
 	if err != nil {
 		return hello{}, err
 	}
 	c.gidIndex = uint8(gid.Index)
 	me := hello{QPN: c.qp.QPN(), PSN: randPSN(), LID: eng.port.LID, MTU: uint8(eng.port.ActiveMTU), GID: gid.GID,
 		RecvDepth: uint32(c.recvCap()), MaxMsg: uint32(cfg.maxMsg)}
-	if c.cw.mr != nil {
-		me.CreditAddr, me.CreditRKey = c.cw.mr.Addr(), c.cw.mr.RKey()
+	if c.cr.cw.mr != nil {
+		me.CreditAddr, me.CreditRKey = c.cr.cw.mr.Addr(), c.cr.cw.mr.RKey()
 	}
 	if me.MTU == 0 {
 		me.MTU = uint8(verbs.MTU1024)
@@ -323,7 +323,7 @@ func (c *Conn) connect(br *bufio.Reader, me, peer *hello, release func() bool) e
 		return err
 	}
 	var ready [1]byte
-	if _, err := c.ctrl.Write(ready[:]); err != nil {
+	if _, err := c.ctl.ctrl.Write(ready[:]); err != nil {
 		return err
 	}
 	if _, err := io.ReadFull(br, ready[:]); err != nil {
@@ -339,6 +339,6 @@ func (c *Conn) connect(br *bufio.Reader, me, peer *hello, release func() bool) e
 
 // abort tears down a connection whose handshake failed.
 func (c *Conn) abort() {
-	close(c.ctrlDone)
+	close(c.ctl.ctrlDone)
 	c.teardown()
 }

@@ -129,8 +129,8 @@ func nanotime() int64 { return int64(time.Since(clockBase)) + 1 }
 // postMu.
 func (c *Conn) stampLatency(ops []op) {
 	for i := range ops {
-		c.latencySeq++
-		if c.latencySeq%LatencySample == 0 {
+		c.sq.latencySeq++
+		if c.sq.latencySeq%LatencySample == 0 {
 			ops[i].start = nanotime()
 		}
 	}

@@ -80,18 +80,18 @@ func (r RemoteRegion) String() string {
 // 16 regions may wait for the peer's RecvRegion at once; past that
 // SendRegion waits, until ctx ends, for the peer to take one.
 func (c *Conn) SendRegion(ctx context.Context, r RemoteRegion) error {
-	if c.ctrl == nil {
+	if c.ctl.ctrl == nil {
 		return errNoControl
 	}
 	select {
-	case c.regionSlots <- struct{}{}:
+	case c.ctl.regionSlots <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-c.ctx.Done():
 		return c.closedErr()
 	}
 	if err := c.control(ctx, ctrlRegion, r.appendTo(nil)); err != nil {
-		<-c.regionSlots
+		<-c.ctl.regionSlots
 		return err
 	}
 	return nil
@@ -99,17 +99,17 @@ func (c *Conn) SendRegion(ctx context.Context, r RemoteRegion) error {
 
 // RecvRegion waits for a region the peer sends with SendRegion.
 func (c *Conn) RecvRegion(ctx context.Context) (RemoteRegion, error) {
-	if c.ctrl == nil {
+	if c.ctl.ctrl == nil {
 		return RemoteRegion{}, errNoControl
 	}
 	var r RemoteRegion
 	select {
-	case r = <-c.regions:
+	case r = <-c.ctl.regions:
 	case <-ctx.Done():
 		return RemoteRegion{}, ctx.Err()
 	case <-c.ctx.Done():
 		select {
-		case r = <-c.regions: // sent before the end: still ours
+		case r = <-c.ctl.regions: // sent before the end: still ours
 		default:
 			return RemoteRegion{}, c.closedErr()
 		}
@@ -130,7 +130,7 @@ func (c *Conn) onRegion(p []byte) {
 	}
 	c.forgetRevoked(r.RKey)
 	select {
-	case c.regions <- r:
+	case c.ctl.regions <- r:
 	default:
 		c.protocolErr("sent more than %d regions that RecvRegion did not take", maxQueuedRegions)
 	}

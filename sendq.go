@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/go-rdma/rdma/internal/verbs"
 )
@@ -25,6 +27,38 @@ import (
 // queue completes in order, so completed >= n means the first n posted
 // WRs are done. waitSent uses that for fences (Revoke, ReleaseRegion)
 // and for Close.
+
+// sendQueue is a connection's send queue: postMu and the state it
+// guards. Conn holds it as c.sq.
+type sendQueue struct {
+	postMu     sync.Mutex    // orders posts, so sent matches the send queue
+	sqFree     int           // room in the send queue; given back under postMu by settle, after completed (docs/performance.md)
+	beacon     bool          // the beacon is posted (postBeacon)
+	pending    []queuedPost  // chains waiting for room, oldest first
+	pendingWRs int           // the WRs of pending
+	queuedSeq  uint64        // seq of the last chain queued
+	drainedSeq uint64        // seq of the last chain that left pending
+	posted     uint64        // send WRs the QP accepted
+	completed  atomic.Uint64 // send WRs completed
+	quiescing  bool          // Close waits for what was issued: nothing new
+	progress   chan struct{} // closed at the next completion or drain, for waitSent
+	failAfter  error         // a post under postMu failed the QP: fail at unlock
+	latencySeq uint64        // send-side ops submitted, for latency sampling (latency.go)
+	wr         [1]verbs.SendWR
+	sge        [1]verbs.SGE
+	op         [1]op
+	cq         combineQueue // operations left by goroutines that found postMu taken (combine.go)
+	heldOps    atomic.Int64 // operations posted and queued, as of the last postUnlock
+
+	revoked     map[uint32]struct{} // rkeys the peer revoked (expose.go)
+	revokedFIFO []uint32
+
+	// sent holds the wr_ids of the posted send WRs in posting order. A
+	// send queue completes in order, so a completion covers every
+	// unsignaled WR ahead of it in sent.
+	sentMu sync.Mutex
+	sent   ring
+}
 
 // ErrQueueFull: the connection holds its WithSendQueueLimit of
 // operations issued and not completed; the post failed at once.
@@ -74,19 +108,19 @@ func (c *Conn) submitLocked(wrs []verbs.SendWR, ops []op) error {
 		c.dropAll(ops)
 		return err
 	}
-	if len(c.pending) == 0 && c.roomLocked(wrs) {
+	if len(c.sq.pending) == 0 && c.roomLocked(wrs) {
 		c.stampLatency(ops)
 		return c.postLocked(wrs, ops)
 	}
 	// Posted and not completed, and queued: a direct post never passes
 	// the limit (at least the send depth), so only a queued one checks.
-	if held := c.cfg.sqDepth - c.sqFree + c.pendingWRs; held+len(wrs) > c.sendQueueLimit() {
+	if held := c.cfg.sqDepth - c.sq.sqFree + c.sq.pendingWRs; held+len(wrs) > c.sendQueueLimit() {
 		c.dropAll(ops)
 		c.st.queueFull.Add(1)
 		return fmt.Errorf("rdma: conn %v: %w: %d operations issued and not completed (WithSendQueueLimit %d); post again once one of them resolves",
 			c.remote, ErrQueueFull, held, c.sendQueueLimit())
 	}
-	if c.sqFree < len(wrs) {
+	if c.sq.sqFree < len(wrs) {
 		c.st.queueWaits.Add(1)
 	} else {
 		c.st.creditWaits.Add(1)
@@ -99,10 +133,10 @@ func (c *Conn) submitLocked(wrs []verbs.SendWR, ops []op) error {
 			q.wrs[i].SGL = q.sges[i : i+1]
 		}
 	}
-	c.queuedSeq++
-	q.seq = c.queuedSeq
-	c.pending = append(c.pending, q)
-	c.pendingWRs += len(q.wrs)
+	c.sq.queuedSeq++
+	q.seq = c.sq.queuedSeq
+	c.sq.pending = append(c.sq.pending, q)
+	c.sq.pendingWRs += len(q.wrs)
 	return nil
 }
 
@@ -117,15 +151,15 @@ func (c *Conn) sendQueueLimit() int {
 // drainLocked posts the queued chains that fit, oldest first. Caller
 // holds postMu.
 func (c *Conn) drainLocked() {
-	for len(c.pending) > 0 && c.roomLocked(c.pending[0].wrs) {
-		q := c.pending[0]
-		c.pending[0] = queuedPost{}
-		c.pending = c.pending[1:]
-		c.pendingWRs -= len(q.wrs)
-		if len(c.pending) == 0 {
-			c.pending = nil // let the backing array go
+	for len(c.sq.pending) > 0 && c.roomLocked(c.sq.pending[0].wrs) {
+		q := c.sq.pending[0]
+		c.sq.pending[0] = queuedPost{}
+		c.sq.pending = c.sq.pending[1:]
+		c.sq.pendingWRs -= len(q.wrs)
+		if len(c.sq.pending) == 0 {
+			c.sq.pending = nil // let the backing array go
 		}
-		c.drainedSeq = q.seq
+		c.sq.drainedSeq = q.seq
 		err := c.postable(q.wrs, q.ops, true)
 		if err != nil {
 			c.dropAll(q.ops)
@@ -136,13 +170,13 @@ func (c *Conn) drainLocked() {
 			resolveAll(q.ops, err)
 		}
 	}
-	c.notifyLocked()
+	c.sq.notifyLocked()
 }
 
 // failPending fails every queued chain: the connection failed, and
 // nothing more will be posted.
 func (c *Conn) failPending() {
-	c.postMu.Lock()
+	c.sq.postMu.Lock()
 	defer c.postUnlock()
 	c.failPendingLocked(c.closedErr())
 }
@@ -150,21 +184,21 @@ func (c *Conn) failPending() {
 // failPendingLocked fails every queued chain with err. Caller holds
 // postMu.
 func (c *Conn) failPendingLocked(err error) {
-	for _, q := range c.pending {
+	for _, q := range c.sq.pending {
 		c.dropAll(q.ops)
 		resolveAll(q.ops, err)
-		c.drainedSeq = q.seq
+		c.sq.drainedSeq = q.seq
 	}
-	c.pending, c.pendingWRs = nil, 0
-	c.notifyLocked()
+	c.sq.pending, c.sq.pendingWRs = nil, 0
+	c.sq.notifyLocked()
 }
 
 // settle returns the room of k completed WRs and posts what waits for
 // it. It runs on the completion path, with no other lock of c held.
 func (c *Conn) settle(k int) {
-	c.completed.Add(uint64(k))
-	c.postMu.Lock()
-	c.sqFree += k
+	c.sq.completed.Add(uint64(k))
+	c.sq.postMu.Lock()
+	c.sq.sqFree += k
 	c.drainLocked()
 	c.postUnlock()
 }
@@ -174,20 +208,20 @@ func (c *Conn) settle(k int) {
 // a post under it asked to: later and fail take locks of their own.
 func (c *Conn) postUnlock() {
 	for {
-		if c.cq.n.Load() > 0 {
+		if c.sq.cq.n.Load() > 0 {
 			c.postCombinedLocked()
 		}
-		err := c.failAfter
-		c.failAfter = nil
-		ask, back := c.askNow, c.backNow
-		c.askNow, c.backNow = false, false
-		c.heldOps.Store(int64(c.cfg.sqDepth - c.sqFree + c.pendingWRs))
-		c.postMu.Unlock()
-		if ask && !c.askQueued.Swap(true) {
-			c.later(c.askJob)
+		err := c.sq.failAfter
+		c.sq.failAfter = nil
+		ask, back := c.cr.askNow, c.cr.backNow
+		c.cr.askNow, c.cr.backNow = false, false
+		c.sq.heldOps.Store(int64(c.cfg.sqDepth - c.sq.sqFree + c.sq.pendingWRs))
+		c.sq.postMu.Unlock()
+		if ask && !c.cr.askQueued.Swap(true) {
+			c.later(c.cr.askJob)
 		}
-		if back && !c.backQueued.Swap(true) {
-			c.later(c.backJob)
+		if back && !c.cr.backQueued.Swap(true) {
+			c.later(c.cr.backJob)
 		}
 		if err != nil {
 			c.fail(err)
@@ -195,7 +229,7 @@ func (c *Conn) postUnlock() {
 		// An operation left in the combining queue after the look
 		// above, by a goroutine that found postMu taken, is ours to
 		// post (combine.go).
-		if c.cq.n.Load() == 0 || !c.postMu.TryLock() {
+		if c.sq.cq.n.Load() == 0 || !c.sq.postMu.TryLock() {
 			return
 		}
 	}
@@ -204,17 +238,17 @@ func (c *Conn) postUnlock() {
 // unlockPost unlocks postMu where no post was made under it, and posts
 // what the combining queue got meanwhile.
 func (c *Conn) unlockPost() {
-	c.postMu.Unlock()
-	if c.cq.n.Load() > 0 && c.postMu.TryLock() {
+	c.sq.postMu.Unlock()
+	if c.sq.cq.n.Load() > 0 && c.sq.postMu.TryLock() {
 		c.postUnlock()
 	}
 }
 
 // notifyLocked wakes waitSent. Caller holds postMu.
-func (c *Conn) notifyLocked() {
-	if c.progress != nil {
-		close(c.progress)
-		c.progress = nil
+func (q *sendQueue) notifyLocked() {
+	if q.progress != nil {
+		close(q.progress)
+		q.progress = nil
 	}
 }
 
@@ -226,20 +260,20 @@ func (c *Conn) waitSent(ctx context.Context) error {
 		c.drv.WaitingAdd(1)
 		defer c.drv.WaitingAdd(-1)
 	}
-	c.postMu.Lock()
+	c.sq.postMu.Lock()
 	// Operations left in the combining queue were issued before the
 	// call too: post (or queue) them first, so seq and posted cover them.
 	c.postCombinedLocked()
-	seq := c.queuedSeq
+	seq := c.sq.queuedSeq
 	for {
-		if c.drainedSeq >= seq && c.completed.Load() >= c.posted {
+		if c.sq.drainedSeq >= seq && c.sq.completed.Load() >= c.sq.posted {
 			// posted can only grow by drains of chains queued after
 			// seq, or by later posts: ours are all in.
 			break
 		}
-		if c.drainedSeq >= seq {
-			target := c.posted
-			for c.completed.Load() < target {
+		if c.sq.drainedSeq >= seq {
+			target := c.sq.posted
+			for c.sq.completed.Load() < target {
 				if err := c.waitProgressLocked(ctx); err != nil {
 					return err
 				}
@@ -257,14 +291,14 @@ func (c *Conn) waitSent(ctx context.Context) error {
 // waitProgressLocked waits for the next completion or drain. It holds
 // postMu on return, unless it returns an error.
 func (c *Conn) waitProgressLocked(ctx context.Context) error {
-	if c.progress == nil {
-		c.progress = make(chan struct{})
+	if c.sq.progress == nil {
+		c.sq.progress = make(chan struct{})
 	}
-	ch := c.progress
+	ch := c.sq.progress
 	c.unlockPost()
 	select {
 	case <-ch:
-		c.postMu.Lock()
+		c.sq.postMu.Lock()
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -276,20 +310,20 @@ func (c *Conn) waitProgressLocked(ctx context.Context) error {
 // nothing stays recorded except WRs the provider accepted; those complete
 // (or flush, since a failed post fails the connection) like any other.
 func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
-	c.sqFree -= len(wrs)
-	c.credits -= needCredits(wrs)
+	c.sq.sqFree -= len(wrs)
+	c.cr.credits -= needCredits(wrs)
 	for i := range wrs {
 		c.inflight.Add(1)
 		wrs[i].ID = c.ops.add(ops[i])
 	}
-	c.sentMu.Lock()
+	c.sq.sentMu.Lock()
 	for i := range wrs {
-		c.sent.push(wrs[i].ID)
+		c.sq.sent.push(wrs[i].ID)
 	}
-	c.sentMu.Unlock()
+	c.sq.sentMu.Unlock()
 	c.st.doorbells.Add(1)
 	n, err := c.qp.PostSend(wrs)
-	c.posted += uint64(n)
+	c.sq.posted += uint64(n)
 	if err == nil {
 		// A parked Adaptive poller would wait for the completion
 		// event; a kick makes it spin for the completion now. It costs
@@ -301,17 +335,17 @@ func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 		return nil
 	}
 	// Undo what was not posted, newest first, so sent stays in order.
-	c.sentMu.Lock()
+	c.sq.sentMu.Lock()
 	for i := len(wrs) - 1; i >= n; i-- {
-		c.sent.popBack()
+		c.sq.sent.popBack()
 		if o, ok := c.ops.take(wrs[i].ID); ok {
 			c.dropBuf(&o)
-			c.sqFree++
-			c.credits += needCredits(wrs[i : i+1])
+			c.sq.sqFree++
+			c.cr.credits += needCredits(wrs[i : i+1])
 			c.opDone()
 		}
 	}
-	c.sentMu.Unlock()
+	c.sq.sentMu.Unlock()
 	if errors.Is(err, verbs.ErrClosed) || c.err() != nil {
 		err = c.closedErr()
 	}
@@ -319,7 +353,7 @@ func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 	if n > 0 {
 		// Accepted WRs without a signaled one after them would never
 		// be reported; failing the QP flushes them.
-		c.failAfter = err
+		c.sq.failAfter = err
 	}
 	return err
 }
@@ -329,7 +363,7 @@ func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 // chain was issued before Close began, so Close lets it go out. Caller
 // holds postMu.
 func (c *Conn) postable(wrs []verbs.SendWR, ops []op, queued bool) error {
-	if c.closing.Load() || c.err() != nil || (c.quiescing && !queued) {
+	if c.closing.Load() || c.err() != nil || (c.sq.quiescing && !queued) {
 		return c.closedErr()
 	}
 	if c.peerClosed.Load() {

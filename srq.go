@@ -203,7 +203,7 @@ func (s *sharedRecv) refillLocked(cause int) {
 	g := s.granted.Load() + s.held.Load()
 	want := int64(0)
 	for _, c := range s.waiters {
-		want += int64(c.creditWant)
+		want += int64(c.cr.creditWant)
 	}
 	// An idle queue (nothing out, no one waiting) keeps no headroom: its
 	// first ask refills (srq_withdraw.go takes what an idle queue holds).
@@ -324,9 +324,9 @@ func (s *sharedRecv) grantLocked(c *Conn, k int) int {
 		return 0
 	}
 	s.granted.Add(int64(k))
-	c.creditOut.Add(int64(k))
-	if c.recalled.Load() {
-		c.recalled.Store(false) // it may be recalled again
+	c.cr.creditOut.Add(int64(k))
+	if c.cr.recalled.Load() {
+		c.cr.recalled.Store(false) // it may be recalled again
 	}
 	c.owe(k)
 	return k
@@ -338,12 +338,12 @@ func (s *sharedRecv) serveLocked() {
 	for len(s.waiters) > 0 {
 		c := s.waiters[0]
 		if c.err() == nil {
-			c.creditWant -= s.grantLocked(c, c.creditWant)
-			if c.creditWant > 0 && c.creditRoom() > 0 {
+			c.cr.creditWant -= s.grantLocked(c, c.cr.creditWant)
+			if c.cr.creditWant > 0 && c.creditRoom() > 0 {
 				return // no headroom left: it stays first
 			}
 		}
-		c.creditWant, c.creditWaiting = 0, false
+		c.cr.creditWant, c.cr.creditWaiting = 0, false
 		s.waiters[0] = nil
 		s.waiters = s.waiters[1:]
 	}
@@ -356,7 +356,7 @@ func (s *sharedRecv) ask(c *Conn, want int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	want = min(want, c.creditRoom())
-	if want <= 0 || c.creditWaiting {
+	if want <= 0 || c.cr.creditWaiting {
 		return
 	}
 	if len(s.waiters) == 0 {
@@ -392,8 +392,8 @@ func (s *sharedRecv) regrant(c *Conn, k int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
-	case c.creditWaiting:
-		c.creditWant += k
+	case c.cr.creditWaiting:
+		c.cr.creditWant += k
 	case len(s.waiters) > 0:
 		// Others wait: c takes its turn behind them, so that every
 		// connection gets through.
@@ -408,7 +408,7 @@ func (s *sharedRecv) regrant(c *Conn, k int) {
 // waitLocked queues c for want more credits and refills: the headroom
 // is short. Caller holds mu.
 func (s *sharedRecv) waitLocked(c *Conn, want int) {
-	c.creditWaiting, c.creditWant = true, want
+	c.cr.creditWaiting, c.cr.creditWant = true, want
 	s.waiters = append(s.waiters, c)
 	s.refillLocked(refillGrant)
 }
@@ -419,7 +419,7 @@ func (s *sharedRecv) giveBack(c *Conn, n int) {
 	if n <= 0 {
 		return
 	}
-	c.creditOut.Add(-int64(n))
+	c.cr.creditOut.Add(-int64(n))
 	s.granted.Add(-int64(n))
 	s.mu.Lock()
 	s.serveLocked()
@@ -437,12 +437,12 @@ func (s *sharedRecv) leave(c *Conn) {
 			break
 		}
 	}
-	c.creditWaiting, c.creditWant = false, 0
+	c.cr.creditWaiting, c.cr.creditWant = false, 0
 	s.mu.Unlock()
-	c.rmu.Lock()
-	s.held.Add(-c.creditHeld.Swap(0) - c.creditTaken.Swap(0))
-	c.rmu.Unlock()
-	s.giveBack(c, int(c.creditOut.Load()))
+	c.rq.rmu.Lock()
+	s.held.Add(-c.cr.creditHeld.Swap(0) - c.cr.creditTaken.Swap(0))
+	c.rq.rmu.Unlock()
+	s.giveBack(c, int(c.cr.creditOut.Load()))
 }
 
 // dropSRQ drops a user of s; the last one closes it, so that an engine

@@ -93,7 +93,7 @@ func (c *Conn) Stats() ConnStats {
 		Completions: s.completions.Load(),
 		CreditWaits: s.creditWaits.Load(), QueueWaits: s.queueWaits.Load(),
 		QueueFull:    s.queueFull.Load(),
-		CreditsOut:   c.creditOut.Load(),
+		CreditsOut:   c.cr.creditOut.Load(),
 		Latency:      s.latency.load(),
 		CreditWrites: s.creditWrites.Load(), ControlFrames: s.ctrlFrames.Load(), Doorbells: s.doorbells.Load(),
 	}
@@ -231,7 +231,7 @@ func (l *lifeCounters) ended(c *Conn, err error) {
 	switch {
 	case !c.up.Load():
 		// A handshake that failed: dial or the listener counts it.
-	case c.orderly() && c.closeHeard.Load():
+	case c.orderly() && c.ctl.closeHeard.Load():
 		l.closedPeer.Add(1)
 	case c.orderly():
 		l.closedLocal.Add(1)

@@ -194,7 +194,7 @@ func (s *StreamConn) pumpLocked() {
 			// The peer is broken: stop the connection, and close the
 			// control channel so that the peer hears of it at once.
 			s.c.fail(fmt.Errorf("rdma: stream: %w", err))
-			s.c.ctrl.Close()
+			s.c.ctl.ctrl.Close()
 			return
 		}
 		s.rf = s.c.Recv()

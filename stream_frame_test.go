@@ -260,9 +260,9 @@ func TestStreamRecvSlack(t *testing.T) {
 					t.Fatal(err)
 				}
 				f.Buffer().Release()
-				s.rmu.Lock()
-				out, held, taken := int(s.creditOut.Load()), int(s.creditHeld.Load()), int(s.creditTaken.Load())
-				s.rmu.Unlock()
+				s.rq.rmu.Lock()
+				out, held, taken := int(s.cr.creditOut.Load()), int(s.cr.creditHeld.Load()), int(s.cr.creditTaken.Load())
+				s.rq.rmu.Unlock()
 				if out+held+taken != depth {
 					t.Fatalf("after %d messages: %d credits out, %d messages held, %d taken: want %d in all", i+1, out, held, taken, depth)
 				}

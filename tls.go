@@ -81,7 +81,7 @@ func WithAcceptCheck(check func(PeerInfo) error) Option {
 // verified chains; ok is false without TLS, and on connections set up
 // through rdma_cm.
 func (c *Conn) ConnectionState() (state tls.ConnectionState, ok bool) {
-	tc, ok := c.ctrl.(*tls.Conn)
+	tc, ok := c.ctl.ctrl.(*tls.Conn)
 	if !ok {
 		return tls.ConnectionState{}, false
 	}

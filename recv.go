@@ -1,0 +1,313 @@
+package rdma
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-rdma/rdma/internal/pool"
+	"github.com/go-rdma/rdma/internal/verbs"
+)
+
+// receives is a connection's receive side: rmu and the state it guards,
+// the messages that arrived and the Recvs that wait for them. Conn holds
+// it as c.rq.
+type receives struct {
+	rmu      sync.Mutex
+	rposted  int // receives posted (without an SRQ)
+	ready    []message
+	waiters  []*Future
+	rwrs     []verbs.RecvWR
+	rsges    []verbs.SGE
+	recvSize int
+	handling bool // a worker runs the RecvHandler (dispatch.go)
+	ended    bool // done is closed
+
+	beaconDone atomic.Bool // the beacon flushed: every message that came is delivered
+}
+
+// takeWaitersLocked takes the Recvs that wait, for the caller to fail
+// them once it has unlocked rmu. Caller holds rmu.
+func (r *receives) takeWaitersLocked() []*Future {
+	ws := r.waiters
+	r.waiters = nil
+	return ws
+}
+
+// message is a received message waiting for Recv.
+type message struct {
+	pb  *pool.Buffer // nil for WRITE_WITH_IMM notifications
+	n   int
+	imm uint32
+	has bool
+}
+
+// postReceives fills the receive queue of a connection without an SRQ;
+// the QP must be in INIT.
+func (c *Conn) postReceives() error {
+	if c.srq != nil {
+		return nil
+	}
+	c.rq.rmu.Lock()
+	defer c.rq.rmu.Unlock()
+	return c.repostLocked(c.cfg.rqDepth)
+}
+
+// endIfDeliveredLocked closes Done once the connection has ended and
+// every message that arrived was handed over: taken by Recv, or handled
+// (the handler returned). Caller holds rmu.
+func (c *Conn) endIfDeliveredLocked() {
+	if c.rq.ended || c.err() == nil || len(c.rq.ready) > 0 || c.rq.handling || c.moreToComeLocked() {
+		return
+	}
+	c.rq.ended = true
+	close(c.done)
+}
+
+// onRecv delivers a completion of a receive the connection posted on its
+// own receive queue. It runs on a poller.
+func (c *Conn) onRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
+	defer c.opDone()
+	c.rq.rmu.Lock()
+	c.rq.rposted--
+	c.deliverLocked(pb, wc)
+}
+
+// onSharedRecv delivers a completion of a receive of the SRQ that a
+// message to this connection took. It runs on a poller.
+func (c *Conn) onSharedRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
+	if wc.Status == verbs.WCSuccess && !c.arrived() {
+		pb.Release()
+		return
+	}
+	c.rq.rmu.Lock()
+	c.deliverLocked(pb, wc)
+}
+
+// deliverLocked hands a received message to the oldest waiting Recv,
+// the handler or the ready queue, or fails the connection when the
+// receive failed. Caller holds rmu; it unlocks it.
+func (c *Conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
+	if wc.Status != verbs.WCSuccess {
+		c.st.recvFailed(wc.Status, wc.Status == verbs.WCWRFlushErr && c.orderly())
+		// Every receive before this one was delivered; the waiters
+		// left will get nothing more.
+		ws := c.rq.takeWaitersLocked()
+		c.endIfDeliveredLocked()
+		c.rq.rmu.Unlock()
+		pb.Release()
+		err := c.completionErr(postedWC(opRecv, wc))
+		c.fail(err)
+		for _, f := range ws {
+			f.resolve(err, 0, 0, false, nil, 0)
+		}
+		return
+	}
+	m := message{pb: pb, n: int(wc.ByteLen), imm: wc.Imm, has: wc.Flags&verbs.WCWithImm != 0}
+	c.st.recvs.Add(1)
+	c.st.recvBytes.Add(uint64(m.n))
+	if wc.Opcode == verbs.WCRecvWriteWithImm {
+		// The data went to the written region; the buffer stayed empty.
+		pb.Release()
+		m.pb = nil
+	} else {
+		pb.Filled(m.n)
+	}
+	if len(c.rq.waiters) > 0 {
+		f := c.rq.waiters[0]
+		c.rq.waiters[0] = nil
+		c.rq.waiters = c.rq.waiters[1:]
+		c.refillLocked()
+		c.endIfDeliveredLocked()
+		c.rq.rmu.Unlock()
+		f.resolve(nil, m.n, m.imm, m.has, m.pb, 0)
+		return
+	}
+	c.rq.ready = append(c.rq.ready, m)
+	if c.cfg.handler != nil {
+		c.dispatchLocked()
+	}
+	c.rq.rmu.Unlock()
+}
+
+// Recv receives the next message. The future's Buffer holds its bytes
+// (the caller must Release it), Len its length and Imm its immediate
+// value. A WRITE_WITH_IMM from the peer also resolves a Recv, with no
+// buffer.
+func (c *Conn) Recv() *Future {
+	if c.cfg.handler != nil {
+		return newResolved(fmt.Errorf("rdma: recv on %v: %w: the connection's messages go to its RecvHandler", c.remote, ErrInvalid))
+	}
+	c.rq.rmu.Lock()
+	if len(c.rq.ready) > 0 {
+		return c.takeReadyLocked()
+	}
+	if c.err() != nil && !c.moreToComeLocked() {
+		c.rq.rmu.Unlock()
+		return newResolved(c.closedErr())
+	}
+	f := &Future{drv: c.drv, recv: c}
+	c.rq.waiters = append(c.rq.waiters, f)
+	c.rq.rmu.Unlock()
+	return f
+}
+
+// takeReadyLocked takes the oldest message that arrived before a Recv
+// asked for it, as a resolved future, and unlocks rmu.
+func (c *Conn) takeReadyLocked() *Future {
+	m := c.rq.ready[0]
+	c.rq.ready[0] = message{}
+	c.rq.ready = c.rq.ready[1:]
+	c.refillLocked()
+	c.endIfDeliveredLocked()
+	c.rq.rmu.Unlock()
+	f := &Future{}
+	f.resolve(nil, m.n, m.imm, m.has, m.pb, 0)
+	return f
+}
+
+// withdraw removes the pending Recv f, if no message matched it yet.
+func (c *Conn) withdraw(f *Future) bool {
+	c.rq.rmu.Lock()
+	i := slices.Index(c.rq.waiters, f)
+	if i >= 0 {
+		c.rq.waiters = slices.Delete(c.rq.waiters, i, i+1)
+	}
+	c.rq.rmu.Unlock()
+	if i < 0 {
+		return false
+	}
+	f.resolve(fmt.Errorf("rdma: recv on %v withdrawn: %w", c.remote, context.Canceled), 0, 0, false, nil, 0)
+	return true
+}
+
+// moreToComeLocked reports whether messages of a failed connection may
+// still be delivered. A failure can be seen (the peer's close on the
+// control channel) before the poller has taken the completions of
+// messages that arrived ahead of it. With its own receive queue, the QP
+// completes the posted receives in order, first those that got a
+// message before the failure, then flushes, which fail the waiters left
+// (onRecv). With an SRQ, the beacon's flush comes after every message
+// that arrived (postBeacon). After a local Close, or once the poller
+// has stopped, nothing more comes. Caller holds rmu.
+func (c *Conn) moreToComeLocked() bool {
+	if c.closing.Load() || c.unit == nil || isClosedChan(c.unit.p.Done()) {
+		return false
+	}
+	if c.srq != nil {
+		return !c.rq.beaconDone.Load()
+	}
+	return c.rq.rposted > 0
+}
+
+// postBeacon posts a WR to the QP, just moved to the error state, whose
+// flush comes after the completion of every message that arrived before
+// the error: a CQ reports a QP's completions in order, and in the error
+// state the QP takes no more messages. When the flush is handled, every
+// message that came is delivered, so the Recvs still waiting fail
+// (onBeacon), and no completion of the QP is left in its CQ, so its QPN
+// may go to another connection (teardown). The QP has a send WR of room
+// kept for it.
+func (c *Conn) postBeacon() {
+	if c.srq == nil {
+		return
+	}
+	c.sq.postMu.Lock()
+	if c.sq.beacon {
+		c.unlockPost()
+		return
+	}
+	c.sq.beacon = true
+	c.inflight.Add(1)
+	id := c.ops.add(op{kind: opBeacon, conn: c})
+	_, err := c.qp.PostSend([]verbs.SendWR{{ID: id, Opcode: verbs.OpSend, Flags: verbs.SendSignaled}})
+	c.unlockPost()
+	if err != nil {
+		// Nothing to wait for (the QP is closed, or the provider
+		// refuses): what came is all there is.
+		if _, ok := c.ops.take(id); ok {
+			c.opDone()
+		}
+		c.onBeacon(nil)
+	}
+}
+
+// onBeacon fails the Recvs left: every message that came is delivered.
+// Their error is the beacon's flush, as a receive's own flush would be.
+func (c *Conn) onBeacon(wc *verbs.WorkCompletion) {
+	c.rq.beaconDone.Store(true)
+	c.rq.rmu.Lock()
+	ws := c.rq.takeWaitersLocked()
+	c.endIfDeliveredLocked()
+	c.rq.rmu.Unlock()
+	err := c.err()
+	if wc != nil && wc.Status != verbs.WCSuccess {
+		err = c.completionErr(postedWC(opRecv, wc)) // the Recvs' error: it names RECV
+	}
+	for _, f := range ws {
+		f.resolve(err, 0, 0, false, nil, 0)
+	}
+}
+
+// refillLocked accounts for a message the application took. With an SRQ
+// its credit goes back to the peer (credit.go). Otherwise it re-posts
+// consumed receives once enough of them add up to a batch: one chain and
+// one doorbell for many, as the peer libraries that kept receives deep
+// learned. Caller holds rmu.
+func (c *Conn) refillLocked() {
+	if c.srq != nil {
+		c.tookLocked()
+		return
+	}
+	if gap := len(c.rq.rwrs) - c.rq.rposted - len(c.rq.ready); gap >= max(1, len(c.rq.rwrs)/8) {
+		before := c.rq.rposted
+		c.repostLocked(gap)
+		c.owe(c.rq.rposted - before)
+	}
+}
+
+// repostLocked posts up to k receives, keeping at most rqDepth posted or
+// waiting in ready. Caller holds rmu.
+func (c *Conn) repostLocked(k int) error {
+	if c.closing.Load() || c.err() != nil {
+		return nil
+	}
+	k = min(k, len(c.rq.rwrs)-c.rq.rposted-len(c.rq.ready))
+	if k <= 0 {
+		return nil
+	}
+	for i := 0; i < k; i++ {
+		pb, err := c.eng.pool.Get(c.rq.recvSize)
+		if err != nil {
+			c.unpost(i)
+			return fmt.Errorf("rdma: receive buffers: %w", err)
+		}
+		c.rq.rsges[i] = verbs.SGE{Addr: pb.Addr(), Length: uint32(c.rq.recvSize), LKey: pb.LKey()}
+		c.inflight.Add(1)
+		c.rq.rwrs[i].ID = c.ops.add(op{kind: opRecv, conn: c, buf: pb})
+	}
+	n, err := c.qp.PostRecv(c.rq.rwrs[:k])
+	c.rq.rposted += n
+	if err != nil {
+		for i := n; i < k; i++ {
+			if o, ok := c.ops.take(c.rq.rwrs[i].ID); ok {
+				o.buf.Release()
+				c.opDone()
+			}
+		}
+		return fmt.Errorf("rdma: post receives: %w", err)
+	}
+	return nil
+}
+
+// unpost undoes the first i prepared receives.
+func (c *Conn) unpost(i int) {
+	for j := 0; j < i; j++ {
+		if o, ok := c.ops.take(c.rq.rwrs[j].ID); ok {
+			o.buf.Release()
+			c.opDone()
+		}
+	}
+}
