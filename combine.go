@@ -81,14 +81,22 @@ func (cq *combineQueue) giveBack(q []postReq) {
 	cq.mu.Unlock()
 }
 
+// ending reports whether a post would be refused now: the connection
+// failed, is closing or its peer closed. Such a post takes the lock, so
+// that it fails at the call (postable), not later in the queue.
+func (c *Conn) ending() bool {
+	return c.closeCalled.Load() || c.closing.Load() || c.peerClosed.Load() || c.err() != nil
+}
+
 // submit posts one operation: at once when postMu is free, else through
 // the combining queue. An operation that fails at once has its Future
 // resolved.
 func (c *Conn) submit(wr verbs.SendWR, sge verbs.SGE, o op) {
 	if !c.sq.postMu.TryLock() {
-		// Near the send queue limit, wait for the lock: a post past
-		// the limit fails at once, and the queue stays bounded.
-		if c.sq.heldOps.Load()+int64(c.sq.cq.n.Load()) < int64(c.sendQueueLimit()/2) {
+		// Near the send queue limit, or on a connection that is
+		// ending, wait for the lock: a post past the limit, or after
+		// the end, fails at once, and the queue stays bounded.
+		if !c.ending() && c.sq.heldOps.Load()+int64(c.sq.cq.n.Load()) < int64(c.sendQueueLimit()/2) {
 			c.sq.cq.leave(postReq{wr: wr, sge: sge, op: o})
 			if !c.sq.postMu.TryLock() {
 				return // the holder posts it (unlockPost)
