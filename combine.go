@@ -95,8 +95,10 @@ func (c *Conn) submit(wr verbs.SendWR, sge verbs.SGE, o op) {
 	if !c.sq.postMu.TryLock() {
 		// Near the send queue limit, or on a connection that is
 		// ending, wait for the lock: a post past the limit, or after
-		// the end, fails at once, and the queue stays bounded.
-		if !c.ending() && c.sq.heldOps.Load()+int64(c.sq.cq.n.Load()) < int64(c.sendQueueLimit()/2) {
+		// the end, fails at once, and the queue stays bounded. An
+		// inline operation waits too: its bytes are copied at the
+		// post, and the caller may change them once the call returns.
+		if !c.ending() && wr.Flags&verbs.SendInline == 0 && c.sq.heldOps.Load()+int64(c.sq.cq.n.Load()) < int64(c.sendQueueLimit()/2) {
 			c.sq.cq.leave(postReq{wr: wr, sge: sge, op: o})
 			if !c.sq.postMu.TryLock() {
 				return // the holder posts it (unlockPost)

@@ -23,15 +23,17 @@ func testPostsCombine(t *testing.T, opts []rdma.Option) {
 	c, s := rdmatest.Pair(t, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	const n = 40 // more than one signaling interval
-	target, err := s.Alloc(8 * n)
+	// 128-byte WRITEs: past the inline size, which posts wait for (an
+	// inline operation's bytes are copied at its call).
+	const n, size = 40, 128 // more than one signaling interval
+	target, err := s.Alloc(size * n)
 	require.NoError(t, err)
 	defer target.Release()
 	region, err := s.Expose(target, rdma.RemoteWrite)
 	require.NoError(t, err)
 	srcs := make([]*rdma.Buffer, n)
 	for i := range srcs {
-		srcs[i], err = c.Alloc(8)
+		srcs[i], err = c.Alloc(size)
 		require.NoError(t, err)
 		defer srcs[i].Release()
 		binary.LittleEndian.PutUint64(srcs[i].Bytes(), uint64(i+1))
@@ -45,8 +47,8 @@ func testPostsCombine(t *testing.T, opts []rdma.Option) {
 		go func() { // each from a goroutine of its own, as a server's handlers would
 			defer wg.Done()
 			dst := region
-			dst.Addr += uint64(8 * i)
-			dst.Len = 8
+			dst.Addr += uint64(size * i)
+			dst.Len = size
 			fs[i] = c.Write(srcs[i], dst)
 		}()
 	}
@@ -60,7 +62,7 @@ func testPostsCombine(t *testing.T, opts []rdma.Option) {
 	}
 	assert.Equal(t, uint64(1), c.Stats().Doorbells-before, "one doorbell for the %d writes", n)
 	for i := range n {
-		assert.Equal(t, uint64(i+1), binary.LittleEndian.Uint64(target.Bytes()[8*i:]), "word %d", i)
+		assert.Equal(t, uint64(i+1), binary.LittleEndian.Uint64(target.Bytes()[size*i:]), "write %d", i)
 	}
 }
 
@@ -73,14 +75,14 @@ func testCombinedChainFailure(t *testing.T, opts []rdma.Option) {
 	c, s := rdmatest.Pair(t, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	target, err := s.Alloc(64)
+	target, err := s.Alloc(1024)
 	require.NoError(t, err)
 	defer target.Release()
 	good, err := s.Expose(target, rdma.RemoteWrite)
 	require.NoError(t, err)
 	bad := good
-	bad.RKey ^= 0x5a5a5a5a // a forged rkey
-	src, err := c.Alloc(8)
+	bad.RKey ^= 0x5a5a5a5a   // a forged rkey
+	src, err := c.Alloc(128) // past the inline size (see TestPostsCombine)
 	require.NoError(t, err)
 	defer src.Release()
 	release := rdma.HoldPost(c)
