@@ -156,17 +156,32 @@ func TestQueueFullCounted(t *testing.T) {
 	defer b.Release()
 	require.Zero(t, c.Stats().QueueFull)
 
-	// The peer never reads: 8 go out with the credits, limit wait, and
-	// the rest are refused.
+	// The peer never reads: its receive depth of 8 go out with the
+	// credits, limit wait, and the rest are refused. The 8 may complete
+	// after the first fill (a slow machine), freeing room, so they are
+	// waited for and the queue filled again: then nothing can complete
+	// before the Batch.
 	refused := 0
-	for range 2*limit + 8 {
-		f := c.Send(b)
-		if f.Resolved() && f.Err() != nil {
-			require.ErrorIs(t, f.Err(), rdma.ErrQueueFull)
-			refused++
+	var accepted []*rdma.Future
+	fill := func() {
+		for range 2*limit + 8 {
+			f := c.Send(b)
+			if f.Resolved() && f.Err() != nil {
+				require.ErrorIs(t, f.Err(), rdma.ErrQueueFull)
+				refused++
+				continue
+			}
+			accepted = append(accepted, f)
 		}
 	}
+	fill()
 	require.Positive(t, refused)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, f := range accepted[:8] {
+		require.NoError(t, f.Wait(ctx))
+	}
+	fill()
 	assert.Equal(t, uint64(refused), c.Stats().QueueFull)
 
 	batch := c.NewBatch()
