@@ -168,6 +168,7 @@ func benchOneSided(b *testing.B, read bool) {
 						if err := f.Wait(ctx); err != nil {
 							b.Fatal(err)
 						}
+						f.Release()
 						window[slot] = nil
 						if qd == 1 {
 							lat.stop()
@@ -264,6 +265,7 @@ func benchSendRecv(b *testing.B, size, qd int) {
 				return
 			}
 			f.Buffer().Release()
+			f.Release()
 		}
 		done <- nil
 	}()
@@ -278,6 +280,7 @@ func benchSendRecv(b *testing.B, size, qd int) {
 			if err := f.Wait(ctx); err != nil {
 				b.Fatal(err)
 			}
+			f.Release()
 			window[slot] = nil
 		}
 		if i < b.N {
@@ -423,10 +426,13 @@ func BenchmarkPingPong(b *testing.B) {
 						return
 					}
 					f.Buffer().Release()
-					if err := s.Send(sb).Wait(ctx); err != nil {
+					f.Release()
+					sf := s.Send(sb)
+					if err := sf.Wait(ctx); err != nil {
 						done <- err
 						return
 					}
+					sf.Release()
 				}
 				done <- nil
 			}()
@@ -436,14 +442,17 @@ func BenchmarkPingPong(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				lat.start()
 				rf := c.Recv()
-				if err := c.Send(cb).Wait(ctx); err != nil {
+				sf := c.Send(cb)
+				if err := sf.Wait(ctx); err != nil {
 					b.Fatal(err)
 				}
+				sf.Release()
 				if err := rf.Wait(ctx); err != nil {
 					b.Fatal(err)
 				}
 				lat.stop()
 				rf.Buffer().Release()
+				rf.Release()
 			}
 			b.StopTimer()
 			if err := <-done; err != nil {

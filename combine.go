@@ -124,7 +124,7 @@ func (c *Conn) submit(wr verbs.SendWR, sge verbs.SGE, o op) {
 	c.sq.wr[0], c.sq.op[0] = verbs.SendWR{}, op{}
 	c.postUnlock()
 	if err != nil {
-		o.fut.resolve(err, 0, 0, false, nil, 0)
+		o.resolveOp(err, 0, 0)
 	}
 }
 
@@ -151,7 +151,7 @@ func (c *Conn) postCombinedLocked() {
 		wr1, op1 := unsafe.Slice(&r.wr, 1), unsafe.Slice(&r.op, 1)
 		if err := c.postable(wr1, op1, false); err != nil {
 			c.dropBuf(&r.op)
-			r.op.fut.resolve(err, 0, 0, false, nil, 0)
+			r.op.resolveOp(err, 0, 0)
 			continue
 		}
 		need := needCredits(wr1)
@@ -188,7 +188,7 @@ func (c *Conn) postCombinedLocked() {
 			r.wr.SGL = nil
 		}
 		if err := c.submitLocked(unsafe.Slice(&r.wr, 1), unsafe.Slice(&r.op, 1)); err != nil {
-			r.op.fut.resolve(err, 0, 0, false, nil, 0)
+			r.op.resolveOp(err, 0, 0)
 		}
 	}
 	c.sq.cq.giveBack(q)

@@ -439,8 +439,8 @@ func (c *Conn) post(o op, wr verbs.SendWR) *Future {
 	if err := c.hold(&o); err != nil {
 		return newResolved(err)
 	}
-	f := &Future{drv: c.drv}
-	o.conn, o.fut, o.signaled = c, f, true
+	f := newFuture(c.drv)
+	o.conn, o.fut, o.gen, o.signaled = c, f, f.gen, true
 	c.submit(wr, verbs.SGE{Addr: o.buf.Addr() + uint64(o.off), Length: uint32(o.n), LKey: o.buf.LKey()}, o)
 	return f
 }
@@ -557,7 +557,7 @@ func (c *Conn) finish(o *op, err error) {
 		if err == nil && o.kind == opAtomic {
 			old = *(*uint64)(unsafe.Pointer(&o.buf.Bytes()[0]))
 		}
-		o.fut.resolve(err, o.n, 0, false, nil, old)
+		o.resolveOp(err, o.n, old)
 	}
 	c.dropBuf(o)
 	c.opDone()
@@ -679,19 +679,18 @@ func (c *Conn) teardown() error {
 			case opRecv:
 				o.buf.Release()
 			default:
-				o.fut.resolve(c.closedErr(), 0, 0, false, nil, 0)
+				o.resolveOp(c.closedErr(), 0, 0)
 				c.dropBuf(&o)
 			}
 			c.opDone()
 		}
 	}
 	c.rq.rmu.Lock()
-	for _, m := range c.rq.ready {
+	for _, m := range c.rq.ready.take() {
 		if m.pb != nil {
 			m.pb.Release()
 		}
 	}
-	c.rq.ready = nil
 	ws := c.rq.takeWaitersLocked()
 	if !c.rq.ended {
 		// Nothing more is delivered: a handler still running (it

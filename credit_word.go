@@ -65,6 +65,11 @@ type creditWord struct {
 	writing atomic.Bool
 	askOpen atomic.Bool
 	askSeen atomic.Uint32
+	// The WRITE's request, kept here (one is in flight at a time) so
+	// that posting it allocates nothing: the provider's PostSend is an
+	// interface call, and arrays passed to it escape.
+	wr  [1]verbs.SendWR
+	sge [1]verbs.SGE
 }
 
 // makeCreditWord registers the connection's credit word. Connections
@@ -172,15 +177,16 @@ func (c *Conn) writeCredits() {
 	c.cr.cw.written.Store(t)
 	atomic.StoreUint32(c.cr.cw.word(creditWordOut), t)
 	id := c.ops.add(op{kind: opCredit, conn: c})
-	sge := [1]verbs.SGE{{Addr: c.cr.cw.buf.addr + creditWordOut, Length: 4, LKey: c.cr.cw.buf.lkey}}
+	cw := &c.cr.cw
+	cw.sge[0] = verbs.SGE{Addr: cw.buf.addr + creditWordOut, Length: 4, LKey: cw.buf.lkey}
 	flags := verbs.SendSignaled
 	if c.inline >= 4 {
 		flags |= verbs.SendInline
 	}
-	wr := [1]verbs.SendWR{{ID: id, Opcode: verbs.OpWrite, Flags: flags, SGL: sge[:],
-		RemoteAddr: c.peer.CreditAddr, RKey: c.peer.CreditRKey}}
+	cw.wr[0] = verbs.SendWR{ID: id, Opcode: verbs.OpWrite, Flags: flags, SGL: cw.sge[:],
+		RemoteAddr: c.peer.CreditAddr, RKey: c.peer.CreditRKey}
 	c.st.creditWrites.Add(1)
-	if n, _ := c.qp.PostSend(wr[:]); n == 0 {
+	if n, _ := c.qp.PostSend(cw.wr[:]); n == 0 {
 		// The QP is closing or failed; its teardown ends the rest.
 		if _, ok := c.ops.take(id); ok {
 			c.opDone()

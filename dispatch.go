@@ -63,7 +63,7 @@ func WithHandlerWorkers(n int) Option {
 // is not running already. Caller holds rmu; it may run on a poller, so it
 // only queues.
 func (c *Conn) dispatchLocked() {
-	if c.rq.handling || len(c.rq.ready) == 0 {
+	if c.rq.handling || c.rq.ready.len() == 0 {
 		return
 	}
 	c.rq.handling = true
@@ -75,7 +75,7 @@ func (c *Conn) dispatchLocked() {
 func (c *Conn) handle() {
 	for {
 		c.rq.rmu.Lock()
-		if len(c.rq.ready) == 0 || c.closing.Load() {
+		if c.rq.ready.len() == 0 || c.closing.Load() {
 			c.rq.handling = false
 			c.endIfDeliveredLocked() // the handler returned for the last one
 			c.rq.rmu.Unlock()

@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -15,12 +16,17 @@ import (
 // fails. Waiting on it never cancels the operation: a Wait that returns
 // early because its context ended leaves the operation tracked, and the
 // buffers it uses stay out of the pool until the device is done with them.
+//
+// A loop that issues many operations can Release each future once it is
+// done with it, so that the next operation reuses it and allocates
+// nothing.
 type Future struct {
 	state atomic.Uint32  // 0 pending, 1 resolved
 	drv   *poller.Poller // set when the connection's poller is Busy: Wait drives it
 	recv  *Conn          // a Recv waiting for a message, which Cancel may withdraw
 
 	mu     sync.Mutex
+	gen    uint32        // counts reuses (Release); an op resolves only its own (resolveOp)
 	done   chan struct{} // made on demand by Done
 	waiter chan struct{} // a pooled wake-up channel of one blocked Wait
 
@@ -31,6 +37,26 @@ type Future struct {
 	buf  *Buffer // received buffer (points at rbuf)
 	rbuf Buffer  // the received buffer's handle, kept here to save an allocation
 	old  uint64  // old value of an atomic
+
+	// reusable futures go back to futurePool at Release: those of one
+	// operation. A Batch's future is shared by its ops' records, and is
+	// not.
+	reusable bool
+	// cell mirrors rbuf's buffer for the safety net of a reused future
+	// (Release): the cleanup armed once, on the future, with cell as
+	// its argument, so that a reused receive arms none.
+	cell *atomic.Pointer[pool.Buffer]
+}
+
+// futurePool holds released futures (Release) for the next operations.
+var futurePool = sync.Pool{New: func() any { return new(Future) }}
+
+// newFuture is a pending future of one operation, reused if one was
+// released.
+func newFuture(drv *poller.Poller) *Future {
+	f := futurePool.Get().(*Future)
+	f.drv, f.reusable = drv, true
+	return f
 }
 
 // closedChan is the Done channel of futures that resolved before anyone
@@ -38,9 +64,48 @@ type Future struct {
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 func newResolved(err error) *Future {
-	f := &Future{err: err}
+	f := newFuture(nil)
+	f.err = err
 	f.state.Store(1)
 	return f
+}
+
+// Release gives a resolved future back to be reused by a later
+// operation, so that a loop of operations allocates nothing. It is
+// optional: a future that is not released is collected as usual. After
+// Release neither f nor the Buffer it delivered may be used, as after
+// a Close. Release does nothing to a future that has not resolved, to a
+// Batch's future, and to one whose Buffer is still held: Release the
+// Buffer first.
+func (f *Future) Release() {
+	if f == nil || !f.reusable || f.state.Load() != 1 {
+		return
+	}
+	f.mu.Lock() // resolve may still be waking a waiter
+	defer f.mu.Unlock()
+	if f.rbuf.p.Load() != nil {
+		return
+	}
+	if f.cell == nil {
+		f.cell = new(atomic.Pointer[pool.Buffer])
+		runtime.AddCleanup(f, collectedCell, f.cell)
+	}
+	f.gen++
+	f.state.Store(0)
+	f.drv, f.recv, f.done, f.waiter = nil, nil, nil, nil
+	f.err, f.n, f.imm, f.has, f.buf, f.old = nil, 0, 0, false, nil, 0
+	f.rbuf = Buffer{cell: f.cell}
+	f.reusable = false // until newFuture takes it: a second Release is a no-op
+	futurePool.Put(f)
+}
+
+// collectedCell is the safety net of a reused future's received buffer:
+// the future became unreachable while its buffer was held.
+func collectedCell(cell *atomic.Pointer[pool.Buffer]) {
+	if pb := cell.Swap(nil); pb != nil {
+		leak.Collected(pb)
+		_ = pb.Release()
+	}
 }
 
 // Done is closed when the future resolves.
@@ -204,6 +269,25 @@ func (f *Future) Old() uint64 {
 // resolve sets the results and wakes waiters. Only the first call counts.
 func (f *Future) resolve(err error, n int, imm uint32, hasImm bool, pb *pool.Buffer, old uint64) bool {
 	f.mu.Lock()
+	return f.resolveLocked(err, n, imm, hasImm, pb, old)
+}
+
+// resolveOp resolves o's future, unless the future was released and
+// reused since o was issued: an op can be resolved twice (a failed
+// chain's futures resolve at once, and again as its WRs flush), and the
+// second must not reach the future's next operation.
+func (o *op) resolveOp(err error, n int, old uint64) {
+	f := o.fut
+	f.mu.Lock()
+	if f.gen != o.gen {
+		f.mu.Unlock()
+		return
+	}
+	f.resolveLocked(err, n, 0, false, nil, old)
+}
+
+// resolveLocked is resolve with f.mu held; it unlocks it.
+func (f *Future) resolveLocked(err error, n int, imm uint32, hasImm bool, pb *pool.Buffer, old uint64) bool {
 	if f.state.Load() == 1 {
 		f.mu.Unlock()
 		return false

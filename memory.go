@@ -14,8 +14,11 @@ import (
 // pool only when no operation uses it any more, so releasing a buffer
 // that is still being sent or written is safe.
 //
-// A Buffer handle is never reused: after Release every method fails or
+// A Buffer handle is not reused: after Release every method fails or
 // returns zero, even when the pool has handed the memory to someone else.
+// The one exception is the Buffer of a received message whose Future was
+// released too (Future.Release): it goes with the future to a later
+// receive.
 //
 // Release is required. As with an os.File, a Buffer that becomes
 // unreachable without Release is released by the garbage collector some
@@ -26,6 +29,10 @@ import (
 type Buffer struct {
 	p       atomic.Pointer[pool.Buffer]
 	cleanup runtime.Cleanup // the safety net; stopped by Release
+	// cell, in the handle of a reused future's receive, is that
+	// future's safety net (Future.Release): own sets it and Release
+	// clears it, and no cleanup is armed per message.
+	cell *atomic.Pointer[pool.Buffer]
 }
 
 func newBuffer(pb *pool.Buffer) *Buffer {
@@ -39,6 +46,10 @@ func newBuffer(pb *pool.Buffer) *Buffer {
 func (b *Buffer) own(pb *pool.Buffer) {
 	b.p.Store(pb)
 	leak.Track(pb, 1)
+	if b.cell != nil {
+		b.cell.Store(pb)
+		return
+	}
 	b.cleanup = runtime.AddCleanup(b, collected, pb)
 }
 
@@ -87,7 +98,11 @@ func (b *Buffer) Release() error {
 	}
 	// Disarm the safety net before pb can go to another handle. b is
 	// reachable across Stop (KeepAlive), so the cleanup is not queued.
-	b.cleanup.Stop()
+	if b.cell != nil {
+		b.cell.Store(nil)
+	} else {
+		b.cleanup.Stop()
+	}
 	runtime.KeepAlive(b)
 	leak.Forget(pb)
 	return pb.Release()

@@ -30,6 +30,7 @@ type op struct {
 	// their own future when a later completion covers them.
 	signaled bool
 	covered  bool
+	gen      uint32 // fut's reuse count when issued (resolveOp)
 	conn     *Conn
 	fut      *Future      // nil for receives
 	buf      *pool.Buffer // holds a reference until the completion

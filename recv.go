@@ -17,8 +17,8 @@ import (
 type receives struct {
 	rmu      sync.Mutex
 	rposted  int // receives posted (without an SRQ)
-	ready    []message
-	waiters  []*Future
+	ready    fifo[message]
+	waiters  fifo[*Future]
 	rwrs     []verbs.RecvWR
 	rsges    []verbs.SGE
 	recvSize int
@@ -31,9 +31,7 @@ type receives struct {
 // takeWaitersLocked takes the Recvs that wait, for the caller to fail
 // them once it has unlocked rmu. Caller holds rmu.
 func (r *receives) takeWaitersLocked() []*Future {
-	ws := r.waiters
-	r.waiters = nil
-	return ws
+	return r.waiters.take()
 }
 
 // message is a received message waiting for Recv.
@@ -59,7 +57,7 @@ func (c *Conn) postReceives() error {
 // every message that arrived was handed over: taken by Recv, or handled
 // (the handler returned). Caller holds rmu.
 func (c *Conn) endIfDeliveredLocked() {
-	if c.rq.ended || c.err() == nil || len(c.rq.ready) > 0 || c.rq.handling || c.moreToComeLocked() {
+	if c.rq.ended || c.err() == nil || c.rq.ready.len() > 0 || c.rq.handling || c.moreToComeLocked() {
 		return
 	}
 	c.rq.ended = true
@@ -115,17 +113,15 @@ func (c *Conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 	} else {
 		pb.Filled(m.n)
 	}
-	if len(c.rq.waiters) > 0 {
-		f := c.rq.waiters[0]
-		c.rq.waiters[0] = nil
-		c.rq.waiters = c.rq.waiters[1:]
+	if c.rq.waiters.len() > 0 {
+		f := c.rq.waiters.pop()
 		c.refillLocked()
 		c.endIfDeliveredLocked()
 		c.rq.rmu.Unlock()
 		f.resolve(nil, m.n, m.imm, m.has, m.pb, 0)
 		return
 	}
-	c.rq.ready = append(c.rq.ready, m)
+	c.rq.ready.push(m)
 	if c.cfg.handler != nil {
 		c.dispatchLocked()
 	}
@@ -141,15 +137,16 @@ func (c *Conn) Recv() *Future {
 		return newResolved(fmt.Errorf("rdma: recv on %v: %w: the connection's messages go to its RecvHandler", c.remote, ErrInvalid))
 	}
 	c.rq.rmu.Lock()
-	if len(c.rq.ready) > 0 {
+	if c.rq.ready.len() > 0 {
 		return c.takeReadyLocked()
 	}
 	if c.err() != nil && !c.moreToComeLocked() {
 		c.rq.rmu.Unlock()
 		return newResolved(c.closedErr())
 	}
-	f := &Future{drv: c.drv, recv: c}
-	c.rq.waiters = append(c.rq.waiters, f)
+	f := newFuture(c.drv)
+	f.recv = c
+	c.rq.waiters.push(f)
 	c.rq.rmu.Unlock()
 	return f
 }
@@ -157,13 +154,11 @@ func (c *Conn) Recv() *Future {
 // takeReadyLocked takes the oldest message that arrived before a Recv
 // asked for it, as a resolved future, and unlocks rmu.
 func (c *Conn) takeReadyLocked() *Future {
-	m := c.rq.ready[0]
-	c.rq.ready[0] = message{}
-	c.rq.ready = c.rq.ready[1:]
+	m := c.rq.ready.pop()
 	c.refillLocked()
 	c.endIfDeliveredLocked()
 	c.rq.rmu.Unlock()
-	f := &Future{}
+	f := newFuture(nil)
 	f.resolve(nil, m.n, m.imm, m.has, m.pb, 0)
 	return f
 }
@@ -171,9 +166,9 @@ func (c *Conn) takeReadyLocked() *Future {
 // withdraw removes the pending Recv f, if no message matched it yet.
 func (c *Conn) withdraw(f *Future) bool {
 	c.rq.rmu.Lock()
-	i := slices.Index(c.rq.waiters, f)
+	i := slices.Index(c.rq.waiters.items(), f)
 	if i >= 0 {
-		c.rq.waiters = slices.Delete(c.rq.waiters, i, i+1)
+		c.rq.waiters.remove(i)
 	}
 	c.rq.rmu.Unlock()
 	if i < 0 {
@@ -261,7 +256,7 @@ func (c *Conn) refillLocked() {
 		c.tookLocked()
 		return
 	}
-	if gap := len(c.rq.rwrs) - c.rq.rposted - len(c.rq.ready); gap >= max(1, len(c.rq.rwrs)/8) {
+	if gap := len(c.rq.rwrs) - c.rq.rposted - c.rq.ready.len(); gap >= max(1, len(c.rq.rwrs)/8) {
 		before := c.rq.rposted
 		c.repostLocked(gap)
 		c.owe(c.rq.rposted - before)
@@ -274,7 +269,7 @@ func (c *Conn) repostLocked(k int) error {
 	if c.closing.Load() || c.err() != nil {
 		return nil
 	}
-	k = min(k, len(c.rq.rwrs)-c.rq.rposted-len(c.rq.ready))
+	k = min(k, len(c.rq.rwrs)-c.rq.rposted-c.rq.ready.len())
 	if k <= 0 {
 		return nil
 	}

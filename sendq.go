@@ -386,6 +386,6 @@ func (c *Conn) dropAll(ops []op) {
 // resolveAll resolves the futures of ops (a batch shares one) with err.
 func resolveAll(ops []op, err error) {
 	for i := range ops {
-		ops[i].fut.resolve(err, 0, 0, false, nil, 0)
+		ops[i].resolveOp(err, 0, 0)
 	}
 }

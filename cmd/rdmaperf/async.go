@@ -255,6 +255,7 @@ func (s *asyncSide) client(ctx context.Context, o *oob, size int) (result, error
 			if err := f.Wait(wctx); err != nil {
 				return result{}, err
 			}
+			f.Release() // for the next operation: the loop allocates nothing
 			window[slot] = nil
 			done += counts[slot]
 			perConn[ci] += counts[slot]
@@ -307,6 +308,7 @@ func (ac *asyncConn) takeRecv() error {
 	if b := f.Buffer(); b != nil {
 		b.Release()
 	}
+	f.Release()
 	return nil
 }
 
@@ -455,9 +457,11 @@ func (s *asyncSide) clientLat(ctx context.Context, o *oob, size int) (result, er
 		t0 := cycles()
 		switch p.test {
 		case "read_lat":
-			if err := ac.c.Read(src, rsrc).Wait(wctx); err != nil {
+			f := ac.c.Read(src, rsrc)
+			if err := f.Wait(wctx); err != nil {
 				return result{}, err
 			}
+			f.Release()
 		case "send_lat":
 			f := ac.c.Send(src)
 			if err := ac.recvFuture().Wait(wctx); err != nil {
@@ -469,15 +473,18 @@ func (s *asyncSide) clientLat(ctx context.Context, o *oob, size int) (result, er
 			if err := f.Wait(wctx); err != nil {
 				return result{}, err
 			}
+			f.Release()
 		default: // write_lat: the answer is detected in memory
 			// As ib_write_lat: post, wait for the WRITE's own
 			// completion, then spin on memory for the answer. Waiting
 			// first also lets a Busy poller stand by while this
 			// goroutine spins (poller/drive.go): otherwise two threads
 			// would spin per process.
-			if err := ac.c.Write(src, dst).Wait(wctx); err != nil {
+			f := ac.c.Write(src, dst)
+			if err := f.Wait(wctx); err != nil {
 				return result{}, err
 			}
+			f.Release()
 			for k := 0; ac.pollByte(poll) != seq; k++ {
 				if k&1023 == 1023 && wctx.Err() != nil {
 					return result{}, fmt.Errorf("no answer: %w", wctx.Err())
@@ -548,15 +555,18 @@ func (s *asyncSide) serveLat(ctx context.Context, o *oob, size int) (result, err
 			if err := last.Wait(ctx); err != nil {
 				return result{}, err
 			}
+			last.Release()
 		}
 		mine[size-1] = seq
 		if p.test == "send_lat" {
 			last = ac.c.Send(src)
 		} else {
 			// wait for the WRITE at once, as the client does
-			if err := ac.c.Write(src, dst).Wait(ctx); err != nil {
+			f := ac.c.Write(src, dst)
+			if err := f.Wait(ctx); err != nil {
 				return result{}, err
 			}
+			f.Release()
 			last = nil
 		}
 		answered++

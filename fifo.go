@@ -1,0 +1,55 @@
+package rdma
+
+// fifo is a first-in first-out queue that reuses its array. A slice
+// popped at the front (q = q[1:]) loses the room before it, so a queue
+// that stays short, as the Recvs of a request-response loop, allocated
+// on every append.
+type fifo[T any] struct {
+	s    []T
+	head int // s[head:] is queued
+}
+
+func (q *fifo[T]) len() int { return len(q.s) - q.head }
+
+func (q *fifo[T]) push(v T) {
+	if q.head > 0 && len(q.s) == cap(q.s) {
+		n := copy(q.s, q.s[q.head:])
+		clear(q.s[n:])
+		q.s, q.head = q.s[:n], 0
+	}
+	q.s = append(q.s, v)
+}
+
+// pop takes the oldest; the queue must not be empty.
+func (q *fifo[T]) pop() T {
+	v := q.s[q.head]
+	var zero T
+	q.s[q.head] = zero
+	q.head++
+	if q.head == len(q.s) {
+		q.s, q.head = q.s[:0], 0
+	}
+	return v
+}
+
+// items is what is queued, oldest first, until the next change.
+func (q *fifo[T]) items() []T { return q.s[q.head:] }
+
+// take empties the queue and returns what it held, oldest first.
+func (q *fifo[T]) take() []T {
+	v := q.s[q.head:]
+	*q = fifo[T]{}
+	return v
+}
+
+// remove takes out the i-th oldest.
+func (q *fifo[T]) remove(i int) {
+	i += q.head
+	copy(q.s[i:], q.s[i+1:])
+	var zero T
+	q.s[len(q.s)-1] = zero
+	q.s = q.s[:len(q.s)-1]
+	if q.head == len(q.s) {
+		q.s, q.head = q.s[:0], 0
+	}
+}

@@ -1,0 +1,54 @@
+package rdma
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// TestResolveOpStale: an op issued before its future was released and
+// reused does not resolve the future's next operation (a failed chain's
+// futures resolve at once, and again as its WRs flush).
+func TestResolveOpStale(t *testing.T) {
+	f := newFuture(nil)
+	stale := op{fut: f, gen: f.gen}
+	stale.resolveOp(nil, 8, 0)
+	assert.True(t, f.Resolved())
+	f.Release()
+	assert.False(t, f.Resolved(), "released: reset for the next operation")
+	next := op{fut: f, gen: f.gen}
+	stale.resolveOp(errors.New("a flush of the old chain"), 0, 0)
+	assert.False(t, f.Resolved(), "the stale op reached the next operation")
+	next.resolveOp(nil, 4, 0)
+	assert.NoError(t, f.Err())
+	assert.Equal(t, 4, f.Len())
+}
+
+// TestFIFO: the queue keeps order across wrap-arounds, removes from the
+// middle, and stops allocating once its array is big enough.
+func TestFIFO(t *testing.T) {
+	var q fifo[int]
+	for i := range 5 {
+		q.push(i)
+	}
+	assert.Equal(t, 0, q.pop())
+	q.remove(1) // 2
+	assert.Equal(t, []int{1, 3, 4}, q.items())
+	assert.Equal(t, []int{1, 3, 4}, q.take())
+	assert.Equal(t, 0, q.len())
+	next, want := 0, 0
+	allocs := testing.AllocsPerRun(100, func() {
+		for range 3 {
+			q.push(next)
+			next++
+		}
+		for range 3 {
+			if got := q.pop(); got != want {
+				t.Fatalf("popped %d, want %d", got, want)
+			}
+			want++
+		}
+	})
+	assert.Zero(t, allocs)
+}
