@@ -358,6 +358,7 @@ func BenchmarkAggregateRate(b *testing.B) {
 			all := make(chan struct{})
 			handler := func(c *rdma.Conn, f *rdma.Future) {
 				f.Buffer().Release()
+				f.Release()
 				if got.Add(1) == int64(b.N) {
 					close(all)
 				}
@@ -379,6 +380,7 @@ func BenchmarkAggregateRate(b *testing.B) {
 			for i := range b.N {
 				if f := inflight[i%window]; f != nil {
 					require.NoError(b, f.Wait(ctx))
+					f.Release()
 				}
 				inflight[i%window] = clients[i%k].Send(bufs[i%k])
 			}
