@@ -63,6 +63,7 @@ type creditState struct {
 	peerWants     atomic.Bool  // the peer asked for credits and gave none back since
 	peerShort     atomic.Bool  // the peer's last ask found too little room: give back each take at once
 	recalled      atomic.Bool  // a recall went to the peer, unanswered and with no grant since
+	lookRecvs     uint64       // messages received at the last decay look; under srq.mu
 
 	cw               creditWord   // in-band credits (credit_word.go)
 	creditQueued     atomic.Bool  // a job to return them is queued

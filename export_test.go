@@ -134,3 +134,11 @@ func HoldPost(c *Conn) (release func()) {
 	c.sq.postMu.Lock()
 	return c.postUnlock
 }
+
+// CreditIdleArmed reports whether c's idle give-back of credits
+// (idleCredits) still runs.
+func CreditIdleArmed(c *Conn) bool {
+	c.sq.postMu.Lock()
+	defer c.sq.postMu.Unlock()
+	return c.cr.idleArmed
+}

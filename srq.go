@@ -254,7 +254,10 @@ func (s *sharedRecv) recallLocked() {
 	if now := time.Now(); now.Sub(s.recallAt) >= recallGap {
 		s.recallAt = now
 		for _, c := range s.e.slots.all() {
-			if c.srq == s {
+			// creditOut first: a connection being made is in the
+			// slots before its srq is set; a grant, under mu, made
+			// creditOut positive after it (recallQuietLocked).
+			if c.cr.creditOut.Load() > 0 && c.srq == s {
 				c.recall()
 			}
 		}
@@ -325,6 +328,7 @@ func (s *sharedRecv) grantLocked(c *Conn, k int) int {
 	}
 	s.granted.Add(int64(k))
 	c.cr.creditOut.Add(int64(k))
+	s.armDecay() // a look recalls them if they go unused (recallQuietLocked)
 	if c.cr.recalled.Load() {
 		c.cr.recalled.Store(false) // it may be recalled again
 	}

@@ -75,6 +75,31 @@ func (s *sharedRecv) surplusLocked(bare bool) int64 {
 	return s.posted.Load() - s.withdrawing.Load() - keep
 }
 
+// recallQuietLocked recalls the credits of the connections on s that
+// hold some and had no message since the last look. A sender that went
+// quiet may never read credits written into its word after its idle
+// timer stopped (it looks when it sends), and they would keep receives
+// posted for ever. It reports whether any connection holds credits, so
+// the look goes on. Caller holds mu.
+func (s *sharedRecv) recallQuietLocked() bool {
+	out := false
+	for _, c := range s.e.slots.all() {
+		// creditOut first: a connection being made is in the slots
+		// before its srq is set, and only a grant, under mu, makes
+		// creditOut positive after it.
+		if c.cr.creditOut.Load() <= 0 || c.srq != s {
+			continue
+		}
+		out = true
+		if n := c.st.recvs.Load(); n != c.cr.lookRecvs {
+			c.cr.lookRecvs = n
+			continue
+		}
+		c.recall()
+	}
+	return out
+}
+
 // decayLook withdraws the surplus that lasted since the last look, and
 // looks again while there is one. It runs on the decay timer.
 func (s *sharedRecv) decayLook() {
@@ -91,7 +116,7 @@ func (s *sharedRecv) decayLook() {
 	cur := max(0, s.surplusLocked(idle))
 	k := min(cur, s.lastSurplus)
 	s.lastSurplus = cur - k
-	if s.lastSurplus > 0 {
+	if s.lastSurplus > 0 || !idle && s.recallQuietLocked() {
 		s.decay.Reset(srqDecay)
 	} else {
 		s.decayArmed.Store(false)

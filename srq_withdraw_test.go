@@ -1,6 +1,7 @@
 package rdma_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 // srqIdleHeadroom is the least headroom of receives a shared receive
@@ -87,4 +89,37 @@ func testReceivesFollowLoad(t *testing.T, opts []rdma.Option) {
 	burst(t, clients, servers, 100)
 	st := rdma.SharedRecvStats(servers[0])
 	assert.Zero(t, servers[0].Stats().RecvFailed, "%+v", st)
+}
+
+// Rule: credits given back to a sender that has gone quiet come back to
+// the receiver. The sender reads its credit word when it sends or at its
+// idle look; credits written after its last look (the application took
+// the messages later) kept the receives behind them posted for ever,
+// until the receiver's decay look recalled them (it failed so in the
+// VM: Granted 8 twenty seconds after a burst).
+func TestQuietSenderCreditsComeBack(t *testing.T) {
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft), rdma.WithQueueDepth(64, 16))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := c.Alloc(64)
+	require.NoError(t, err)
+	defer b.Release()
+	var last *rdma.Future
+	for range 16 { // the cap: the credits run out with the last
+		last = c.Send(b)
+	}
+	require.NoError(t, last.Wait(ctx))
+	require.Eventually(t, func() bool { return !rdma.CreditIdleArmed(c) }, 10*time.Second, 5*time.Millisecond,
+		"the sender's idle look stops once it holds no credits")
+	for range 16 { // now their credits go into the quiet sender's word
+		r := s.Recv()
+		require.NoError(t, r.Wait(ctx))
+		require.NoError(t, r.Buffer().Release())
+	}
+	var q rdma.SRQStats
+	assert.Eventually(t, func() bool {
+		q = rdma.SharedRecvStats(s)
+		return q.Granted+q.Held == 0
+	}, 10*time.Second, 10*time.Millisecond, "credits of a quiet sender stayed out")
+	t.Logf("%+v", q)
 }
