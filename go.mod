@@ -3,6 +3,7 @@ module github.com/go-rdma/rdma
 go 1.26.0
 
 require (
+	github.com/ebitengine/purego v0.11.3
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 	golang.org/x/net v0.62.0

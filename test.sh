@@ -7,7 +7,9 @@
 #      the nested module metrics/promrdma's too, then docs/guide.md's
 #      getting started followed in a clean directory (test/guide/run.sh);
 #   3. the verbs tests on Soft-RoCE (rdma_rxe) inside a qemu VM, with
-#      RDMA_TEST_REQUIRE_DEVICE=1 so a skip is a failure;
+#      RDMA_TEST_REQUIRE_DEVICE=1 so a skip is a failure, then in the same
+#      VM the purego binding's (test binaries built with CGO_ENABLED=0):
+#      internal/ibv, the conformance suite and a smoke of the root package;
 #   4. an RC test between two VMs.
 # As root on a fresh Debian 12 machine it installs what is missing (apt
 # packages and the Debian kernel image for the VM).
@@ -34,8 +36,16 @@ GOOS=darwin go vet ./...
 # Go services ship cross-built static binaries: linux/arm64 from here.
 GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build ./...
 GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go vet ./...
-# staticcheck is in go.mod's tool block. Without cgo, internal/ibv is its
-# stubs, so what is unused (U1000) differs: check both builds.
+# and with cgo, through the cross compiler: this also checks the purego
+# binding's mirror of abi.h (internal/ibv/abi.go) for arm64 (abi_cgo.go).
+if command -v aarch64-linux-gnu-gcc >/dev/null; then
+  GOOS=linux GOARCH=arm64 CGO_ENABLED=1 CC=aarch64-linux-gnu-gcc go build ./...
+  GOOS=linux GOARCH=arm64 CGO_ENABLED=1 CC=aarch64-linux-gnu-gcc go vet ./internal/ibv
+else
+  echo "no aarch64-linux-gnu-gcc (ensure_host_deps installs it on amd64): linux/arm64 cgo build skipped"
+fi
+# staticcheck is in go.mod's tool block. Without cgo, internal/ibv is the
+# purego binding, so what is unused (U1000) differs: check both builds.
 go tool staticcheck ./...
 CGO_ENABLED=0 go tool staticcheck ./...
 # golangci-lint (depguard: who imports internal/ibv, .golangci.yml) comes
@@ -93,6 +103,17 @@ for p in "${VM_PKGS[@]}"; do
 done
 # cmd/rdmacat's tests run the command; the guest cannot build it.
 go build -o "$bindir/rdmacat" ./cmd/rdmacat
+# The purego binding (CGO_ENABLED=0): internal/ibv and the conformance
+# suite in full but rdma_cm, which this binding does not have
+# (-test.skip=CM), and the root package's basic paths on it.
+PUREGO_PKGS=(internal/ibv internal/conformance .)
+PUREGO_ROOT_TESTS='^(TestSendRecv|TestOneSided|TestWriteInline|TestBatch|TestPeerCloseErrors|TestDialErrors)$'
+pspecs=()
+for p in "${PUREGO_PKGS[@]}"; do
+  b=purego_$(echo "$p" | tr /. _r).test
+  CGO_ENABLED=0 go test -c -o "$bindir/$b" "./$p"
+  pspecs+=("$p=$b")
+done
 
 # The tests run in their package directories (for testdata). The guest sees
 # the host's root read-only but has its own /tmp, so ship a copy of the
@@ -103,12 +124,23 @@ git ls-files -z | xargs -0 tar cf - | tar xf - -C "$bindir/src"
 step "verbs tests on rxe in one VM"
 out=$work/vm.log
 rc=0
-test/vm/run.sh -t 1800 -f "$bindir" -f test/vm/gotests.sh -c "cd $(basename "$bindir") && RDMACAT_BIN=\$PWD/rdmacat bash ../gotests.sh \$PWD/src ${specs[*]}" | tee "$out" || rc=$?
-n=$(sed -n 's/.*VM-SUMMARY: verbs_tests_passed=\([0-9]*\).*/\1/p' "$out" | tail -1)
-vm_all=$(sed -n 's/.*VM-SUMMARY: .*all_tests_passed=\([0-9]*\).*/\1/p' "$out" | tail -1)
-echo "tests passed on the rxe device: ${n:-0}"
+job="cd $(basename "$bindir") && r=0
+RDMACAT_BIN=\$PWD/rdmacat bash ../gotests.sh \$PWD/src ${specs[*]} || r=1
+echo '=== the purego binding (CGO_ENABLED=0)'
+GOTEST_FLAGS=-test.skip=CM bash ../gotests.sh \$PWD/src ${pspecs[*]:0:2} || r=1
+GOTEST_FLAGS='-test.run=$PUREGO_ROOT_TESTS' bash ../gotests.sh \$PWD/src ${pspecs[2]} || r=1
+exit \$r"
+test/vm/run.sh -t 1800 -f "$bindir" -f test/vm/gotests.sh -c "$job" | tee "$out" || rc=$?
+# One VM-SUMMARY line per gotests.sh run: the cgo binding's, then the
+# purego binding's two.
+summary() { sed -n "s/.*VM-SUMMARY: .*$1=\([0-9]*\).*/\1/p" "$out" | sed -n "$2"; }
+n=$(summary verbs_tests_passed 1p)
+vm_all=$(summary all_tests_passed p | awk '{s += $1} END {print s + 0}')
+np=$(summary verbs_tests_passed '2,$p' | awk '{s += $1} END {print s + 0}')
+echo "tests passed on the rxe device: ${n:-0} with the cgo binding, ${np:-0} with the purego binding"
 [ "$rc" = 0 ] || { echo "VM tests failed (exit $rc)"; exit 1; }
 [ "${n:-0}" -gt 0 ] || { echo "no test ran on the rxe device"; exit 1; }
+[ "${np:-0}" -gt 0 ] || { echo "no test ran on the rxe device with the purego binding"; exit 1; }
 
 step "two hosts: RC on rxe and the soft provider over TCP, between two VMs"
 cp "$bindir/internal_ibv.test" "$work/ibv.test"
@@ -121,5 +153,5 @@ n2=$(grep -cE -- '--- PASS: (TestVerbsTwoHostRC|TestTwoHostSoft|TestTwoHostVerbs
 [ "$n2" = 6 ] || { echo "two-VM tests: $n2 of 6 passed (RC on rxe, the async API on rxe and on soft over TCP, each side)"; exit 1; }
 
 step "done in $(( $(date +%s) - T0 ))s"
-echo "rxe: $n tests passed on the rxe device in one VM; two VMs: RC on rxe, the async API on rxe and on soft over TCP passed on both sides"
+echo "rxe: $n tests passed on the rxe device in one VM (and $np with the purego binding); two VMs: RC on rxe, the async API on rxe and on soft over TCP passed on both sides"
 echo "$((host_passed + ${vm_all:-0} + n2)) passed, 0 failed"

@@ -238,7 +238,7 @@ func createCM(name string) (*C.struct_rdma_event_channel, *C.struct_rdma_cm_id, 
 	if ch == nil {
 		return nil, nil, nil, errnoErr("rdma_create_event_channel (is the rdma_ucm module loaded?)", err)
 	}
-	w, err := newFDWaiter(ch.fd, name)
+	w, err := newFDWaiter(int(ch.fd), name)
 	if err != nil {
 		C.gordma_rdma_destroy_event_channel(ch)
 		return nil, nil, nil, err
@@ -470,7 +470,7 @@ func (l *CMListener) Accept(ctx context.Context) (*CMRequest, error) {
 }
 
 func newRequest(ev cmEvent) (*CMRequest, error) {
-	w, err := newFDWaiter(ev.ch.fd, "rdma_cm")
+	w, err := newFDWaiter(int(ev.ch.fd), "rdma_cm")
 	if err != nil {
 		C.gordma_rdma_reject(ev.id, nil, 0)
 		C.gordma_rdma_destroy_id(ev.id)

@@ -73,7 +73,7 @@ func (c *devContext) CreateCompChannel() (verbs.CompChannel, error) {
 		c.lt.DropChild()
 		return nil, errnoErr("ibv_create_comp_channel", err)
 	}
-	w, werr := newFDWaiter(ch.fd, "ibv-comp-channel")
+	w, werr := newFDWaiter(int(ch.fd), "ibv-comp-channel")
 	if werr != nil {
 		C.gordma_ibv_destroy_comp_channel(ch)
 		c.lt.DropChild()

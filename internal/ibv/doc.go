@@ -1,6 +1,6 @@
 // Package ibv is the verbs provider backed by libibverbs: mlx5, Soft-RoCE
 // (rxe), siw and every other device rdma-core drives. It is the only
-// package of go-rdma that imports "C".
+// package of go-rdma that imports "C", and the only one that calls C.
 //
 // Rules at the boundary with C:
 //   - No C type appears in an exported signature: the package implements
@@ -25,6 +25,14 @@
 //     librdmacm, CMListen and CMDial fail the same way. $GO_RDMA_LIBIBVERBS
 //     and $GO_RDMA_LIBRDMACM name other files to load (libraries.go).
 //
-// Without cgo, or off Linux, Provider lists devices from sysfs but every
-// other call fails with verbs.ErrNotSupported.
+// Without cgo, on linux/amd64 and linux/arm64, the purego binding
+// (loader_purego.go and the other *_purego.go files) does the same
+// through github.com/ebitengine/purego: the same functions resolved at
+// the same symbol versions, the hot-path ops called through the ops
+// table at the offsets of abi.go (abi.h's mirror, checked against it by
+// abi_cgo.go in every cgo build), WR chains, SGEs and the ibv_wc array in
+// memory mapped off the Go heap. It has no rdma_cm: CMListen and CMDial
+// fail with verbs.ErrNotSupported. Elsewhere without cgo, or off Linux,
+// Provider lists devices from sysfs but every other call fails with
+// verbs.ErrNotSupported.
 package ibv

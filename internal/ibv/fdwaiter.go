@@ -1,11 +1,6 @@
-//go:build linux && cgo
+//go:build linux && (cgo || amd64 || arm64)
 
 package ibv
-
-/*
-#include "shim.h"
-*/
-import "C"
 
 import (
 	"context"
@@ -48,11 +43,11 @@ type fdWaiter struct {
 	closed atomic.Bool
 }
 
-func newFDWaiter(fd C.int, name string) (*fdWaiter, error) {
-	if rc := C.gordma_set_nonblock(fd); rc != 0 {
-		return nil, errnoErr("set O_NONBLOCK on "+name, syscall.Errno(rc))
+func newFDWaiter(fd int, name string) (*fdWaiter, error) {
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		return nil, errnoErr("set O_NONBLOCK on "+name, err)
 	}
-	nfd, err := syscall.Dup(int(fd))
+	nfd, err := syscall.Dup(fd)
 	if err != nil {
 		return nil, fmt.Errorf("ibv: dup %s fd: %w", name, err)
 	}

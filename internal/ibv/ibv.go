@@ -9,7 +9,6 @@ import "C"
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -274,7 +273,7 @@ func (c *devContext) AsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {
 		return verbs.AsyncEvent{}, verbs.ErrClosed
 	}
 	if c.async == nil {
-		w, err := newFDWaiter(c.c.async_fd, "ibv-async")
+		w, err := newFDWaiter(int(c.c.async_fd), "ibv-async")
 		if err != nil {
 			c.lt.Exit()
 			return verbs.AsyncEvent{}, err
@@ -318,49 +317,4 @@ func (c *devContext) Close() error {
 		}
 		return nil
 	})
-}
-
-// opError is an errno from libibverbs, matched by errors.Is against both
-// the errno and the verbs sentinel it means.
-type opError struct {
-	op    string
-	errno syscall.Errno
-	kind  error
-}
-
-func (e *opError) Error() string {
-	if e.kind != nil {
-		return fmt.Sprintf("ibv: %s: %v (%v)", e.op, e.kind, e.errno)
-	}
-	return fmt.Sprintf("ibv: %s: %v", e.op, e.errno)
-}
-
-func (e *opError) Unwrap() []error {
-	if e.kind != nil {
-		return []error{e.errno, e.kind}
-	}
-	return []error{e.errno}
-}
-
-// errnoErr wraps an errno returned (or left in errno) by libibverbs. The
-// errno must be positive: syscall.Errno is unsigned, so a C function's
-// negative return (-errno, or -1 with errno set) is turned into an errno
-// where it is called (see cq.PollSpin and devContext.Close).
-func errnoErr(op string, err error) error {
-	var errno syscall.Errno
-	if !errors.As(err, &errno) || errno == 0 {
-		errno = syscall.EIO
-	}
-	e := &opError{op: op, errno: errno}
-	switch errno {
-	case syscall.EOPNOTSUPP, syscall.ENOSYS, syscall.EPROTONOSUPPORT:
-		e.kind = verbs.ErrNotSupported
-	case syscall.EINVAL:
-		e.kind = verbs.ErrInvalid
-	case syscall.EBUSY:
-		e.kind = verbs.ErrBusy
-	case syscall.ENODEV, syscall.ENXIO:
-		e.kind = verbs.ErrNoDevice
-	}
-	return e
 }

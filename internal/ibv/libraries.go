@@ -1,5 +1,7 @@
 package ibv
 
+import "os"
+
 // The rdma-core libraries this package loads at run time (loader.go), and
 // the environment variables that name another file for each: an
 // rdma-core outside the dynamic loader's search path, or, in tests, a
@@ -12,3 +14,11 @@ const (
 	EnvLibibverbs    = "GO_RDMA_LIBIBVERBS"
 	EnvLibrdmacm     = "GO_RDMA_LIBRDMACM"
 )
+
+// libPath is the file to load for a library: $env, else its soname.
+func libPath(env, soname string) string {
+	if p := os.Getenv(env); p != "" {
+		return p
+	}
+	return soname
+}

@@ -12,7 +12,6 @@ import "C"
 
 import (
 	"fmt"
-	"os"
 	"sync"
 	"unsafe"
 
@@ -44,13 +43,6 @@ func Available() error { return loadVerbs() }
 // CMAvailable is Available for librdmacm (and libibverbs, which it
 // needs). Without it CMListen and CMDial fail; the rest works.
 func CMAvailable() error { return loadCM() }
-
-func libPath(env, soname string) string {
-	if p := os.Getenv(env); p != "" {
-		return p
-	}
-	return soname
-}
 
 func loadVerbsFrom(path string) error {
 	return load("libibverbs", path, EnvLibibverbs, func(p, msg *C.char, n C.size_t) C.int { return C.gordma_load_ibv(p, msg, n) })

@@ -9,7 +9,6 @@ import "C"
 
 import (
 	"fmt"
-	"os"
 	"syscall"
 	"unsafe"
 
@@ -82,25 +81,6 @@ func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 		return nil, errnoErr(fmt.Sprintf("ibv_reg_mr %d bytes", len(buf)), err)
 	}
 	return &mr{pd: p, mr: m, buf: buf, access: access, lkey: uint32(m.lkey), rkey: uint32(m.rkey)}, nil
-}
-
-// memlockError explains a registration that hit RLIMIT_MEMLOCK.
-func memlockError(n int, err error) error {
-	var lim syscall.Rlimit
-	limit := "unknown"
-	if syscall.Getrlimit(8 /* RLIMIT_MEMLOCK */, &lim) == nil {
-		if lim.Cur == ^uint64(0) {
-			limit = "unlimited"
-		} else {
-			limit = fmt.Sprintf("%d KiB", lim.Cur/1024)
-		}
-	}
-	who := ""
-	if os.Geteuid() != 0 {
-		who = " as a non-root user"
-	}
-	return fmt.Errorf("ibv: register %d bytes: %w: RLIMIT_MEMLOCK is %s%s; raise it with `ulimit -l unlimited` (or LimitMEMLOCK= in a systemd unit) (%v)",
-		n, verbs.ErrMemlock, limit, who, err)
 }
 
 func (m *mr) LKey() uint32         { return m.lkey }

@@ -171,14 +171,6 @@ static int gordma_req_notify(struct ibv_cq *cq, int solicited) {
 	return ibv_req_notify_cq(cq, solicited);
 }
 
-// gordma_set_nonblock makes fd non-blocking so Go's netpoller can wait
-// on it instead of a blocked OS thread.
-static int gordma_set_nonblock(int fd) {
-	int fl = fcntl(fd, F_GETFL);
-	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return errno;
-	return 0;
-}
-
 // gordma_get_cq_event returns 0 and the CQ, or an errno (EAGAIN when no
 // event is ready).
 static int gordma_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq) {

@@ -1,4 +1,4 @@
-//go:build !(linux && cgo)
+//go:build !(linux && (cgo || amd64 || arm64))
 
 package ibv
 
@@ -9,15 +9,16 @@ import (
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
-// Provider is the libibverbs provider. This build has no cgo or is not
-// Linux, so it can only list devices.
+// Provider is the libibverbs provider. This build is not Linux, or has
+// neither cgo nor purego (CGO_ENABLED=0 off amd64 and arm64), so it can
+// only list devices.
 var Provider verbs.Provider = provider{}
 
 type provider struct{}
 
 func (provider) Name() string { return "verbs" }
 
-var errNoVerbs = fmt.Errorf("ibv: %w: this build has no libibverbs support (built without cgo or not on Linux)", verbs.ErrNotSupported)
+var errNoVerbs = fmt.Errorf("ibv: %w: this build has no libibverbs support (not Linux, or CGO_ENABLED=0 on an architecture purego does not call C on)", verbs.ErrNotSupported)
 
 func (provider) Devices() ([]verbs.DeviceInfo, error) {
 	devs, err := sysfs.Devices()

@@ -17,7 +17,7 @@
 #                  targets as red marks
 #   table.md       the table as docs/performance.md shows it
 #
-# Usage: test/perf/compare.sh [-r RUNS] [-b N_BW] [-l N_LAT] [-m N_MR] [-s "SIZES"] [-L "LAT_SIZES"] [-T "TESTS"] [-B BASE] [-o OUT]
+# Usage: test/perf/compare.sh [-r RUNS] [-b N_BW] [-l N_LAT] [-m N_MR] [-s "SIZES"] [-L "LAT_SIZES"] [-T "TESTS"] [-B BASE] [-P] [-o OUT]
 #   -r RUNS   rounds; the table shows the median (default 5)
 #   -b N_BW   iterations of the bandwidth tests (default 1000; 1 MiB and up use N_BW/10)
 #   -l N_LAT  iterations of the latency tests (default 3000)
@@ -33,15 +33,18 @@
 #             revision BASE (tools async@base, stream@base), interleaved
 #             with the work tree's in the same VM: an A/B of the two trees
 #             against the same perftest (scripts/bench-ab.sh -V runs this)
+#   -P        also run the verbs and async APIs of rdmaperf built with
+#             CGO_ENABLED=0 (tools verbs@purego, async@purego: the purego
+#             binding of internal/ibv), interleaved with the cgo build's
 #   -o OUT    output directory (default test/perf/results)
 # Env: TIMEOUT (VM wall-clock limit, default 600 s), anything test/vm/run.sh takes.
 # Needs what test/vm/setup.sh installs (run as root once) and a Go toolchain;
 # the charts are drawn by test/perf/summarize (Go standard library only).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-RUNS=5 N_BW=1000 N_LAT=3000 N_MR=12800 SIZES=65536 LAT_SIZES=8 OUT=$ROOT/test/perf/results BASE=
+RUNS=5 N_BW=1000 N_LAT=3000 N_MR=12800 SIZES=65536 LAT_SIZES=8 OUT=$ROOT/test/perf/results BASE= PUREGO=0
 TESTS="write_bw send_bw read_bw write_mr send_lat write_lat"
-while getopts ":r:b:l:m:s:L:T:B:o:h" opt; do
+while getopts ":r:b:l:m:s:L:T:B:Po:h" opt; do
   case $opt in
     r) RUNS=$OPTARG ;;
     b) N_BW=$OPTARG ;;
@@ -51,6 +54,7 @@ while getopts ":r:b:l:m:s:L:T:B:o:h" opt; do
     L) LAT_SIZES=$OPTARG ;;
     T) TESTS=$OPTARG ;;
     B) BASE=$OPTARG ;;
+    P) PUREGO=1 ;;
     o) OUT=$OPTARG ;;
     *) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0" >&2; exit 2 ;;
   esac
@@ -74,6 +78,11 @@ echo "building rdmaperf (cgo, for libibverbs)"
 (cd "$ROOT" && CGO_ENABLED=1 go build -o "$OUT/rdmaperf" ./cmd/rdmaperf)
 (cd "$ROOT" && go build -o "$OUT/summarize" ./test/perf/summarize)
 files=(-f "$OUT/rdmaperf")
+if [ "$PUREGO" = 1 ]; then
+  echo "building rdmaperf (CGO_ENABLED=0: the purego binding)"
+  (cd "$ROOT" && CGO_ENABLED=0 go build -o "$OUT/rdmaperf.purego" ./cmd/rdmaperf)
+  files+=(-f "$OUT/rdmaperf.purego")
+fi
 if [ -n "$BASE" ]; then
   base_rev=$(git -C "$ROOT" rev-parse --verify "$BASE^{commit}") || { echo "compare.sh: no revision $BASE" >&2; exit 2; }
   base_tree=$(mktemp -d)
@@ -94,5 +103,5 @@ set -e
 [ "$rc" = 0 ] || echo "compare.sh: the VM job failed (exit $rc); summarising what was measured" >&2
 "$OUT/summarize" -json "$OUT/compare.json" -png "$OUT/compare.png" -ratios "$OUT/ratios.png" \
   < "$OUT/raw.txt" | tee "$OUT/table.md"
-rm -f "$OUT/rdmaperf" "$OUT/rdmaperf.base" "$OUT/summarize"
+rm -f "$OUT/rdmaperf" "$OUT/rdmaperf.base" "$OUT/rdmaperf.purego" "$OUT/summarize"
 exit "$rc"

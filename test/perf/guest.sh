@@ -16,7 +16,9 @@
 # send_lat only, with the stream's own window: no -t/-l/-Q/-r). With
 # /job/rdmaperf.base (compare.sh -B), async@base and stream@base are the
 # same points of the base revision's rdmaperf, right after the work
-# tree's.
+# tree's. With /job/rdmaperf.purego (compare.sh -P), verbs@purego and
+# async@purego are the same points of rdmaperf built with CGO_ENABLED=0
+# (the purego binding of internal/ibv), right after the cgo build's.
 set -uo pipefail
 RUNS=${1:-5} N_BW=${2:-1000} N_LAT=${3:-3000} N_MR=${4:-12800} BW_SIZES=${5:-65536}
 TESTS=" ${6:-write_bw send_bw read_bw write_mr send_lat write_lat} "
@@ -26,6 +28,7 @@ IP0=${RDMA_VM_IP0:?not in the VM?}
 GIDX=${RDMA_VM_GID_INDEX:?}
 PERF=/job/rdmaperf
 BASE=/job/rdmaperf.base
+PUREGO=/job/rdmaperf.purego
 fails=0
 
 # table FILE: the first row of numbers after the "#bytes" header.
@@ -72,6 +75,9 @@ bw() {
     pair "$run" "$name" "$api" "$size" \
       "$PERF ${t}_bw --api $api -d rxe0 -p 18600 -s $size -n $n --report_gbits $x" \
       "$PERF ${t}_bw --api $api -d rxe1 -p 18600 -s $size -n $n --report_gbits $x --out_json /tmp/last.json $IP0"
+    [ -x "$PUREGO" ] && pair "$run" "$name" "$api@purego" "$size" \
+      "$PUREGO ${t}_bw --api $api -d rxe0 -p 18600 -s $size -n $n --report_gbits $x" \
+      "$PUREGO ${t}_bw --api $api -d rxe1 -p 18600 -s $size -n $n --report_gbits $x $IP0"
   done
   [ -x "$BASE" ] && pair "$run" "$name" async@base "$size" \
     "$BASE ${t}_bw --api async -d rxe0 -p 18600 -s $size -n $n --report_gbits $x" \
@@ -96,6 +102,9 @@ lat() {
     pair "$run" "${t}_lat" "$api" "$size" \
       "$PERF ${t}_lat --api $api -d rxe0 -p 18600 -s $size -n $n" \
       "$PERF ${t}_lat --api $api -d rxe1 -p 18600 -s $size -n $n --out_json /tmp/last.json $IP0"
+    [ -x "$PUREGO" ] && pair "$run" "${t}_lat" "$api@purego" "$size" \
+      "$PUREGO ${t}_lat --api $api -d rxe0 -p 18600 -s $size -n $n" \
+      "$PUREGO ${t}_lat --api $api -d rxe1 -p 18600 -s $size -n $n $IP0"
   done
   [ -x "$BASE" ] && pair "$run" "${t}_lat" async@base "$size" \
     "$BASE ${t}_lat --api async -d rxe0 -p 18600 -s $size -n $n" \

@@ -5,6 +5,7 @@
 #   PKG      package directory relative to REPO; the test runs there, so it
 #            finds its testdata
 #   BINARY   test binary in the job dir (from `go test -c`)
+# Env: GOTEST_FLAGS, extra flags for every binary (e.g. -test.skip=CM).
 # Prints each binary's verbose output and a summary line counting the
 # subtests that passed on the verbs provider (test names containing
 # "verbs"); exits non-zero if any binary failed.
@@ -17,7 +18,7 @@ for spec in "$@"; do
   pkg=${spec%%=*} bin=$PWD/${spec#*=}
   echo "=== go test $pkg (in the VM)"
   log=/tmp/$(basename "$bin").log
-  (cd "$repo/$pkg" && timeout 1500 "$bin" -test.v -test.count=1 -test.timeout=1440s) > "$log" 2>&1
+  (cd "$repo/$pkg" && timeout 1500 "$bin" -test.v -test.count=1 -test.timeout=1440s ${GOTEST_FLAGS:-}) > "$log" 2>&1
   brc=$?
   cat "$log"
   n=$(grep -cE -- '--- PASS: .*[Vv]erbs' "$log")

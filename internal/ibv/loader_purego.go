@@ -1,0 +1,168 @@
+//go:build linux && !cgo && (amd64 || arm64)
+
+package ibv
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+
+	"github.com/go-rdma/rdma/internal/verbs"
+)
+
+// The purego binding: a CGO_ENABLED=0 build calls libibverbs through
+// github.com/ebitengine/purego, which calls C function pointers from Go
+// on linux/amd64 and linux/arm64. The library is loaded at its first use
+// (dlopen, as loader.c does for the cgo build), each function resolved
+// once at the symbol version a link would bind, and the hot-path verbs
+// are called through the context's ops table at the offsets abi.go
+// declares. rdma_cm is not bound in this build: CMAvailable, CMListen
+// and CMDial fail with verbs.ErrNotSupported (cm_stub.go).
+
+// ibvFns holds the resolved libibverbs functions, as loader.c's struct
+// ibv_fns does.
+type ibvFns struct {
+	getDeviceList, freeDeviceList, getDeviceName, openDevice, closeDevice uintptr
+	queryDevice, queryPort, queryGID, getAsyncEvent, ackAsyncEvent        uintptr
+	allocPD, deallocPD, regMR, deregMR                                    uintptr
+	createCompChannel, destroyCompChannel                                 uintptr
+	createCQ, destroyCQ, getCQEvent, ackCQEvents                          uintptr
+	createSRQ, modifySRQ, destroySRQ                                      uintptr
+	createQP, queryQP, modifyQP, destroyQP, createAH, destroyAH           uintptr
+}
+
+var (
+	ibv ibvFns
+	// errnoLocation is libc's __errno_location: errno of the calling
+	// thread, read right after a call on the same locked thread.
+	errnoLocation uintptr
+)
+
+var loadVerbs = sync.OnceValue(func() error { return loadVerbsFrom(libPath(EnvLibibverbs, SonameLibibverbs)) })
+
+// Available reports whether libibverbs is loaded, loading it on the
+// first call: nil, or an error wrapping verbs.ErrNotSupported that says
+// why it could not be. Without it the provider lists the devices of
+// sysfs as unusable and Open fails.
+func Available() error { return loadVerbs() }
+
+func loadVerbsFrom(path string) error {
+	if err := load(path); err != nil {
+		return fmt.Errorf("ibv: %w: libibverbs could not be loaded: %v (install rdma-core's libibverbs, or name the file in $%s)",
+			verbs.ErrNotSupported, err, EnvLibibverbs)
+	}
+	return nil
+}
+
+// load dlopens path and resolves every function into ibv. The library is
+// never closed after a successful load: the verbs objects point into it.
+func load(path string) error {
+	libc, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		return err
+	}
+	dlvsym, err := purego.Dlsym(libc, "dlvsym")
+	if err != nil {
+		return err
+	}
+	errloc, err := purego.Dlsym(libc, "__errno_location")
+	if err != nil {
+		return err
+	}
+	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		return err
+	}
+	const v10, v11 = "IBVERBS_1.0", "IBVERBS_1.1"
+	var next ibvFns
+	syms := []struct {
+		name, version string
+		slot          *uintptr
+	}{
+		{"ibv_get_device_list", v11, &next.getDeviceList},
+		{"ibv_free_device_list", v11, &next.freeDeviceList},
+		{"ibv_get_device_name", v11, &next.getDeviceName},
+		{"ibv_open_device", v11, &next.openDevice},
+		{"ibv_close_device", v11, &next.closeDevice},
+		{"ibv_query_device", v11, &next.queryDevice},
+		{"ibv_query_port", v11, &next.queryPort},
+		{"ibv_query_gid", v11, &next.queryGID},
+		{"ibv_get_async_event", v11, &next.getAsyncEvent},
+		{"ibv_ack_async_event", v11, &next.ackAsyncEvent},
+		{"ibv_alloc_pd", v11, &next.allocPD},
+		{"ibv_dealloc_pd", v11, &next.deallocPD},
+		{"ibv_reg_mr", v11, &next.regMR}, // ibv_reg_mr_iova2 with the address as iova
+		{"ibv_dereg_mr", v11, &next.deregMR},
+		{"ibv_create_comp_channel", v10, &next.createCompChannel}, // never changed: 1.0 only
+		{"ibv_destroy_comp_channel", v10, &next.destroyCompChannel},
+		{"ibv_create_cq", v11, &next.createCQ},
+		{"ibv_destroy_cq", v11, &next.destroyCQ},
+		{"ibv_get_cq_event", v11, &next.getCQEvent},
+		{"ibv_ack_cq_events", v11, &next.ackCQEvents},
+		{"ibv_create_srq", v11, &next.createSRQ},
+		{"ibv_modify_srq", v11, &next.modifySRQ},
+		{"ibv_destroy_srq", v11, &next.destroySRQ},
+		{"ibv_create_qp", v11, &next.createQP},
+		{"ibv_query_qp", v11, &next.queryQP},
+		{"ibv_modify_qp", v11, &next.modifyQP},
+		{"ibv_destroy_qp", v11, &next.destroyQP},
+		{"ibv_create_ah", v11, &next.createAH},
+		{"ibv_destroy_ah", v11, &next.destroyAH},
+	}
+	for _, s := range syms {
+		name, version := cString(s.name), cString(s.version)
+		p := ccall(dlvsym, h, uintptr(unsafe.Pointer(&name[0])), uintptr(unsafe.Pointer(&version[0])))
+		if p == 0 {
+			purego.Dlclose(h)
+			return fmt.Errorf("%s has no %s@%s: rdma-core too old?", path, s.name, s.version)
+		}
+		*s.slot = p
+	}
+	ibv, errnoLocation = next, errloc
+	return nil
+}
+
+// ccall calls the C function fn. Go memory that an argument points to
+// stays where it is and alive for the call (uintptrescapes); C keeps
+// none of it.
+//
+//go:uintptrescapes
+func ccall(fn uintptr, args ...uintptr) uintptr {
+	r, _, _ := purego.SyscallN(fn, args...)
+	return r
+}
+
+// ccallErrno is ccall for a function that reports failure in errno: it
+// clears errno, calls fn and reads errno on the same OS thread.
+//
+//go:uintptrescapes
+func ccallErrno(fn uintptr, args ...uintptr) (uintptr, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	errp := at[int32](ccall(errnoLocation), 0)
+	*errp = 0
+	r, _, _ := purego.SyscallN(fn, args...)
+	if e := *errp; e != 0 {
+		return r, syscall.Errno(e)
+	}
+	return r, nil
+}
+
+// cString is s with a NUL, for the duration of one call.
+func cString(s string) []byte { return append([]byte(s), 0) }
+
+// goString copies the NUL-terminated C string at p.
+func goString(p uintptr) string {
+	if p == 0 {
+		return ""
+	}
+	n := 0
+	for *at[byte](p, n) != 0 {
+		n++
+	}
+	return string(unsafe.Slice(at[byte](p, 0), n))
+}
