@@ -7,7 +7,9 @@
 #      the nested module metrics/promrdma's too, then docs/guide.md's
 #      getting started followed in a clean directory (test/guide/run.sh);
 #   3. the verbs tests on Soft-RoCE (rdma_rxe) inside a qemu VM, with
-#      RDMA_TEST_REQUIRE_DEVICE=1 so a skip is a failure;
+#      RDMA_TEST_REQUIRE_DEVICE=1 so a skip is a failure, then in the same
+#      VM the conformance suite and the rdma_cm tests on siw (soft-iWARP;
+#      a conformance case may skip there only for a feature siw lacks);
 #   4. an RC test between two VMs.
 # As root on a fresh Debian 12 machine it installs what is missing (apt
 # packages and the Debian kernel image for the VM).
@@ -100,15 +102,18 @@ go build -o "$bindir/rdmacat" ./cmd/rdmacat
 mkdir -p "$bindir/src"
 git ls-files -z | xargs -0 tar cf - | tar xf - -C "$bindir/src"
 
-step "verbs tests on rxe in one VM"
+step "verbs tests on rxe, then on siw, in one VM"
 out=$work/vm.log
 rc=0
-test/vm/run.sh -t 1800 -f "$bindir" -f test/vm/gotests.sh -c "cd $(basename "$bindir") && RDMACAT_BIN=\$PWD/rdmacat bash ../gotests.sh \$PWD/src ${specs[*]}" | tee "$out" || rc=$?
+test/vm/run.sh -t 1800 -f "$bindir" -f test/vm/gotests.sh -f test/vm/siwtests.sh -c "cd $(basename "$bindir") && { RDMACAT_BIN=\$PWD/rdmacat bash ../gotests.sh \$PWD/src ${specs[*]}; r1=\$?; bash ../siwtests.sh \$PWD/src; r2=\$?; exit \$((r1 | r2)); }" | tee "$out" || rc=$?
 n=$(sed -n 's/.*VM-SUMMARY: verbs_tests_passed=\([0-9]*\).*/\1/p' "$out" | tail -1)
 vm_all=$(sed -n 's/.*VM-SUMMARY: .*all_tests_passed=\([0-9]*\).*/\1/p' "$out" | tail -1)
-echo "tests passed on the rxe device: ${n:-0}"
+siw=$(sed -n 's/.*SIW-SUMMARY: passed=\([0-9]*\).*/\1/p' "$out" | tail -1)
+siw_fskips=$(sed -n 's/.*SIW-SUMMARY: .*feature_skips=\([0-9]*\).*/\1/p' "$out" | tail -1)
+echo "tests passed on the rxe device: ${n:-0}; on siw: ${siw:-0} (conformance cases skipped for a feature siw lacks: ${siw_fskips:-0})"
 [ "$rc" = 0 ] || { echo "VM tests failed (exit $rc)"; exit 1; }
 [ "${n:-0}" -gt 0 ] || { echo "no test ran on the rxe device"; exit 1; }
+[ "${siw:-0}" -gt 0 ] || { echo "no test ran on siw"; exit 1; }
 
 step "two hosts: RC on rxe and the soft provider over TCP, between two VMs"
 cp "$bindir/internal_ibv.test" "$work/ibv.test"
@@ -121,5 +126,5 @@ n2=$(grep -cE -- '--- PASS: (TestVerbsTwoHostRC|TestTwoHostSoft|TestTwoHostVerbs
 [ "$n2" = 6 ] || { echo "two-VM tests: $n2 of 6 passed (RC on rxe, the async API on rxe and on soft over TCP, each side)"; exit 1; }
 
 step "done in $(( $(date +%s) - T0 ))s"
-echo "rxe: $n tests passed on the rxe device in one VM; two VMs: RC on rxe, the async API on rxe and on soft over TCP passed on both sides"
-echo "$((host_passed + ${vm_all:-0} + n2)) passed, 0 failed"
+echo "rxe: $n tests passed on the rxe device in one VM; siw: $siw passed (${siw_fskips:-0} conformance cases skipped for a feature siw lacks, docs/providers.md); two VMs: RC on rxe, the async API on rxe and on soft over TCP passed on both sides"
+echo "$((host_passed + ${vm_all:-0} + siw + n2)) passed, 0 failed"
