@@ -175,7 +175,14 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 	c.sq.sent = newRing(cfg.sqDepth)
 	var err error
 	if !cfg.cm {
-		c.srq, err = eng.srqFor(cfg.maxMsg)
+		// go-rdma's handshake receives through the shared receive
+		// queue (its credits count its receives); rdma_cm
+		// connections post their own.
+		if err = eng.lacks(verbs.FeatureSRQ); err != nil {
+			err = fmt.Errorf("rdma: %w; connections WithRDMACM post their own receives", err)
+		} else {
+			c.srq, err = eng.srqFor(cfg.maxMsg)
+		}
 	}
 	if err == nil {
 		c.unit, err = eng.reserve(c, c.cqNeed())
