@@ -47,6 +47,11 @@ func (b *Batch) addSend(opc verbs.Opcode, src Local, imm uint32) {
 		return
 	}
 	pb, off, n, err := local(src)
+	if err == nil && opc == verbs.OpSendWithImm {
+		if err = b.c.eng.lacks(verbs.FeatureImmediate); err != nil {
+			err = fmt.Errorf("rdma: %v: %w", opc, err)
+		}
+	}
 	if err == nil && n > int(b.c.peer.MaxMsg) {
 		err = fmt.Errorf("rdma: send of %d bytes: %w: the peer accepts messages up to %d bytes", n, ErrInvalid, b.c.peer.MaxMsg)
 	}
@@ -60,6 +65,11 @@ func (b *Batch) addRDMA(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, 
 		return
 	}
 	pb, off, n, err := local(l)
+	if err == nil && opc == verbs.OpWriteWithImm {
+		if err = b.c.eng.lacks(verbs.FeatureImmediate); err != nil {
+			err = fmt.Errorf("rdma: %v: %w", opc, err)
+		}
+	}
 	if err == nil && n > r.Len {
 		err = fmt.Errorf("rdma: %v of %d bytes into a %d-byte remote region: %w", opc, n, r.Len, ErrInvalid)
 	}

@@ -117,6 +117,11 @@ func dial(ctx context.Context, eng *engine, cfg config, address string) (*Conn, 
 		tc.Close()
 		return nil, &net.OpError{Op: "dial", Net: network, Addr: tc.RemoteAddr(), Err: err}
 	}
+	if err := eng.lacks(verbs.FeatureManualConnect); err != nil {
+		eng.release()
+		tc.Close()
+		return nil, &net.OpError{Op: "dial", Net: network, Addr: tc.RemoteAddr(), Err: fmt.Errorf("rdma: %w; dial and listen WithRDMACM", err)}
+	}
 	c, err := dialHandshake(ctx, eng, cfg, tc)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -170,7 +175,14 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 	c.sq.sent = newRing(cfg.sqDepth)
 	var err error
 	if !cfg.cm {
-		c.srq, err = eng.srqFor(cfg.maxMsg)
+		// go-rdma's handshake receives through the shared receive
+		// queue (its credits count its receives); rdma_cm
+		// connections post their own.
+		if err = eng.lacks(verbs.FeatureSRQ); err != nil {
+			err = fmt.Errorf("rdma: %w; connections WithRDMACM post their own receives", err)
+		} else {
+			c.srq, err = eng.srqFor(cfg.maxMsg)
+		}
 	}
 	if err == nil {
 		c.unit, err = eng.reserve(c, c.cqNeed())
@@ -333,6 +345,11 @@ func (c *Conn) Send(b Local) *Future { return c.sendOp(verbs.OpSend, b, 0) }
 func (c *Conn) SendWithImm(b Local, imm uint32) *Future { return c.sendOp(verbs.OpSendWithImm, b, imm) }
 
 func (c *Conn) sendOp(opc verbs.Opcode, b Local, imm uint32) *Future {
+	if opc == verbs.OpSendWithImm {
+		if err := c.eng.lacks(verbs.FeatureImmediate); err != nil {
+			return newResolved(fmt.Errorf("rdma: %v: %w", opc, err))
+		}
+	}
 	pb, off, n, err := local(b)
 	if err != nil {
 		return newResolved(err)
@@ -379,6 +396,11 @@ func (c *Conn) Read(dst Local, src RemoteRegion) *Future {
 }
 
 func (c *Conn) rdmaOp(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, imm uint32) *Future {
+	if opc == verbs.OpWriteWithImm {
+		if err := c.eng.lacks(verbs.FeatureImmediate); err != nil {
+			return newResolved(fmt.Errorf("rdma: %v: %w", opc, err))
+		}
+	}
 	pb, off, n, err := local(l)
 	if err != nil {
 		return newResolved(err)
@@ -410,6 +432,9 @@ func (c *Conn) FetchAdd(r RemoteRegion, delta uint64) *Future {
 }
 
 func (c *Conn) atomic(opc verbs.Opcode, r RemoteRegion, cmpAdd, swap uint64) *Future {
+	if err := c.eng.lacks(verbs.FeatureAtomics); err != nil {
+		return newResolved(fmt.Errorf("rdma: %v: %w", opc, err))
+	}
 	if r.Len < 8 || r.Addr%8 != 0 {
 		return newResolved(fmt.Errorf("rdma: %v on %v: %w: needs an 8-byte aligned word", opc, r, ErrInvalid))
 	}

@@ -1,6 +1,7 @@
 package rdma
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ type engine struct {
 	prov    verbs.Provider
 	ctx     verbs.Context
 	attr    verbs.DeviceAttr
+	lacking map[verbs.Feature]error // what the device cannot do (verbs.Lacks), read at the call
 	pd      verbs.PD
 	pool    *pool.Pool
 	credits creditPages // the connections' credit words (credit_word.go)
@@ -190,6 +192,14 @@ func openEngine(cfg config, prov verbs.Provider, dev string) (*engine, error) {
 		ctx.Close()
 		return nil, fmt.Errorf("rdma: query device %s: %w", info.Name, err)
 	}
+	for _, f := range verbs.Features {
+		if err := verbs.Lacks(info, e.attr, f); err != nil {
+			if e.lacking == nil {
+				e.lacking = map[verbs.Feature]error{}
+			}
+			e.lacking[f] = err
+		}
+	}
 	if e.pd, err = ctx.AllocPD(); err != nil {
 		ctx.Close()
 		return nil, fmt.Errorf("rdma: %w", err)
@@ -233,6 +243,11 @@ func (e *engine) check(cfg config) error {
 	}
 	return nil
 }
+
+// lacks is nil when the engine's device has f, else why not (an error
+// wrapping ErrNotSupported that names the device): the calls that need f
+// fail with it at once rather than with a failed completion later.
+func (e *engine) lacks(f verbs.Feature) error { return e.lacking[f] }
 
 // check refuses, before anything is opened, a configuration no
 // connection could work with: queue depths that do not fit one CQ, or a
@@ -283,7 +298,40 @@ func deviceFor(devs []verbs.DeviceInfo, local netip.Addr) string {
 			}
 		}
 	}
+	for _, d := range devs {
+		if d.Usable && d.Transport == "iWARP" && iwarpHas(d, local) {
+			return d.Name
+		}
+	}
 	return ""
+}
+
+// iwarpHas reports whether local is an address of the network interface
+// under iWARP device d: its GID holds the interface's MAC address, not an
+// IP address.
+func iwarpHas(d verbs.DeviceInfo, local netip.Addr) bool {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return false
+	}
+	for _, p := range d.Ports {
+		for _, g := range p.GIDs {
+			for _, ifc := range ifs {
+				if len(ifc.HardwareAddr) != 6 || !bytes.Equal(ifc.HardwareAddr, g.GID[:6]) {
+					continue
+				}
+				addrs, _ := ifc.Addrs()
+				for _, a := range addrs {
+					if ipn, ok := a.(*net.IPNet); ok {
+						if ip, ok := netip.AddrFromSlice(ipn.IP); ok && ip.Unmap() == local.Unmap() {
+							return true
+						}
+					}
+				}
+			}
+		}
+	}
+	return false
 }
 
 // gidFor picks the GID a connection whose local address is local uses:

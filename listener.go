@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/go-rdma/rdma/internal/ibv"
+	"github.com/go-rdma/rdma/internal/verbs"
 )
 
 // Listener accepts RDMA connections. Every connection it accepts shares
@@ -80,6 +81,11 @@ func listen(eng *engine, cfg config, address string) (*Listener, error) {
 	if eng, err = engineFor(eng, cfg, addrIP(ln.Addr())); err != nil {
 		ln.Close()
 		return nil, &net.OpError{Op: "listen", Net: network, Addr: ln.Addr(), Err: err}
+	}
+	if err := eng.lacks(verbs.FeatureManualConnect); err != nil {
+		eng.release()
+		ln.Close()
+		return nil, &net.OpError{Op: "listen", Net: network, Addr: ln.Addr(), Err: fmt.Errorf("rdma: %w; dial and listen WithRDMACM", err)}
 	}
 	l := &Listener{ln: ln, eng: eng, cfg: cfg, conns: make(chan *Conn), addr: ln.Addr()}
 	l.ctx, l.stop = context.WithCancel(context.Background())

@@ -10,6 +10,8 @@
 #      RDMA_TEST_REQUIRE_DEVICE=1 so a skip is a failure, then in the same
 #      VM the purego binding's (test binaries built with CGO_ENABLED=0):
 #      internal/ibv, the conformance suite and a smoke of the root package;
+#      then the conformance suite and the rdma_cm tests on siw (soft-iWARP;
+#      a conformance case may skip there only for a feature siw lacks);
 #   4. an RC test between two VMs.
 # As root on a fresh Debian 12 machine it installs what is missing (apt
 # packages and the Debian kernel image for the VM).
@@ -121,7 +123,7 @@ done
 mkdir -p "$bindir/src"
 git ls-files -z | xargs -0 tar cf - | tar xf - -C "$bindir/src"
 
-step "verbs tests on rxe in one VM"
+step "verbs tests on rxe, then on siw, in one VM"
 out=$work/vm.log
 rc=0
 job="cd $(basename "$bindir") && r=0
@@ -129,18 +131,23 @@ RDMACAT_BIN=\$PWD/rdmacat bash ../gotests.sh \$PWD/src ${specs[*]} || r=1
 echo '=== the purego binding (CGO_ENABLED=0)'
 GOTEST_FLAGS=-test.skip=CM bash ../gotests.sh \$PWD/src ${pspecs[*]:0:2} || r=1
 GOTEST_FLAGS='-test.run=$PUREGO_ROOT_TESTS' bash ../gotests.sh \$PWD/src ${pspecs[2]} || r=1
+echo '=== siw'
+bash ../siwtests.sh \$PWD/src || r=1
 exit \$r"
-test/vm/run.sh -t 1800 -f "$bindir" -f test/vm/gotests.sh -c "$job" | tee "$out" || rc=$?
+test/vm/run.sh -t 1800 -f "$bindir" -f test/vm/gotests.sh -f test/vm/siwtests.sh -c "$job" | tee "$out" || rc=$?
 # One VM-SUMMARY line per gotests.sh run: the cgo binding's, then the
-# purego binding's two.
+# purego binding's two; siwtests.sh prints a SIW-SUMMARY.
 summary() { sed -n "s/.*VM-SUMMARY: .*$1=\([0-9]*\).*/\1/p" "$out" | sed -n "$2"; }
 n=$(summary verbs_tests_passed 1p)
 vm_all=$(summary all_tests_passed p | awk '{s += $1} END {print s + 0}')
 np=$(summary verbs_tests_passed '2,$p' | awk '{s += $1} END {print s + 0}')
-echo "tests passed on the rxe device: ${n:-0} with the cgo binding, ${np:-0} with the purego binding"
+siw=$(sed -n 's/.*SIW-SUMMARY: passed=\([0-9]*\).*/\1/p' "$out" | tail -1)
+siw_fskips=$(sed -n 's/.*SIW-SUMMARY: .*feature_skips=\([0-9]*\).*/\1/p' "$out" | tail -1)
+echo "tests passed on the rxe device: ${n:-0} with the cgo binding, ${np:-0} with the purego binding; on siw: ${siw:-0} (conformance cases skipped for a feature siw lacks: ${siw_fskips:-0})"
 [ "$rc" = 0 ] || { echo "VM tests failed (exit $rc)"; exit 1; }
 [ "${n:-0}" -gt 0 ] || { echo "no test ran on the rxe device"; exit 1; }
 [ "${np:-0}" -gt 0 ] || { echo "no test ran on the rxe device with the purego binding"; exit 1; }
+[ "${siw:-0}" -gt 0 ] || { echo "no test ran on siw"; exit 1; }
 
 step "two hosts: RC on rxe and the soft provider over TCP, between two VMs"
 cp "$bindir/internal_ibv.test" "$work/ibv.test"
@@ -153,5 +160,5 @@ n2=$(grep -cE -- '--- PASS: (TestVerbsTwoHostRC|TestTwoHostSoft|TestTwoHostVerbs
 [ "$n2" = 6 ] || { echo "two-VM tests: $n2 of 6 passed (RC on rxe, the async API on rxe and on soft over TCP, each side)"; exit 1; }
 
 step "done in $(( $(date +%s) - T0 ))s"
-echo "rxe: $n tests passed on the rxe device in one VM (and $np with the purego binding); two VMs: RC on rxe, the async API on rxe and on soft over TCP passed on both sides"
-echo "$((host_passed + ${vm_all:-0} + n2)) passed, 0 failed"
+echo "rxe: $n tests passed on the rxe device in one VM (and $np with the purego binding); siw: ${siw:-0} passed (${siw_fskips:-0} conformance cases skipped for a feature siw lacks, docs/providers.md); two VMs: RC on rxe, the async API on rxe and on soft over TCP passed on both sides"
+echo "$((host_passed + ${vm_all:-0} + ${siw:-0} + n2)) passed, 0 failed"

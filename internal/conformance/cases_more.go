@@ -180,6 +180,8 @@ func caseCompChannel(e *Env) {
 			fail(fmt.Errorf("receiver consumer: %w", err))
 		}
 	}()
+	// Without immediate data (iWARP) every producer SENDs.
+	noImm := e.Lacks(verbs.FeatureImmediate) != nil
 	var pwg sync.WaitGroup
 	for p := range producers {
 		pwg.Add(1)
@@ -198,7 +200,7 @@ func caseCompChannel(e *Env) {
 					k := s + j
 					off := (p*perProd + k) * slot
 					wrs[j] = verbs.SendWR{ID: id(p, k), Flags: verbs.SendSignaled, SGL: []verbs.SGE{SGE(src, off, slot)}}
-					if p < 2 {
+					if p < 2 || noImm {
 						wrs[j].Opcode = verbs.OpSend
 					} else {
 						wrs[j].Opcode = verbs.OpWriteWithImm
@@ -241,6 +243,7 @@ const ruleSRQ = "one SRQ serves two QPs: SENDs to either QP take receives from t
 	"(qp_num) the message arrived on; a QP attached to an SRQ refuses PostRecv"
 
 func caseSRQ(e *Env) {
+	e.Need(verbs.FeatureSRQ)
 	srq, err := e.B.PD.CreateSRQ(verbs.SRQInit{MaxWR: 16, MaxSGE: 1})
 	if err != nil {
 		e.Fatalf("CreateSRQ: %v", err)
@@ -313,6 +316,7 @@ const ruleUD = "a UD SEND through an AH (CreateAH, RemoteQPN, RemoteQKey) arrive
 	"a wrong Q_Key drops the message; RDMA opcodes on UD fail at the post"
 
 func caseUD(e *Env) {
+	e.Need(verbs.FeatureUD)
 	const payload = 256
 	const qkey = 0x11111111
 	qa := e.CreateQP(e.A, QPConf{Type: verbs.UD, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})

@@ -103,6 +103,7 @@ func isLimitOf(srq verbs.SRQ) func(verbs.AsyncEvent) bool {
 }
 
 func caseSRQLimit(e *Env) {
+	e.Need(verbs.FeatureSRQ)
 	l := newSRQLine(e, "watched", 16)
 	// The marker line proves an event did not happen. Its limit event is
 	// raised after everything the watched line did, and one context

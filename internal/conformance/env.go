@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"strings"
@@ -111,6 +112,11 @@ func (e *Env) openSide(name, dev string, shared verbs.Context) *Side {
 		}
 	}
 	g, err := verbs.SelectGID(s.Port, true)
+	if err != nil && verbs.Lacks(info, attr, verbs.FeatureManualConnect) != nil && len(s.Port.GIDs) > 0 {
+		// iWARP: the GID holds the MAC address, not an IP; rdma_cm
+		// addresses the connection, the GID is never used.
+		g, err = s.Port.GIDs[0], nil
+	}
 	if err != nil {
 		g6, err6 := verbs.SelectGID(s.Port, false)
 		if err6 != nil {
@@ -392,12 +398,40 @@ func (e *Env) ToRTS(qp verbs.QP, s *Side, psn uint32, c ConnConf) {
 	}
 }
 
+// Lacks is why side A's or side B's device lacks f (an error wrapping
+// verbs.ErrNotSupported), or nil when both have it.
+func (e *Env) Lacks(f verbs.Feature) error {
+	for _, s := range []*Side{e.A, e.B} {
+		if err := verbs.Lacks(s.Ctx.Info(), s.Attr, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Need skips the (sub)test when a side's device lacks f, naming the
+// feature: the only reason a case may skip on a kernel device. The
+// features are the table in docs/providers.md.
+func (e *Env) Need(f verbs.Feature) {
+	e.Helper()
+	if err := e.Lacks(f); err != nil {
+		e.Skipf("feature %q: %v", f, err)
+	}
+}
+
 // Connect brings qa (on A) and qb (on B) to RTS towards each other: each
 // side RESET->INIT->RTR->RTS. ca and cb are the attributes of each side's
 // own QP (the RNR timer a side's RTR sets is what that side NAKs with; the
 // RNR retry count a side's RTS sets is how often that side resends).
+// Where a device cannot be connected by hand (iWARP), rdma_cm connects
+// them (Target.CMConnect) with its own attributes, and ca and cb are
+// not used.
 func (e *Env) Connect(qa, qb verbs.QP, ca, cb ConnConf) {
 	e.Helper()
+	if err := e.Lacks(verbs.FeatureManualConnect); err != nil {
+		e.cmConnect(qa, qb, err)
+		return
+	}
 	e.ToInit(qa, e.A, ca)
 	e.ToInit(qb, e.B, cb)
 	e.ToRTR(qa, e.A, e.B, qb.QPN(), psnB, ca)
@@ -407,6 +441,25 @@ func (e *Env) Connect(qa, qb verbs.QP, ca, cb ConnConf) {
 	for _, q := range []verbs.QP{qa, qb} {
 		if st, err := q.State(); err != nil || st != verbs.StateRTS {
 			e.Fatalf("QP %#x after ToRTS: State() = %v, %v; want RTS", q.QPN(), st, err)
+		}
+	}
+}
+
+func (e *Env) cmConnect(qa, qb verbs.QP, why error) {
+	e.Helper()
+	if e.Target.CMConnect == nil {
+		e.Fatalf("%v, and the target has no CMConnect", why)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	c, err := e.Target.CMConnect(ctx, qa, qb)
+	if err != nil {
+		e.Fatalf("rdma_cm connect of QP %#x (%s) and QP %#x (%s): %v", qa.QPN(), e.Target.DeviceA, qb.QPN(), e.Target.DeviceB, err)
+	}
+	e.CloseLater("rdma_cm connection", c)
+	for _, q := range []verbs.QP{qa, qb} {
+		if st, err := q.State(); err != nil || st != verbs.StateRTS {
+			e.Fatalf("QP %#x after rdma_cm connect: State() = %v, %v; want RTS", q.QPN(), st, err)
 		}
 	}
 }

@@ -9,7 +9,9 @@
 package conformance
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -25,6 +27,12 @@ import (
 type Target struct {
 	Provider         verbs.Provider
 	DeviceA, DeviceB string
+	// CMConnect connects RC QP qa (on DeviceA) to qb (on DeviceB)
+	// through the provider's connection manager (rdma_cm) and returns
+	// what to close when the case ends. The suite uses it where a device
+	// lacks verbs.FeatureManualConnect (iWARP); nil where the provider
+	// has no connection manager.
+	CMConnect func(ctx context.Context, qa, qb verbs.QP) (io.Closer, error)
 }
 
 // Timeout bounds every single wait of the suite (a completion, an event, a

@@ -646,6 +646,14 @@ func (c *CMID) modifyQP(q *qp, to verbs.QPState) error {
 	if rc != 0 {
 		return errnoErr(fmt.Sprintf("rdma_init_qp_attr %v", to), err)
 	}
+	if mask&C.IBV_QP_STATE == 0 {
+		// rdma_cm asks for no state change: iWARP's RTS, which the
+		// kernel's iWARP CM makes itself when the connection is
+		// established (a modify to RTS by hand fails there).
+		// librdmacm's ibv_modify_qp without IBV_QP_STATE changes
+		// nothing that matters either (the port, set at INIT).
+		return nil
+	}
 	if c.ibLink {
 		// As librdmacm: bits 21-24 were RoCE-only kernel attributes.
 		mask &^= C.int(0xe00000)
@@ -770,13 +778,24 @@ func (c *CMID) connect(ctx context.Context, q *qp, p CMParams, retry, rnr uint8)
 	if rc != 0 {
 		return errnoErr("rdma_connect", syscall.Errno(rc))
 	}
-	ev, err := c.waitFor(ctx, "connect", cmConnectResp)
+	// On iWARP the kernel completes the handshake and moves the QP to
+	// RTS itself: the active side gets ESTABLISHED, no CONNECT_RESPONSE
+	// to answer.
+	want := cmConnectResp
+	if q.iwarp() {
+		want = cmEstablished
+	}
+	ev, err := c.waitFor(ctx, "connect", want)
 	if err != nil {
 		return err
 	}
 	c.mu.Lock()
 	c.priv = ev.priv
 	c.mu.Unlock()
+	if q.iwarp() {
+		q.state.Store(uint32(verbs.StateRTS))
+		return nil
+	}
 	// INIT again: the access flags come with the peer's answer.
 	for _, s := range []verbs.QPState{verbs.StateInit, verbs.StateRTR, verbs.StateRTS} {
 		if err := c.modifyQP(q, s); err != nil {
@@ -861,9 +880,20 @@ func (c *CMID) accept(ctx context.Context, q *qp, p CMParams, rnr uint8) error {
 		q.ToError()
 		return errnoErr("rdma_accept", syscall.Errno(rc))
 	}
-	_, err := c.waitFor(ctx, "accept", cmEstablished)
-	return err
+	if _, err := c.waitFor(ctx, "accept", cmEstablished); err != nil {
+		return err
+	}
+	if q.iwarp() {
+		// The kernel moved the QP to RTS with the connection (the
+		// RTS step above had nothing to set).
+		q.state.Store(uint32(verbs.StateRTS))
+	}
+	return nil
 }
+
+// iwarp reports whether q is on an iWARP device, which rdma_cm connects
+// differently (see connect and accept).
+func (q *qp) iwarp() bool { return q.pd.ctx.info.Transport == "iWARP" }
 
 // Reject refuses the request, sending privateData (at most
 // CMMaxRejectData bytes, may be nil) to the peer, whose Connect fails

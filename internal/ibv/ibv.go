@@ -192,6 +192,7 @@ func deviceAttr(a *C.struct_ibv_device_attr) verbs.DeviceAttr {
 		MaxSRQ:          int(a.max_srq),
 		MaxSRQWR:        int(a.max_srq_wr),
 		MaxSRQSGE:       int(a.max_srq_sge),
+		MaxSGERd:        int(a.max_sge_rd),
 		AtomicCap:       int(a.atomic_cap),
 		PhysPortCnt:     int(a.phys_port_cnt),
 	}

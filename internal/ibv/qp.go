@@ -157,7 +157,13 @@ func (q *qp) State() (verbs.QPState, error) {
 	if rc := C.gordma_ibv_query_qp(q.qp, &attr, C.IBV_QP_STATE, &init); rc != 0 {
 		return 0, errnoErr("ibv_query_qp", syscall.Errno(rc))
 	}
-	return verbs.QPState(attr.qp_state), nil
+	st := verbs.QPState(attr.qp_state)
+	if st == verbs.StateReset && q.iwarp() {
+		// siw before Linux 6.4 leaves qp_state zero in ibv_query_qp:
+		// the state is the last one this QP was moved to.
+		st = verbs.QPState(q.state.Load())
+	}
+	return st, nil
 }
 
 // modify runs ibv_modify_qp and records the new state.

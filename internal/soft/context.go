@@ -70,6 +70,7 @@ func (c *devContext) QueryDevice() (verbs.DeviceAttr, error) {
 		MaxSRQ:          1 << 16,
 		MaxSRQWR:        maxQPWR,
 		MaxSRQSGE:       maxSGE,
+		MaxSGERd:        maxSGE,
 		AtomicCap:       2,
 		PhysPortCnt:     1,
 	}, nil

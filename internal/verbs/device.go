@@ -87,6 +87,7 @@ type DeviceAttr struct {
 	MaxQP           int
 	MaxQPWR         int
 	MaxSGE          int
+	MaxSGERd        int // SGEs an RDMA READ may scatter into (siw: 1)
 	MaxCQ           int
 	MaxCQE          int
 	MaxMR           int

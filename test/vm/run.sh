@@ -16,8 +16,11 @@
 #   rdma_rxe + rdma_ucm loaded, ulimit -l unlimited,
 #   veth0 10.99.0.1/24 <-> veth1 10.99.0.2/24, rxe0 on veth0, rxe1 on veth1,
 #   both ports ACTIVE with their RoCEv2 GIDs,
+#   siw (soft-iWARP) loaded, veth2 10.99.2.1/24 <-> veth3 10.99.2.2/24,
+#   siw0 on veth2, siw1 on veth3, both ACTIVE,
 #   env RDMA_TEST_REQUIRE_DEVICE=1 RDMA_VM=1 RDMA_VM_IP0=10.99.0.1
 #       RDMA_VM_IP1=10.99.0.2 RDMA_VM_GID_INDEX=<RoCEv2 GID index of rxe0>
+#       RDMA_VM_SIW_IP0=10.99.2.1 RDMA_VM_SIW_IP1=10.99.2.2
 #
 # Exit code: the job's; 124 = timeout; 125 = the VM produced no result;
 #            2 = usage error.
@@ -76,7 +79,7 @@ else
   cp "$SCRIPT" "$VM_JOB/.vm/job.sh"
 fi
 { printf 'args=('; [ $# -gt 0 ] && printf '%q ' "$@"; printf ')\n'; } > "$VM_JOB/.vm/args"
-printf 'VM_NET=veth\nVM_IP0=10.99.0.1\nVM_IP1=10.99.0.2\n' > "$VM_JOB/.vm/config"
+printf 'VM_NET=veth\nVM_IP0=10.99.0.1\nVM_IP1=10.99.0.2\nVM_SIW_IP0=10.99.2.1\nVM_SIW_IP1=10.99.2.2\n' > "$VM_JOB/.vm/config"
 vm_add_files "$VM_JOB" "${FILES[@]}"
 
 # Run qemu in the background and wait for it: bash runs traps (Ctrl-C, TERM

@@ -140,6 +140,58 @@ if [ ! -e "$KDIR/ready" ]; then
   fi
 fi
 
+# ---- 3c. siw.ko (soft-iWARP), built out of tree
+# Debian's kernel has CONFIG_RDMA_SIW unset, so the VM would have rxe only.
+# Build siw.ko from the linux-source-6.1 package that matches the kernel,
+# against its linux-headers, install it as updates/siw.ko in the cached
+# module tree (the guest's /lib/modules/<kver>) and depmod. Once per kernel
+# per machine: about 140 MB to download and a 15 s build, then nothing.
+SIW_KO=$MODDIR/updates/siw.ko
+build_siw() {
+  local hdr=/usr/src/linux-headers-$KVER ver tmp src
+  if [ ! -e "$hdr/Makefile" ]; then
+    [ "$(id -u)" = 0 ] || die "siw.ko needs linux-headers-$KVER to build (run this script once as root)"
+    log "installing linux-headers-$KVER (to build siw.ko)"
+    if ! apt-get install -y -qq --no-install-recommends "linux-headers-$KVER" make >&2; then
+      apt_update_once
+      apt-get install -y -qq --no-install-recommends "linux-headers-$KVER" make >&2 ||
+        die "apt-get install linux-headers-$KVER failed"
+    fi
+  fi
+  # The source of the very kernel package; the newest linux-source-6.1
+  # when the archive no longer has that version (siw changes little
+  # within 6.1, and it is built against the right headers either way).
+  ver=$(apt-cache show "linux-image-$KVER" 2>/dev/null | sed -n 's/^Version: //p' | head -n1) || true
+  tmp=$(mktemp -d "$CACHE/.siw.XXXXXX")
+  trap 'rm -rf "$tmp"' EXIT
+  dls() { (cd "$tmp" && apt-get download -qq -o APT::Sandbox::User="$(id -un)" "$1" >&2); }
+  log "downloading linux-source-6.1${ver:+=$ver} (to build siw.ko)"
+  if ! { [ -n "$ver" ] && dls "linux-source-6.1=$ver"; }; then
+    [ "$(id -u)" = 0 ] && apt_update_once
+    if ! { [ -n "$ver" ] && dls "linux-source-6.1=$ver"; }; then
+      log "linux-source-6.1${ver:+=$ver} is not in the archive; using the newest"
+      dls linux-source-6.1 || die "apt-get download linux-source-6.1 failed"
+    fi
+  fi
+  # Only drivers/infiniband/sw/siw of the 140 MB tarball, streamed.
+  dpkg-deb --fsys-tarfile "$tmp"/linux-source-6.1_*.deb | tar -xO ./usr/src/linux-source-6.1.tar.xz |
+    tar -xJ -C "$tmp" linux-source-6.1/drivers/infiniband/sw/siw || die "cannot extract siw from linux-source-6.1"
+  rm -f "$tmp"/*.deb
+  src=$tmp/linux-source-6.1/drivers/infiniband/sw/siw
+  log "building siw.ko"
+  make -s -C "$hdr" M="$src" CONFIG_RDMA_SIW=m modules >&2 || die "building siw.ko failed"
+  install -D -m 644 "$src/siw.ko" "$SIW_KO"
+  depmod -b "$KDIR/kernel" "$KVER"
+  rm -rf "$tmp"
+  trap - EXIT
+  touch "$KDIR/siw-ready"
+  log "siw.ko built and installed in $(dirname "$SIW_KO")"
+}
+if [ ! -e "$KDIR/siw-ready" ] || [ ! -e "$SIW_KO" ]; then
+  with_lock
+  if [ ! -e "$KDIR/siw-ready" ] || [ ! -e "$SIW_KO" ]; then build_siw; fi
+fi
+
 # ---- 3b. uncompressed kernel for direct PVH boot
 # Under TCG, decompressing the xz bzImage (plus firmware setup) costs ~4 s of
 # every boot. The kernel is built with CONFIG_PVH, so qemu can load the ELF
