@@ -3,7 +3,6 @@ package rdma_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"expvar"
 	"net"
 	"os"
@@ -100,34 +99,6 @@ func TestDialErrors(t *testing.T) {
 	require.ErrorIs(t, err, rdma.ErrPeerClosed)
 	assert.NotErrorIs(t, err, context.DeadlineExceeded)
 	assert.NotErrorIs(t, err, os.ErrDeadlineExceeded)
-}
-
-// Rule: Dialer.Timeout bounds a dial as net.Dialer's does: a listener
-// that never answers the handshake ends the dial with an error matching
-// context.DeadlineExceeded, in about the timeout.
-func TestDialerTimeout(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close() // silent: never answers
-		}
-	}()
-	d := rdma.Dialer{Options: []rdma.Option{rdma.WithProvider(rdma.ProviderSoft)}, Timeout: 200 * time.Millisecond}
-	start := time.Now()
-	_, err = d.DialContext(context.Background(), "rdma", ln.Addr().String())
-	require.Error(t, err)
-	require.True(t, errors.Is(err, context.DeadlineExceeded), "%v", err)
-	assert.Less(t, time.Since(start), 5*time.Second)
-
-	d.Timeout = -time.Second
-	_, err = d.DialContext(context.Background(), "rdma", ln.Addr().String())
-	require.ErrorIs(t, err, rdma.ErrInvalid)
 }
 
 // Rule: a connection's and an engine's counters count what was issued,

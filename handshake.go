@@ -24,7 +24,7 @@ import (
 
 const (
 	handshakeMagic   = "GO-RDMA\x00"
-	handshakeVersion = 5
+	handshakeVersion = 6
 	maxReason        = 512
 )
 
@@ -55,7 +55,10 @@ type hello struct {
 	// credits it gives there. Zero on connections without credits.
 	CreditAddr uint64
 	CreditRKey uint32
-	_          [4]byte
+	RecvWindow uint32 // the sender's Conn.RecvWindow
+	// The application protocol the sender speaks on the connection
+	// (WithProtocol), NUL-padded; all zero for the plain async API.
+	Protocol [maxProtocol]byte
 }
 
 func providerName(b [8]byte) string {
@@ -185,6 +188,9 @@ func dialHandshake(ctx context.Context, eng *engine, cfg config, tc net.Conn) (*
 		err = sameProvider(eng, peer)
 	}
 	if err == nil {
+		err = sameProtocol(cfg.protocol, peer, true)
+	}
+	if err == nil {
 		err = c.connect(br, &me, peer, release)
 	}
 	if err != nil {
@@ -211,10 +217,13 @@ const ctrlReadBuffer = 512
 // dialer's hello, and refuses (telling the dialer why) a hello it cannot
 // serve. Nothing costly exists yet: no queue pair, no receive, no
 // registered memory.
-func readPeerHello(eng *engine, tc net.Conn, br *bufio.Reader) (*hello, error) {
+func readPeerHello(eng *engine, cfg *config, tc net.Conn, br *bufio.Reader) (*hello, error) {
 	peer, err := readHello(br)
 	if err == nil {
 		err = sameProvider(eng, peer)
+	}
+	if err == nil {
+		err = sameProtocol(cfg.protocol, peer, false)
 	}
 	if err != nil {
 		writeRefusal(tc, err.Error())
@@ -296,7 +305,8 @@ func (c *Conn) prepare() (hello, error) {
 	}
 	c.gidIndex = uint8(gid.Index)
 	me := hello{QPN: c.qp.QPN(), PSN: randPSN(), LID: eng.port.LID, MTU: uint8(eng.port.ActiveMTU), GID: gid.GID,
-		RecvDepth: uint32(c.recvCap()), MaxMsg: uint32(cfg.maxMsg)}
+		RecvDepth: uint32(c.recvCap()), MaxMsg: uint32(cfg.maxMsg), RecvWindow: uint32(c.RecvWindow())}
+	copy(me.Protocol[:], cfg.protocol)
 	if c.cr.cw.mr != nil {
 		me.CreditAddr, me.CreditRKey = c.cr.cw.mr.Addr(), c.cr.cw.mr.RKey()
 	}

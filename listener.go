@@ -64,6 +64,9 @@ func Listen(network, address string, opts ...Option) (*Listener, error) {
 // shared engine of the device that serves the listening address.
 func listen(eng *engine, cfg config, address string) (*Listener, error) {
 	const network = "rdma"
+	if err := cfg.checkProtocol(); err != nil {
+		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
+	}
 	if err := cfg.checkSecurity(false); err != nil {
 		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
 	}
@@ -162,7 +165,7 @@ func (l *Listener) serve(tc net.Conn, e *list.Element, slots chan struct{}) {
 		tc = t
 	}
 	br := bufio.NewReaderSize(tc, ctrlReadBuffer)
-	peer, err := readPeerHello(l.eng, tc, br)
+	peer, err := readPeerHello(l.eng, &l.cfg, tc, br)
 	l.dropWaiting(e)
 	refused := false
 	if err == nil {

@@ -17,12 +17,10 @@ import (
 func TestMain(m *testing.M) {
 	// The roles the tests start this binary in, as a second process.
 	testchild.Main(map[string]func() int{
-		"dialer":        dialerChild,
-		"many":          manyChild,
-		"hold":          holdChild,
-		"nolib":         noLibChild,
-		"stream-writer": streamWriterChild,
-		"stream-sink":   streamSinkChild,
+		"dialer": dialerChild,
+		"many":   manyChild,
+		"hold":   holdChild,
+		"nolib":  noLibChild,
 	})
 	// A Buffer a test never releases fails the run (exit 99) and is
 	// reported with the place that allocated it.

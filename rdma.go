@@ -79,6 +79,7 @@ type config struct {
 	handler        RecvHandler   // messages go to it instead of Recv
 	handlerWorkers int           // RecvHandler calls an engine runs at once; 0: 4 × GOMAXPROCS
 	log            *slog.Logger  // lifecycle and device events (events.go); nil: none
+	protocol       string        // the application protocol named in the hello (protocol.go)
 
 	// Who may connect (tls.go).
 	tls         *tls.Config          // the handshake and control channel over TLS; nil: plain TCP

@@ -306,3 +306,13 @@ func (c *Conn) unpost(i int) {
 		}
 	}
 }
+
+// isClosedChan reports whether c is closed, without blocking.
+func isClosedChan(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}

@@ -91,7 +91,7 @@ if [ "${SKIP_VM:-0}" = 1 ]; then
 fi
 
 # Packages whose tests run on the rxe device in the VM.
-VM_PKGS=(. internal/ibv internal/conformance cmd/examples/quickstart cmd/rdmacat)
+VM_PKGS=(. stream internal/ibv internal/conformance cmd/examples/quickstart cmd/rdmacat)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 bindir=$work/vmbin

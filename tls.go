@@ -88,12 +88,6 @@ func (c *Conn) ConnectionState() (state tls.ConnectionState, ok bool) {
 	return tc.ConnectionState(), true
 }
 
-// ConnectionState is the state of the TLS session of the stream's RDMA
-// connection (Conn.ConnectionState); ok is false without TLS.
-func (s *StreamConn) ConnectionState() (state tls.ConnectionState, ok bool) {
-	return s.c.ConnectionState()
-}
-
 // checkSecurity refuses option combinations that cannot work, on Dial
 // (dialing) or Listen.
 func (c *config) checkSecurity(dialing bool) error {

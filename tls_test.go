@@ -12,8 +12,6 @@ import (
 	"io"
 	"math/big"
 	"net"
-	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -321,63 +319,3 @@ func TestTLSSilentPeer(t *testing.T) {
 		t.Fatal("the listener kept a silent socket")
 	}
 }
-
-// Rule: the stream runs over TLS too: net/http over it, with each side
-// seeing the other's verified certificate on its StreamConn.
-func TestTLSStreamHTTP(t *testing.T) { eachProvider(t, testTLSStreamHTTP) }
-
-func testTLSStreamHTTP(t *testing.T, opts []rdma.Option) {
-	p := newTestPKI(t)
-	ln, err := rdma.ListenStream("rdma", "127.0.0.1:0", append(opts, rdma.WithTLS(p.serverTLS()))...)
-	require.NoError(t, err)
-	srv := &http.Server{
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, connKey{}, c)
-		},
-	}
-	// The handler's peer comes from the StreamConn's TLS state.
-	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sc := r.Context().Value(connKey{}).(*rdma.StreamConn)
-		st, ok := sc.ConnectionState()
-		if !ok || len(st.VerifiedChains) == 0 {
-			http.Error(w, "no verified peer", http.StatusForbidden)
-			return
-		}
-		body, _ := io.ReadAll(r.Body)
-		io.WriteString(w, st.VerifiedChains[0][0].Subject.CommonName+": "+strings.ToUpper(string(body)))
-	})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-
-	var mu sync.Mutex
-	var conns []*rdma.StreamConn
-	d := &rdma.Dialer{Options: append(opts, rdma.WithTLS(p.clientTLS(p.client)))}
-	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, "rdma", addr)
-		if err == nil {
-			mu.Lock()
-			conns = append(conns, c.(*rdma.StreamConn))
-			mu.Unlock()
-		}
-		return c, err
-	}}
-	client := &http.Client{Transport: tr, Timeout: 20 * time.Second}
-	for range 3 {
-		resp, err := client.Post("http://"+ln.Addr().String()+"/", "text/plain", strings.NewReader("over tls"))
-		require.NoError(t, err)
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		require.NoError(t, err)
-		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
-		assert.Equal(t, "client: OVER TLS", string(body))
-	}
-	mu.Lock()
-	require.NotEmpty(t, conns)
-	assert.Equal(t, "server", peerName(t, conns[0].ConnectionState))
-	mu.Unlock()
-	tr.CloseIdleConnections()
-	require.NoError(t, srv.Close())
-	assert.ErrorIs(t, <-served, http.ErrServerClosed)
-}
-
-type connKey struct{}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-rdma/rdma"
 	"github.com/go-rdma/rdma/rdmatest"
+	"github.com/go-rdma/rdma/stream"
 )
 
 var soft = rdma.WithProvider(rdma.ProviderSoft)
@@ -56,7 +57,7 @@ func TestStreamPair(t *testing.T) {
 	c, s := rdmatest.StreamPair(t, soft)
 	for _, dir := range []struct {
 		name     string
-		from, to *rdma.StreamConn
+		from, to *stream.Conn
 	}{{"client to server", c, s}, {"server to client", s, c}} {
 		_, err := dir.from.Write([]byte("hello"))
 		require.NoError(t, err, dir.name)
@@ -80,7 +81,7 @@ func TestCleanupLeavesNothing(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	fds := openFDs(t)
 	var c, s *rdma.Conn
-	var sc, ss *rdma.StreamConn
+	var sc, ss *stream.Conn
 	t.Run("pairs", func(t *testing.T) {
 		c, s = rdmatest.Pair(t, soft)
 		sc, ss = rdmatest.StreamPair(t, soft)

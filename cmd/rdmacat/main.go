@@ -1,5 +1,5 @@
 // Command rdmacat is netcat for RDMA: it connects standard input and
-// standard output to a go-rdma stream (rdma.DialStream, rdma.ListenStream).
+// standard output to a go-rdma stream (stream.Dial, stream.Listen).
 //
 //	rdmacat -l :9999 > out          # receive: accept one peer, write what it sends
 //	rdmacat host:9999 < in          # send: connect, send stdin
@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/stream"
 )
 
 // Exit codes.
@@ -135,7 +136,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitConn
 	}
 	defer conn.Close()
-	sc := conn.(*rdma.StreamConn)
+	sc := conn.(*stream.Conn)
 	if cfg.verbose {
 		logf("connected %v -> %v (%s provider, %s)", conn.LocalAddr(), conn.RemoteAddr(), sc.RDMAConn().Provider(), sc.RDMAConn().Device())
 	}
@@ -215,9 +216,9 @@ func connect(ctx context.Context, cfg config, logf func(string, ...any)) (net.Co
 	if !cfg.listen {
 		dctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 		defer cancel()
-		return rdma.DialStream(dctx, "rdma", cfg.addr, cfg.options()...)
+		return stream.Dial(dctx, "rdma", cfg.addr, cfg.options()...)
 	}
-	ln, err := rdma.ListenStream("rdma", cfg.addr, cfg.options()...)
+	ln, err := stream.Listen("rdma", cfg.addr, cfg.options()...)
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +226,7 @@ func connect(ctx context.Context, cfg config, logf func(string, ...any)) (net.Co
 	if cfg.verbose {
 		logf("listening on %v", ln.Addr())
 	}
-	return ln.(*rdma.StreamListener).AcceptContext(ctx)
+	return ln.(*stream.Listener).AcceptContext(ctx)
 }
 
 // pump copies src to dst until src ends. local says whether a failure

@@ -11,10 +11,11 @@ import (
 	"time"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/stream"
 )
 
-// --api=stream measures the net.Conn stream (rdma.DialStream and
-// rdma.ListenStream) with the stream's own defaults for message size and
+// --api=stream measures the net.Conn stream (stream.Dial and
+// stream.Listen) with the stream's own defaults for message size and
 // window: send_bw writes -s bytes per Write, -n times (or for -D seconds)
 // and the server reads; send_lat is a ping-pong of -s bytes.
 
@@ -54,13 +55,13 @@ func runStream(ctx context.Context, p *params) ([]result, error) {
 
 // connectStream listens (server) or dials (client) on -p+1 once the other
 // side is known to be there.
-func connectStream(ctx context.Context, p *params, o *oob) (*rdma.StreamConn, error) {
+func connectStream(ctx context.Context, p *params, o *oob) (*stream.Conn, error) {
 	addr := net.JoinHostPort(p.host, strconv.Itoa(p.port+1))
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	var c net.Conn
 	if p.host == "" {
-		ln, err := rdma.ListenStream("rdma", addr, streamOptions(p)...)
+		ln, err := stream.Listen("rdma", addr, streamOptions(p)...)
 		if err != nil {
 			return nil, err
 		}
@@ -68,7 +69,7 @@ func connectStream(ctx context.Context, p *params, o *oob) (*rdma.StreamConn, er
 		if err := o.barrier(1); err != nil { // listening
 			return nil, err
 		}
-		if c, err = ln.(*rdma.StreamListener).AcceptContext(ctx); err != nil {
+		if c, err = ln.(*stream.Listener).AcceptContext(ctx); err != nil {
 			return nil, err
 		}
 	} else {
@@ -76,17 +77,17 @@ func connectStream(ctx context.Context, p *params, o *oob) (*rdma.StreamConn, er
 			return nil, err
 		}
 		var err error
-		if c, err = rdma.DialStream(ctx, "rdma", addr, streamOptions(p)...); err != nil {
+		if c, err = stream.Dial(ctx, "rdma", addr, streamOptions(p)...); err != nil {
 			return nil, err
 		}
 	}
-	return c.(*rdma.StreamConn), nil
+	return c.(*stream.Conn), nil
 }
 
 // clientStreamBW writes the round and reports the bytes it wrote on the
 // out-of-band connection. Its figures are the writer's: a Write returns
 // once its bytes are posted, not received.
-func clientStreamBW(p *params, c *rdma.StreamConn, o *oob, size int) (result, error) {
+func clientStreamBW(p *params, c *stream.Conn, o *oob, size int) (result, error) {
 	buf := make([]byte, size)
 	m := newBWMeter(p, size)
 	start := time.Now()
@@ -139,7 +140,7 @@ type readStopper struct {
 	fired  bool // a Read has met the stopper's deadline
 }
 
-func watchStream(ctx context.Context, c *rdma.StreamConn, o *oob) *readStopper {
+func watchStream(ctx context.Context, c *stream.Conn, o *oob) *readStopper {
 	rs := &readStopper{st: o.watchStop(ctx), closed: make(chan struct{})}
 	go func() {
 		defer close(rs.closed)
@@ -152,7 +153,7 @@ func watchStream(ctx context.Context, c *rdma.StreamConn, o *oob) *readStopper {
 // stopped is for a Read that failed with err: true when the failure is
 // the stopper's deadline, after which the stop message is known; then
 // Reads get the normal timeout again.
-func (rs *readStopper) stopped(c *rdma.StreamConn, err error, timeout time.Duration) (bool, error) {
+func (rs *readStopper) stopped(c *stream.Conn, err error, timeout time.Duration) (bool, error) {
 	if !errors.Is(err, os.ErrDeadlineExceeded) {
 		return false, err
 	}
@@ -168,7 +169,7 @@ func (rs *readStopper) stopped(c *rdma.StreamConn, err error, timeout time.Durat
 }
 
 // finish waits for the stopper and clears the read deadline.
-func (rs *readStopper) finish(c *rdma.StreamConn) error {
+func (rs *readStopper) finish(c *stream.Conn) error {
 	<-rs.closed
 	if err := rs.st.wait(); err != nil {
 		return err
@@ -178,7 +179,7 @@ func (rs *readStopper) finish(c *rdma.StreamConn) error {
 
 // serveStreamBW reads until it has every byte the client says it wrote,
 // and measures from the first read to the last.
-func serveStreamBW(ctx context.Context, p *params, c *rdma.StreamConn, o *oob, size int) (result, error) {
+func serveStreamBW(ctx context.Context, p *params, c *stream.Conn, o *oob, size int) (result, error) {
 	rs := watchStream(ctx, c, o)
 	buf := make([]byte, max(size, 64<<10))
 	m := newBWMeter(p, size)
@@ -220,7 +221,7 @@ func serveStreamBW(ctx context.Context, p *params, c *rdma.StreamConn, o *oob, s
 
 // clientStreamLat is the ping-pong: write -s bytes, read -s bytes back;
 // a sample is half the round trip.
-func clientStreamLat(p *params, c *rdma.StreamConn, o *oob, size int) (result, error) {
+func clientStreamLat(p *params, c *stream.Conn, o *oob, size int) (result, error) {
 	out, in := make([]byte, size), make([]byte, size)
 	samples := make([]float64, 0, p.iters)
 	ns := cycleNS()
@@ -273,7 +274,7 @@ func clientStreamLat(p *params, c *rdma.StreamConn, o *oob, size int) (result, e
 }
 
 // serveStreamLat answers each ping with the same bytes.
-func serveStreamLat(ctx context.Context, p *params, c *rdma.StreamConn, o *oob, size int) (result, error) {
+func serveStreamLat(ctx context.Context, p *params, c *stream.Conn, o *oob, size int) (result, error) {
 	rs := watchStream(ctx, c, o)
 	buf := make([]byte, size)
 	answered := 0

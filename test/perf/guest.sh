@@ -12,7 +12,7 @@
 #   R RUN TEST TOOL SIZE min max typical avg stdev p99 p999     (latency)
 # TOOL is perftest, verbs (rdmaperf --api=verbs), async (--api=async),
 # async_unlocked (--api=async --poller_lock=false, latency tests only), or
-# stream (--api=stream, the net.Conn of rdma.DialStream: send_bw and
+# stream (--api=stream, the net.Conn of stream.Dial: send_bw and
 # send_lat only, with the stream's own window: no -t/-l/-Q/-r). With
 # /job/rdmaperf.base (compare.sh -B), async@base and stream@base are the
 # same points of the base revision's rdmaperf, right after the work

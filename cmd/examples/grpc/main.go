@@ -1,6 +1,6 @@
 // Command grpc runs gRPC over RDMA: the server is a grpc.Server serving
-// an rdma.ListenStream listener, and the client dials through
-// grpc.WithContextDialer with rdma.Dialer. The service is written by hand
+// an stream.Listen listener, and the client dials through
+// grpc.WithContextDialer with stream.Dialer. The service is written by hand
 // (no protoc): its messages are raw bytes, carried by a codec that passes
 // them as they are.
 //
@@ -30,7 +30,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/stream"
 )
 
 func main() {
@@ -141,7 +141,7 @@ var serviceDesc = grpc.ServiceDesc{
 
 // runServer serves until ctx ends. ready, if not nil, gets the address.
 func runServer(ctx context.Context, addr string, ready chan<- net.Addr) error {
-	ln, err := rdma.ListenStream("rdma", addr)
+	ln, err := stream.Listen("rdma", addr)
 	if err != nil {
 		return err
 	}
@@ -164,7 +164,7 @@ func runServer(ctx context.Context, addr string, ready chan<- net.Addr) error {
 }
 
 func runClient(ctx context.Context, addr string, n int, out io.Writer) error {
-	d := &rdma.Dialer{}
+	d := &stream.Dialer{}
 	cc, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {

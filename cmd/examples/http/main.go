@@ -1,6 +1,6 @@
 // Command http runs net/http over RDMA: the server is an ordinary
-// http.Server serving an rdma.ListenStream listener, and the client an
-// ordinary http.Client whose Transport dials with rdma.Dialer. Nothing
+// http.Server serving a stream.Listen listener, and the client an
+// ordinary http.Client whose Transport dials with stream.Dialer. Nothing
 // else changes.
 //
 //	http -serve :8080                 # serve until SIGINT or SIGTERM
@@ -28,7 +28,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/stream"
 )
 
 func main() {
@@ -86,7 +86,7 @@ func handler() http.Handler {
 
 // runServer serves until ctx ends. ready, if not nil, gets the address.
 func runServer(ctx context.Context, addr string, ready chan<- net.Addr) error {
-	ln, err := rdma.ListenStream("rdma", addr)
+	ln, err := stream.Listen("rdma", addr)
 	if err != nil {
 		return err
 	}
@@ -113,7 +113,7 @@ func runServer(ctx context.Context, addr string, ready chan<- net.Addr) error {
 }
 
 func runClient(ctx context.Context, addr string, n int, out io.Writer) error {
-	tr := &http.Transport{DialContext: (&rdma.Dialer{}).DialContext}
+	tr := &http.Transport{DialContext: (&stream.Dialer{}).DialContext}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 	base := "http://" + addr

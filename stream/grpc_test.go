@@ -1,4 +1,4 @@
-package rdma_test
+package stream_test
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/stream"
 )
 
 // A gRPC service written by hand (no protoc): messages are raw bytes
@@ -124,7 +125,7 @@ func testStreamGRPC(t *testing.T, opts []rdma.Option) {
 	if inVM() {
 		total = 4 << 20
 	}
-	ln, err := rdma.ListenStream("rdma", "127.0.0.1:0", opts...)
+	ln, err := stream.Listen("rdma", "127.0.0.1:0", opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func testStreamGRPC(t *testing.T, opts []rdma.Option) {
 		}
 	}()
 
-	d := &rdma.Dialer{Options: opts}
+	d := &stream.Dialer{Options: opts}
 	cc, err := grpc.NewClient("passthrough:///"+ln.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {

@@ -1,4 +1,4 @@
-package rdma_test
+package stream_test
 
 import (
 	"context"
@@ -6,12 +6,12 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/stream"
 )
 
 // A stream is a net.Conn: an echo server and a client, as with TCP.
-func ExampleDialStream() {
-	ln, err := rdma.ListenStream("rdma", "127.0.0.1:0")
+func ExampleDial() {
+	ln, err := stream.Listen("rdma", "127.0.0.1:0")
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -26,14 +26,14 @@ func ExampleDialStream() {
 		io.Copy(c, c) // echo until the client half-closes
 	}()
 
-	c, err := rdma.DialStream(context.Background(), "rdma", ln.Addr().String())
+	c, err := stream.Dial(context.Background(), "rdma", ln.Addr().String())
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer c.Close()
 	c.Write([]byte("hello over RDMA"))
-	c.(*rdma.StreamConn).CloseWrite() // the server reads io.EOF
+	c.(*stream.Conn).CloseWrite() // the server reads io.EOF
 	reply, err := io.ReadAll(c)
 	fmt.Printf("%s, %v\n", reply, err)
 	// Output: hello over RDMA, <nil>
@@ -41,7 +41,7 @@ func ExampleDialStream() {
 
 // net/http needs only the listener and the dialer swapped.
 func ExampleDialer() {
-	ln, err := rdma.ListenStream("rdma", ":8080")
+	ln, err := stream.Listen("rdma", ":8080")
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -51,7 +51,7 @@ func ExampleDialer() {
 	}))
 
 	client := &http.Client{Transport: &http.Transport{
-		DialContext: (&rdma.Dialer{}).DialContext,
+		DialContext: (&stream.Dialer{}).DialContext,
 	}}
 	resp, err := client.Get("http://server:8080/")
 	if err != nil {

@@ -1,7 +1,6 @@
-package rdma
+package stream
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 )
 
 // The fuzz input is a script: records of one op byte and its operands.
@@ -54,8 +52,8 @@ func runStreamScript(t testing.TB, script []byte) {
 			before := st.outstanding
 			kind, err := st.onMessage(binary.BigEndian.Uint32(h), op&4 != 0, payload)
 			if err != nil {
-				if !errors.Is(err, ErrStreamProtocol) {
-					t.Fatalf("error %v does not wrap ErrStreamProtocol", err)
+				if !errors.Is(err, ErrProtocol) {
+					t.Fatalf("error %v does not wrap ErrProtocol", err)
 				}
 				return // the stream is dead
 			}
@@ -99,7 +97,7 @@ func runStreamScript(t testing.TB, script []byte) {
 	}
 }
 
-func FuzzStreamFrames(f *testing.F) {
+func FuzzFrames(f *testing.F) {
 	for _, s := range streamFuzzSeeds() {
 		f.Add(s.data)
 	}
@@ -112,7 +110,7 @@ type streamSeed struct {
 }
 
 // streamFuzzSeeds are the seed corpus, also checked in under
-// testdata/fuzz/FuzzStreamFrames (TestStreamFuzzSeeds keeps them equal).
+// testdata/fuzz/FuzzFrames (TestStreamFuzzSeeds keeps them equal).
 func streamFuzzSeeds() []streamSeed {
 	msg := func(kind uint8, credits int, hasImm bool, payload []byte) []byte {
 		op := byte(0)
@@ -158,7 +156,7 @@ func streamFuzzSeeds() []streamSeed {
 }
 
 func TestStreamFuzzSeeds(t *testing.T) {
-	dir := filepath.Join("testdata", "fuzz", "FuzzStreamFrames")
+	dir := filepath.Join("testdata", "fuzz", "FuzzFrames")
 	for _, s := range streamFuzzSeeds() {
 		runStreamScript(t, s.data)
 		want := fmt.Sprintf("go test fuzz v1\n[]byte(%s)\n", strconv.Quote(string(s.data)))
@@ -207,72 +205,8 @@ func TestStreamStateRules(t *testing.T) {
 			if err != nil {
 				t.Errorf("%s: %v", s.name, err)
 			}
-		} else if !errors.Is(err, ErrStreamProtocol) {
+		} else if !errors.Is(err, ErrProtocol) {
 			t.Errorf("%s: %v, want a protocol error", s.name, err)
 		}
-	}
-}
-
-// TestStreamRecvSlack: while its peer sends, whichever way messages are
-// taken (from the ready queue, or by a waiting Recv), a Conn accounts for
-// every credit of its depth (out, held, or taken and not given back
-// yet), gives them back at once when the peer has none, and never has
-// fewer out or held than its depth less recvSlack. The stream's window
-// relies on it to never wait for credits.
-func TestStreamRecvSlack(t *testing.T) {
-	for _, depth := range []int{5, 8, 15, 16, 17, 32, 64, 100} {
-		t.Run(strconv.Itoa(depth), func(t *testing.T) {
-			opts := []Option{WithProvider(ProviderSoft), WithQueueDepth(8, depth)}
-			ln, err := Listen("rdma", "127.0.0.1:0", opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			acc := make(chan *Conn, 1)
-			go func() { c, _ := ln.Accept(ctx); acc <- c }()
-			c, err := Dial(ctx, "rdma", ln.Addr().String(), opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			s := <-acc
-			if s == nil {
-				t.Fatal("accept failed")
-			}
-			defer s.Close()
-			buf, _ := c.Alloc(8)
-			defer buf.Release()
-			for i := 0; i < 3*depth; i++ {
-				var f *Future
-				if i%3 == 0 {
-					f = s.Recv() // a waiter: the message resolves it
-				}
-				if err := c.Send(buf).Wait(ctx); err != nil {
-					t.Fatal(err)
-				}
-				if f == nil {
-					// The message waits in ready, or is about to.
-					f = s.Recv()
-				}
-				if err := f.Wait(ctx); err != nil {
-					t.Fatal(err)
-				}
-				f.Buffer().Release()
-				s.rq.rmu.Lock()
-				out, held, taken := int(s.cr.creditOut.Load()), int(s.cr.creditHeld.Load()), int(s.cr.creditTaken.Load())
-				s.rq.rmu.Unlock()
-				if out+held+taken != depth {
-					t.Fatalf("after %d messages: %d credits out, %d messages held, %d taken: want %d in all", i+1, out, held, taken, depth)
-				}
-				if out == 0 && taken > 0 {
-					t.Fatalf("after %d messages: the peer has no credit and %d are not given back", i+1, taken)
-				}
-				if out+held < depth-recvSlack(depth) {
-					t.Fatalf("after %d messages: %d credits out or messages held, want at least %d - %d", i+1, out+held, depth, recvSlack(depth))
-				}
-			}
-		})
 	}
 }

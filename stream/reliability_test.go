@@ -1,4 +1,4 @@
-package rdma_test
+package stream_test
 
 import (
 	"bytes"
@@ -21,6 +21,7 @@ import (
 	"github.com/go-rdma/rdma"
 	"github.com/go-rdma/rdma/internal/testchild"
 	"github.com/go-rdma/rdma/rdmatest"
+	"github.com/go-rdma/rdma/stream"
 )
 
 // streamWriterChild is the child of TestStreamPeerKilled: it dials
@@ -29,7 +30,7 @@ import (
 func streamWriterChild() int {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := rdma.DialStream(ctx, "rdma", os.Getenv("RDMA_TEST_ADDR"), rdma.WithProvider(os.Getenv("RDMA_TEST_PROVIDER")))
+	c, err := stream.Dial(ctx, "rdma", os.Getenv("RDMA_TEST_ADDR"), rdma.WithProvider(os.Getenv("RDMA_TEST_PROVIDER")))
 	if err != nil {
 		fmt.Println("dial:", err)
 		return 1
@@ -55,14 +56,14 @@ func streamWriterChild() int {
 func TestStreamPeerKilled(t *testing.T) { eachProvider(t, testStreamPeerKilled) }
 
 func testStreamPeerKilled(t *testing.T, opts []rdma.Option) {
-	l, err := rdma.ListenStream("rdma", "127.0.0.1:0", opts...)
+	l, err := stream.Listen("rdma", "127.0.0.1:0", opts...)
 	require.NoError(t, err)
-	ln := l.(*rdma.StreamListener)
+	ln := l.(*stream.Listener)
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	child := testchild.Start(ctx, t, "stream-writer", "RDMA_TEST_ADDR="+ln.Addr().String(),
-		"RDMA_TEST_PROVIDER="+ln.Listener().Provider())
+		"RDMA_TEST_PROVIDER="+ln.RDMAListener().Provider())
 	c, err := ln.AcceptContext(ctx)
 	require.NoError(t, err)
 	defer c.Close()
@@ -271,11 +272,11 @@ func testStreamManyConns(t *testing.T, opts []rdma.Option) {
 	fds := countFDs(t)
 	ignore := goleak.IgnoreCurrent()
 
-	ln, err := rdma.ListenStream("rdma", "127.0.0.1:0", opts...)
+	ln, err := stream.Listen("rdma", "127.0.0.1:0", opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sl := ln.(*rdma.StreamListener)
+	sl := ln.(*stream.Listener)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	accepted := make(chan net.Conn)
@@ -291,7 +292,7 @@ func testStreamManyConns(t *testing.T, opts []rdma.Option) {
 	}()
 	msg := []byte("ping")
 	for i := 0; i < n; i++ {
-		c, err := rdma.DialStream(ctx, "rdma", ln.Addr().String(), opts...)
+		c, err := stream.Dial(ctx, "rdma", ln.Addr().String(), opts...)
 		if err != nil {
 			t.Fatalf("dial %d: %v", i, err)
 		}
@@ -314,11 +315,11 @@ func testStreamManyConns(t *testing.T, opts []rdma.Option) {
 			s.Close()
 			c.Close()
 		}
-		if st := c.(*rdma.StreamConn).RDMAConn().PoolStats(); st.BuffersInUse != 0 {
+		if st := c.(*stream.Conn).RDMAConn().PoolStats(); st.BuffersInUse != 0 {
 			t.Fatalf("conn %d: %d buffers of the dialer's pool in use after close", i, st.BuffersInUse)
 		}
 	}
-	if st := sl.Listener().PoolStats(); st.BuffersInUse != 0 {
+	if st := sl.RDMAListener().PoolStats(); st.BuffersInUse != 0 {
 		t.Errorf("%d buffers of the listener's pool in use after %d conns", st.BuffersInUse, n)
 	}
 	ln.Close()
@@ -349,12 +350,12 @@ func TestStreamGarbage(t *testing.T) { eachProvider(t, testStreamGarbage) }
 func testStreamGarbage(t *testing.T, opts []rdma.Option) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ln, err := rdma.ListenStream("rdma", "127.0.0.1:0", opts...)
+	ln, err := stream.Listen("rdma", "127.0.0.1:0", opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	sl := ln.(*rdma.StreamListener)
+	sl := ln.(*stream.Listener)
 
 	// 1. A raw TCP client sends junk to the listener: it is refused and
 	// disconnected; Accept does not return it.
@@ -373,7 +374,7 @@ func testStreamGarbage(t *testing.T, opts []rdma.Option) {
 		t.Errorf("junk client got %q, want a refusal", answer)
 	}
 
-	// 2. A raw TCP server answers junk to DialStream.
+	// 2. A raw TCP server answers junk to Dial.
 	junk, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -388,18 +389,34 @@ func testStreamGarbage(t *testing.T, opts []rdma.Option) {
 		c.Write([]byte("SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n" + strings.Repeat("x", 200)))
 		io.Copy(io.Discard, c)
 	}()
-	_, err = rdma.DialStream(ctx, "rdma", junk.Addr().String(), opts...)
+	_, err = stream.Dial(ctx, "rdma", junk.Addr().String(), opts...)
 	var oe *net.OpError
 	if !errors.Is(err, rdma.ErrNotRDMA) || !errors.As(err, &oe) || oe.Op != "dial" {
-		t.Errorf("DialStream to a junk server: %v", err)
+		t.Errorf("Dial to a junk server: %v", err)
 	}
 
-	// 3. A go-rdma peer that uses the async API but not the stream sends
-	// a message that is no stream hello: the stream's Read fails with a
-	// protocol error, and the peer's connection ends.
+	// 3. A go-rdma peer of the plain async API is refused at its dial,
+	// with an error that names both protocols; so is a stream dial to a
+	// plain listener.
+	_, err = rdma.Dial(ctx, "rdma", ln.Addr().String(), opts...)
+	require.ErrorIs(t, err, rdma.ErrRefused)
+	assert.Contains(t, err.Error(), `the dialer speaks the plain async API (no protocol), this listener protocol "`+stream.Protocol+`"`)
+	plain, err := rdma.Listen("rdma", "127.0.0.1:0", opts...)
+	require.NoError(t, err)
+	defer plain.Close()
+	_, err = stream.Dial(ctx, "rdma", plain.Addr().String(), opts...)
+	require.ErrorIs(t, err, rdma.ErrRefused)
+	assert.Contains(t, err.Error(), `the dialer speaks protocol "`+stream.Protocol+`", this listener the plain async API (no protocol)`)
+	var oe2 *net.OpError
+	require.ErrorAs(t, err, &oe2)
+	assert.Equal(t, "dial", oe2.Op)
+
+	// 4. A peer that claims the stream's protocol but sends a message
+	// that is no stream hello: the stream's Read fails with a protocol
+	// error, and the peer's connection ends at once, telling it why.
 	acc := make(chan net.Conn, 1)
 	go func() { c, _ := sl.AcceptContext(ctx); acc <- c }()
-	raw, err := rdma.Dial(ctx, "rdma", ln.Addr().String(), opts...)
+	raw, err := rdma.Dial(ctx, "rdma", ln.Addr().String(), append(opts, rdma.WithProtocol(stream.Protocol))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +434,7 @@ func testStreamGarbage(t *testing.T, opts []rdma.Option) {
 	b.Release()
 	s.SetReadDeadline(time.Now().Add(20 * time.Second))
 	_, err = s.Read(make([]byte, 100))
-	if !errors.Is(err, rdma.ErrStreamProtocol) || !errors.Is(err, syscall.ECONNRESET) {
+	if !errors.Is(err, stream.ErrProtocol) || !errors.Is(err, syscall.ECONNRESET) {
 		t.Errorf("stream Read from a non-stream peer: %v", err)
 	}
 	for {
@@ -430,10 +447,12 @@ func testStreamGarbage(t *testing.T, opts []rdma.Option) {
 		}
 		f.Buffer().Release() // the stream's hello
 	}
+	require.ErrorIs(t, raw.Err(), rdma.ErrPeerClosed)
+	assert.Contains(t, raw.Err().Error(), "stream protocol error", "the abort carries the reason")
 
-	// 4. The listener still serves streams.
+	// 5. The listener still serves streams.
 	go func() { c, _ := sl.AcceptContext(ctx); acc <- c }()
-	c2, err := rdma.DialStream(ctx, "rdma", ln.Addr().String(), opts...)
+	c2, err := stream.Dial(ctx, "rdma", ln.Addr().String(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,7 +472,7 @@ func testStreamGarbage(t *testing.T, opts []rdma.Option) {
 // TestStreamListenerClose: Close unblocks Accept with an error wrapping
 // net.ErrClosed; the API refuses other networks.
 func TestStreamListenerClose(t *testing.T) {
-	ln, err := rdma.ListenStream("rdma", "127.0.0.1:0", rdma.WithProvider(rdma.ProviderSoft))
+	ln, err := stream.Listen("rdma", "127.0.0.1:0", rdma.WithProvider(rdma.ProviderSoft))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,19 +490,24 @@ func TestStreamListenerClose(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Close did not unblock Accept")
 	}
-	if _, err := rdma.ListenStream("tcp", "127.0.0.1:0"); !errors.Is(err, rdma.ErrInvalid) {
-		t.Errorf("ListenStream over tcp: %v", err)
+	if _, err := stream.Listen("tcp", "127.0.0.1:0"); !errors.Is(err, rdma.ErrInvalid) {
+		t.Errorf("Listen over tcp: %v", err)
 	}
-	if _, err := rdma.DialStream(context.Background(), "udp", "127.0.0.1:1"); !errors.Is(err, rdma.ErrInvalid) {
-		t.Errorf("DialStream over udp: %v", err)
+	if _, err := stream.Dial(context.Background(), "udp", "127.0.0.1:1"); !errors.Is(err, rdma.ErrInvalid) {
+		t.Errorf("Dial over udp: %v", err)
 	}
-	if _, err := (&rdma.Dialer{}).DialContext(context.Background(), "unix", "/x"); !errors.Is(err, rdma.ErrInvalid) {
+	if _, err := (&stream.Dialer{}).DialContext(context.Background(), "unix", "/x"); !errors.Is(err, rdma.ErrInvalid) {
 		t.Errorf("Dialer over unix: %v", err)
 	}
-	if _, err := rdma.ListenStream("rdma", "127.0.0.1:0", rdma.WithQueueDepth(64, 4)); !errors.Is(err, rdma.ErrInvalid) {
-		t.Errorf("ListenStream with 4 receives: %v", err)
+	if _, err := stream.Listen("rdma", "127.0.0.1:0", rdma.WithQueueDepth(64, 4)); !errors.Is(err, rdma.ErrInvalid) {
+		t.Errorf("Listen with 4 receives: %v", err)
 	}
-	if _, err := rdma.DialStream(context.Background(), "rdma", "127.0.0.1:1", rdma.WithQueueDepth(4, 64)); !errors.Is(err, rdma.ErrInvalid) {
-		t.Errorf("DialStream with a send queue of 4: %v", err)
+	// The dialer's depths are checked once connected (they are the
+	// rdma.Conn's); the listener goes on.
+	ln, err = stream.Listen("rdma", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	if _, err := stream.Dial(context.Background(), "rdma", ln.Addr().String(), rdma.WithQueueDepth(4, 64)); !errors.Is(err, rdma.ErrInvalid) {
+		t.Errorf("Dial with a send queue of 4: %v", err)
 	}
 }

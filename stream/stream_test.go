@@ -1,4 +1,4 @@
-package rdma_test
+package stream_test
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-rdma/rdma"
 	"github.com/go-rdma/rdma/rdmatest"
+	"github.com/go-rdma/rdma/stream"
 )
 
 // inVM reports whether the tests run in the emulated VM, where sizes are
@@ -29,7 +30,7 @@ func inVM() bool { return os.Getenv("RDMA_VM") == "1" }
 // each pair at the end of its subtest.
 func makeStreamPipe(opts []rdma.Option) nettest.MakePipe {
 	return func() (c1, c2 net.Conn, stop func(), err error) {
-		ln, err := rdma.ListenStream("rdma", "127.0.0.1:0", opts...)
+		ln, err := stream.Listen("rdma", "127.0.0.1:0", opts...)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -42,10 +43,10 @@ func makeStreamPipe(opts []rdma.Option) nettest.MakePipe {
 		}
 		ch := make(chan res, 1)
 		go func() {
-			c, err := ln.(*rdma.StreamListener).AcceptContext(ctx)
+			c, err := ln.(*stream.Listener).AcceptContext(ctx)
 			ch <- res{c, err}
 		}()
-		c1, err = rdma.DialStream(ctx, "rdma", ln.Addr().String(), opts...)
+		c1, err = stream.Dial(ctx, "rdma", ln.Addr().String(), opts...)
 		r := <-ch
 		if err != nil || r.err != nil {
 			if c1 != nil {
@@ -179,7 +180,7 @@ func TestStreamSmallWindow(t *testing.T) {
 				}
 				var wg sync.WaitGroup
 				errs := make(chan error, 4)
-				for _, p := range [][2]*rdma.StreamConn{{c, s}, {s, c}} {
+				for _, p := range [][2]*stream.Conn{{c, s}, {s, c}} {
 					w, r := p[0], p[1]
 					data := make([]byte, size)
 					for i := range data {

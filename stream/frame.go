@@ -1,4 +1,4 @@
-package rdma
+package stream
 
 import (
 	"encoding/binary"
@@ -18,16 +18,16 @@ import (
 // and version). Each side sends its hello first, so a peer that speaks
 // the async API but not the stream is caught at its first message.
 //
-// Flow control counts messages. The receiver keeps RecvDepth receives
-// posted, less the slack of its Conn, which re-posts taken receives in
-// batches (recvSlack); a sender may have at most
-// window = RecvDepth - streamReserve - recvSlack(RecvDepth) data messages
-// that the receiving application has not consumed. The reserve covers what
-// is not data: the hello, the fin, and the credit-only messages still
-// unread, of which there are at most four because each carries at least
+// Flow control counts messages. The receiver's Conn keeps its
+// RecvWindow of messages coming without a credit wait (rdma.Conn
+// documents it; the peer learns it as SendWindow); a sender may have at
+// most window = SendWindow - streamReserve data messages that the
+// receiving application has not consumed. The reserve covers what is not
+// data: the hello, the fin, and the credit-only messages still unread, of
+// which there are at most four because each carries at least
 // ceil(window/4) credits and the credits in flight never exceed the
-// window. So the sender never makes the receiver's device retry (RNR),
-// and no message needs a round trip of its own.
+// window. So the sender never waits in the credit layer, and no message
+// needs a round trip of its own.
 const (
 	frameHello  = 1
 	frameData   = 2
@@ -47,19 +47,9 @@ const (
 	streamHelloSize = 16 // magic, version u16, flags u16, reserved u32
 )
 
-// recvSlack is how many credits of taken messages a Conn with depth
-// receives may keep from its peer: it gives them back in batches
-// (Conn.creditBatch). The stream's window leaves room for them;
-// TestStreamRecvSlack checks that the two agree.
-func recvSlack(depth int) int { return max(1, depth/8) - 1 }
-
-// streamWindow is the window of data messages a peer keeping depth
-// receives posted grants.
-func streamWindow(depth int) int { return depth - streamReserve - recvSlack(depth) }
-
-// ErrStreamProtocol means the peer broke the stream protocol: it is not a
+// ErrProtocol means the peer broke the stream protocol: it is not a
 // go-rdma stream, or it is broken.
-var ErrStreamProtocol = errors.New("stream protocol error")
+var ErrProtocol = errors.New("stream protocol error")
 
 func streamImm(kind uint8, credits int) uint32 {
 	return uint32(kind)<<immKindShift | uint32(credits)&immCreditMask
@@ -122,54 +112,54 @@ func creditBatch(grant int) int { return (grant + 3) / 4 }
 // protocol error and the stream is dead.
 func (st *streamState) onMessage(imm uint32, hasImm bool, payload []byte) (uint8, error) {
 	if !hasImm {
-		return 0, fmt.Errorf("%w: message of %d bytes without a stream header", ErrStreamProtocol, len(payload))
+		return 0, fmt.Errorf("%w: message of %d bytes without a stream header", ErrProtocol, len(payload))
 	}
 	kind := uint8(imm >> immKindShift)
 	credits := int(imm & immCreditMask)
 	if !st.hello {
 		if kind != frameHello {
-			return 0, fmt.Errorf("%w: first message is not a stream hello (kind %d); the peer is not a go-rdma stream", ErrStreamProtocol, kind)
+			return 0, fmt.Errorf("%w: first message is not a stream hello (kind %d); the peer is not a go-rdma stream", ErrProtocol, kind)
 		}
 		if len(payload) != streamHelloSize || string(payload[:8]) != streamMagic {
-			return 0, fmt.Errorf("%w: bad stream hello (%d bytes); the peer is not a go-rdma stream", ErrStreamProtocol, len(payload))
+			return 0, fmt.Errorf("%w: bad stream hello (%d bytes); the peer is not a go-rdma stream", ErrProtocol, len(payload))
 		}
 		if v := binary.BigEndian.Uint16(payload[8:]); v != streamVersion {
-			return 0, fmt.Errorf("%w: peer speaks stream version %d, ours %d", ErrStreamProtocol, v, streamVersion)
+			return 0, fmt.Errorf("%w: peer speaks stream version %d, ours %d", ErrProtocol, v, streamVersion)
 		}
 		if credits != 0 {
-			return 0, fmt.Errorf("%w: hello with credits", ErrStreamProtocol)
+			return 0, fmt.Errorf("%w: hello with credits", ErrProtocol)
 		}
 		st.hello = true
 		return kind, nil
 	}
 	if credits > st.outstanding {
-		return 0, fmt.Errorf("%w: peer returned %d credits, %d outstanding", ErrStreamProtocol, credits, st.outstanding)
+		return 0, fmt.Errorf("%w: peer returned %d credits, %d outstanding", ErrProtocol, credits, st.outstanding)
 	}
 	switch kind {
 	case frameData:
 		if st.fin {
-			return 0, fmt.Errorf("%w: data after fin", ErrStreamProtocol)
+			return 0, fmt.Errorf("%w: data after fin", ErrProtocol)
 		}
 		if len(payload) == 0 {
-			return 0, fmt.Errorf("%w: empty data message", ErrStreamProtocol)
+			return 0, fmt.Errorf("%w: empty data message", ErrProtocol)
 		}
 		if st.unacked >= st.grant {
-			return 0, fmt.Errorf("%w: peer overran its window of %d messages", ErrStreamProtocol, st.grant)
+			return 0, fmt.Errorf("%w: peer overran its window of %d messages", ErrProtocol, st.grant)
 		}
 		st.unacked++
 	case frameCredit:
 		if len(payload) != 0 || credits == 0 {
-			return 0, fmt.Errorf("%w: malformed credit message (%d bytes, %d credits)", ErrStreamProtocol, len(payload), credits)
+			return 0, fmt.Errorf("%w: malformed credit message (%d bytes, %d credits)", ErrProtocol, len(payload), credits)
 		}
 	case frameFin:
 		if st.fin || len(payload) != 0 {
-			return 0, fmt.Errorf("%w: malformed or repeated fin", ErrStreamProtocol)
+			return 0, fmt.Errorf("%w: malformed or repeated fin", ErrProtocol)
 		}
 		st.fin = true
 	case frameHello:
-		return 0, fmt.Errorf("%w: second hello", ErrStreamProtocol)
+		return 0, fmt.Errorf("%w: second hello", ErrProtocol)
 	default:
-		return 0, fmt.Errorf("%w: unknown message kind %d", ErrStreamProtocol, kind)
+		return 0, fmt.Errorf("%w: unknown message kind %d", ErrProtocol, kind)
 	}
 	st.outstanding -= credits
 	return kind, nil

@@ -1,4 +1,4 @@
-package rdma_test
+package stream_test
 
 // Benchmarks of the stream against Go's TCP loopback in the same run.
 //
@@ -26,9 +26,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/go-rdma/rdma"
 	"github.com/go-rdma/rdma/internal/testchild"
 	"github.com/go-rdma/rdma/rdmatest"
+	"github.com/go-rdma/rdma/stream"
 )
 
 type connPairFunc func(b *testing.B) (c, s net.Conn)
@@ -85,16 +85,16 @@ func BenchmarkStreamThroughput(b *testing.B) {
 	const size = 64 << 10
 	for _, conns := range []int{1, 4} {
 		b.Run(fmt.Sprintf("%s/conns%d/64KiB", benchProvider(), conns), func(b *testing.B) {
-			var tcp, stream [2][]net.Conn
+			var tcp, strm [2][]net.Conn
 			for i := 0; i < conns; i++ {
 				c, s := tcpPair(b)
 				tcp[0], tcp[1] = append(tcp[0], c), append(tcp[1], s)
 				sc, ss := rdmatest.StreamPair(b, benchOptions()...)
-				stream[0], stream[1] = append(stream[0], sc), append(stream[1], ss)
+				strm[0], strm[1] = append(strm[0], sc), append(strm[1], ss)
 			}
 			m := max(b.N/rounds, 16)
 			bestOf(b, size, m, func() error { return streamRound(tcp[0], tcp[1], m, size) },
-				func() error { return streamRound(stream[0], stream[1], m, size) })
+				func() error { return streamRound(strm[0], strm[1], m, size) })
 		})
 	}
 	// The async API's own SEND throughput on the same device, for the
@@ -112,7 +112,7 @@ const rounds = 8
 // ratio (stream/tcp): on a shared machine other load comes in phases of
 // seconds and only ever slows a round down. Only the stream's rounds
 // count for ns/op and allocs/op.
-func bestOf(b *testing.B, size, ops int, tcp, stream func() error) {
+func bestOf(b *testing.B, size, ops int, tcp, strm func() error) {
 	b.Helper()
 	var bestTCP, bestStream time.Duration
 	best := func(d *time.Duration, round func() error) {
@@ -131,7 +131,7 @@ func bestOf(b *testing.B, size, ops int, tcp, stream func() error) {
 		b.StopTimer()
 		best(&bestTCP, tcp)
 		b.StartTimer()
-		best(&bestStream, stream)
+		best(&bestStream, strm)
 	}
 	b.StopTimer()
 	gbps := func(d time.Duration) float64 { return float64(ops*size) * 8 / d.Seconds() / 1e9 }
@@ -231,7 +231,7 @@ func streamSinkChild() int {
 		fmt.Println("listen:", err)
 		return 1
 	}
-	sl, err := rdma.ListenStream("rdma", "127.0.0.1:0", benchOptions()...)
+	sl, err := stream.Listen("rdma", "127.0.0.1:0", benchOptions()...)
 	if err != nil {
 		fmt.Println("listen:", err)
 		return 1
@@ -334,7 +334,7 @@ func BenchmarkStreamCrossProcess(b *testing.B) {
 		b.Run(fmt.Sprintf("%s/conns%d/64KiB", benchProvider(), conns), func(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			var tcp, stream []net.Conn
+			var tcp, strm []net.Conn
 			for range conns {
 				c, err := net.Dial("tcp", tcpAddr)
 				if err != nil {
@@ -342,16 +342,16 @@ func BenchmarkStreamCrossProcess(b *testing.B) {
 				}
 				b.Cleanup(func() { c.Close() })
 				tcp = append(tcp, c)
-				sc, err := rdma.DialStream(ctx, "rdma", streamAddr, benchOptions()...)
+				sc, err := stream.Dial(ctx, "rdma", streamAddr, benchOptions()...)
 				if err != nil {
 					b.Fatal(err)
 				}
 				b.Cleanup(func() { sc.Close() })
-				stream = append(stream, sc)
+				strm = append(strm, sc)
 			}
 			m := max(b.N/rounds, 16)
 			bestOf(b, size, m, func() error { return sinkRound(tcp, m, size) },
-				func() error { return sinkRound(stream, m, size) })
+				func() error { return sinkRound(strm, m, size) })
 		})
 	}
 }

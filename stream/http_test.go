@@ -1,4 +1,4 @@
-package rdma_test
+package stream_test
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/go-rdma/rdma"
+	"github.com/go-rdma/rdma/stream"
 )
 
 // httpSizes are n body sizes from 0 to max bytes, spaced geometrically.
@@ -46,7 +47,7 @@ func httpBody(seed uint64, n int) []byte {
 func sum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
 
 // TestStreamHTTP: net/http over the stream. http.Server.Serve takes the
-// RDMA listener, and the client's Transport dials with rdma.Dialer. 100
+// RDMA listener, and the client's Transport dials with stream.Dialer. 100
 // requests with bodies from 0 B to 8 MiB go up, bodies of the same sizes
 // come back, and both are checked (24 requests up to 128 KiB in the VM).
 func TestStreamHTTP(t *testing.T) { eachProvider(t, testStreamHTTP) }
@@ -57,7 +58,7 @@ func testStreamHTTP(t *testing.T, opts []rdma.Option) {
 	if inVM() {
 		requests, maxBody = 24, 128<<10
 	}
-	ln, err := rdma.ListenStream("rdma", "127.0.0.1:0", opts...)
+	ln, err := stream.Listen("rdma", "127.0.0.1:0", opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func testStreamHTTP(t *testing.T, opts []rdma.Option) {
 	})}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	tr := &http.Transport{DialContext: (&rdma.Dialer{Options: opts}).DialContext, MaxIdleConnsPerHost: 4}
+	tr := &http.Transport{DialContext: (&stream.Dialer{Options: opts}).DialContext, MaxIdleConnsPerHost: 4}
 	client := &http.Client{Transport: tr, Timeout: 2 * time.Minute}
 	defer func() {
 		tr.CloseIdleConnections()

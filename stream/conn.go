@@ -1,40 +1,43 @@
-package rdma
+package stream
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"sync"
 	"time"
+
+	"github.com/go-rdma/rdma"
 )
 
-// StreamConn is a byte stream over an RDMA connection: a net.Conn with the
+// Conn is a byte stream over an RDMA connection: a net.Conn with the
 // whole of its contract (concurrent use, Close unblocking pending calls,
 // deadlines, io.EOF only on the peer's orderly close, *net.OpError
-// errors). DialStream and StreamListener.Accept return it.
+// errors). Dial and Listener.Accept return it.
 //
-// Data moves as SENDs of up to MaxMessage bytes into receives the peer
-// keeps posted, with credit-based flow control (see stream_frame.go): a
-// writer has at most a window of messages in flight that the reader has
-// not consumed (the peer's RecvDepth less 4, less the receives its Conn
-// re-posts in batches: 23 of 32 by default), and blocks when it has used them, so a
-// slow reader holds the writer back and no memory grows. Credits come back
-// in batches of a quarter of the window, or ride on data going the other
-// way.
+// Data moves as SENDs of up to MaxMessage bytes into the receives of the
+// peer's engine, with credit-based flow control (see frame.go): a writer
+// has at most a window of messages in flight that the reader has not
+// consumed (the peer's rdma.Conn.SendWindow less a reserve of 6 for
+// messages that are not data: 23 with the default receive depth of 32),
+// and blocks when it has used them, so a slow reader holds the writer
+// back and no memory grows. Credits come back in batches of a quarter of
+// the window, or ride on data going the other way.
 //
-// Memory per connection, with the stream defaults (RecvDepth 32,
-// MaxMessage 64 KiB): 32 posted receives (2 MiB), at most 23 received
-// messages waiting for Read, and at most 23 messages being sent; all of it
-// in registered memory from the pool, and all of it set by
-// WithQueueDepth and WithMaxMessage.
+// Memory per connection, with the stream defaults (receive depth 32,
+// MaxMessage 64 KiB): at most 23 received messages of up to 64 KiB
+// waiting for Read, and at most 23 being sent; all of it registered
+// memory from the engine's pool, set by WithQueueDepth and
+// WithMaxMessage.
 //
 // Read and Write copy between the caller's slice and registered memory,
 // so the caller may reuse its slice as soon as they return. Waiting is on
 // the futures of the async API, which the completion pollers resolve: no
 // OS thread blocks per connection.
-type StreamConn struct {
-	c       *Conn
+type Conn struct {
+	c       *rdma.Conn
 	laddr   net.Addr
 	raddr   net.Addr
 	maxMsg  int // bytes per data message: what the peer accepts
@@ -46,58 +49,58 @@ type StreamConn struct {
 	closeOnce  sync.Once
 	closeErr   error
 	rdl, wdl   deadline
-	sendBatch  *Batch // used under wsem
+	sendBatch  *rdma.Batch // used under wsem
 
 	mu      sync.Mutex
 	st      streamState
-	rf      *Future // the outstanding Recv
-	rx      []rxMsg // received data not yet read
-	rxq     []rxMsg // rx's storage when it empties
-	rerr    error   // why no more messages will come (after those in rx)
-	serr    error   // the first failed send
+	rf      *rdma.Future // the outstanding Recv
+	rx      []rxMsg      // received data not yet read
+	rxq     []rxMsg      // rx's storage when it empties
+	rerr    error        // why no more messages will come (after those in rx)
+	serr    error        // the first failed send
 	sends   []sendRec
 	inflt   int  // send WRs posted and not yet known complete
 	wclosed bool // fin sent (CloseWrite or Close)
-	ctl     *Buffer
+	ctl     *rdma.Buffer
 	done    bool // buffers released by Close
 }
 
 type rxMsg struct {
-	b   *Buffer
+	b   *rdma.Buffer
 	off int
 }
 
 type sendRec struct {
-	f   *Future
+	f   *rdma.Future
 	wrs int
 }
 
 // newStream starts the stream protocol on c. It owns c from here on and
 // closes it on failure.
-func newStream(c *Conn) (*StreamConn, error) {
-	cfg := c.cfg
-	peerDepth := int(c.peer.RecvDepth)
-	if streamWindow(peerDepth) < 1 || streamWindow(cfg.rqDepth) < 1 || cfg.sqDepth <= streamReserve {
+func newStream(c *rdma.Conn) (*Conn, error) {
+	send, recv := c.QueueDepth()
+	grant, window := c.RecvWindow()-streamReserve, c.SendWindow()-streamReserve
+	if err := checkDepths(send, recv); err != nil || grant < 1 || window < 1 {
 		c.Close()
-		return nil, fmt.Errorf("rdma: stream: %w: queue depths must exceed %d (send %d, receive %d, peer's receive %d)",
-			ErrInvalid, streamReserve, cfg.sqDepth, cfg.rqDepth, peerDepth)
+		return nil, fmt.Errorf("rdma: stream: %w: queue depths must exceed %d (send %d, receive %d, receive windows %d here and %d at the peer)",
+			rdma.ErrInvalid, streamReserve, send, recv, c.RecvWindow(), c.SendWindow())
 	}
-	s := &StreamConn{
+	s := &Conn{
 		c: c, laddr: c.LocalAddr(), raddr: c.RemoteAddr(),
-		maxMsg:  int(c.peer.MaxMsg),
-		sqLimit: cfg.sqDepth - streamReserve,
-		batch:   creditBatch(streamWindow(cfg.rqDepth)),
+		maxMsg:  c.MaxMessage(),
+		sqLimit: send - streamReserve,
+		batch:   creditBatch(grant),
 		rsem:    make(chan struct{}, 1), wsem: make(chan struct{}, 1),
 		closed: make(chan struct{}),
 		rdl:    makeDeadline(), wdl: makeDeadline(),
-		st: newStreamState(streamWindow(cfg.rqDepth), streamWindow(peerDepth)),
+		st: newStreamState(grant, window),
 	}
 	s.sendBatch = c.NewBatch()
 	s.rxq = make([]rxMsg, 0, s.st.grant)
 	s.rx = s.rxq
 	var err error
 	if s.ctl, err = c.Alloc(64); err == nil {
-		var hello *Buffer
+		var hello *rdma.Buffer
 		if hello, err = c.Alloc(streamHelloSize); err == nil {
 			copy(hello.Bytes(), streamHello())
 			f := c.SendWithImm(hello, streamImm(frameHello, 0))
@@ -124,21 +127,27 @@ func newStream(c *Conn) (*StreamConn, error) {
 // it share the queue pair with the stream: use it for one-sided
 // operations (Write without immediate, Read, atomics, Expose) only; a
 // Send, WriteWithImm or Recv of your own breaks the stream.
-func (s *StreamConn) RDMAConn() *Conn { return s.c }
+func (s *Conn) RDMAConn() *rdma.Conn { return s.c }
+
+// ConnectionState is the state of the TLS session of the stream's RDMA
+// connection (rdma.Conn.ConnectionState); ok is false without TLS.
+func (s *Conn) ConnectionState() (state tls.ConnectionState, ok bool) {
+	return s.c.ConnectionState()
+}
 
 // LocalAddr is the local address of the connection's control channel.
-func (s *StreamConn) LocalAddr() net.Addr { return s.laddr }
+func (s *Conn) LocalAddr() net.Addr { return s.laddr }
 
 // RemoteAddr is the peer's address.
-func (s *StreamConn) RemoteAddr() net.Addr { return s.raddr }
+func (s *Conn) RemoteAddr() net.Addr { return s.raddr }
 
-func (s *StreamConn) opError(op string, err error) error {
+func (s *Conn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: "rdma", Source: s.laddr, Addr: s.raddr, Err: err}
 }
 
 // acquire takes sem, giving up when the stream closes or the deadline
 // passes.
-func (s *StreamConn) acquire(sem chan struct{}, dl *deadline) error {
+func (s *Conn) acquire(sem chan struct{}, dl *deadline) error {
 	select {
 	case <-s.closed:
 		return net.ErrClosed
@@ -167,7 +176,7 @@ func (s *StreamConn) acquire(sem chan struct{}, dl *deadline) error {
 
 // pumpLocked takes every message that has arrived: data goes to rx,
 // credits to the send side. It never blocks. Caller holds mu.
-func (s *StreamConn) pumpLocked() {
+func (s *Conn) pumpLocked() {
 	for s.rerr == nil && s.rf != nil && s.rf.Resolved() {
 		f := s.rf
 		s.rf = nil
@@ -191,10 +200,9 @@ func (s *StreamConn) pumpLocked() {
 		}
 		if err != nil {
 			s.rerr = err
-			// The peer is broken: stop the connection, and close the
-			// control channel so that the peer hears of it at once.
-			s.c.fail(fmt.Errorf("rdma: stream: %w", err))
-			s.c.ctl.ctrl.Close()
+			// The peer is broken: end the connection, telling the
+			// peer why at once.
+			s.c.Abort(fmt.Errorf("rdma: stream: %w", err))
 			return
 		}
 		s.rf = s.c.Recv()
@@ -202,7 +210,7 @@ func (s *StreamConn) pumpLocked() {
 }
 
 // reapLocked forgets the sends that have completed. Caller holds mu.
-func (s *StreamConn) reapLocked() {
+func (s *Conn) reapLocked() {
 	i := 0
 	for ; i < len(s.sends) && s.sends[i].f.Resolved(); i++ {
 		if err := s.sends[i].f.Err(); err != nil && s.serr == nil {
@@ -219,7 +227,7 @@ func (s *StreamConn) reapLocked() {
 
 // Read reads data into p. It returns io.EOF once the peer has closed (or
 // half-closed) and every byte it sent has been read.
-func (s *StreamConn) Read(p []byte) (int, error) {
+func (s *Conn) Read(p []byte) (int, error) {
 	if err := s.acquire(s.rsem, &s.rdl); err != nil {
 		return 0, s.opError("read", err)
 	}
@@ -272,7 +280,7 @@ func (s *StreamConn) Read(p []byte) (int, error) {
 
 // copyOutLocked copies buffered data into p and releases the messages it
 // empties; it returns the bytes copied and the messages emptied.
-func (s *StreamConn) copyOutLocked(p []byte) (n, freed int) {
+func (s *Conn) copyOutLocked(p []byte) (n, freed int) {
 	for n < len(p) && len(s.rx) > 0 {
 		m := &s.rx[0]
 		data := m.b.Bytes()[m.off:]
@@ -295,7 +303,7 @@ func (s *StreamConn) copyOutLocked(p []byte) (n, freed int) {
 
 // peerErr turns the receive side's failure into what Read and Write
 // report: a local close is net.ErrClosed, anything else a reset.
-func (s *StreamConn) peerErr(err error) error {
+func (s *Conn) peerErr(err error) error {
 	select {
 	case <-s.closed:
 		return net.ErrClosed
@@ -306,7 +314,7 @@ func (s *StreamConn) peerErr(err error) error {
 
 // sendControl sends an empty credit or fin message carrying credits.
 // Errors show up on the next Read or Write, through the connection.
-func (s *StreamConn) sendControl(kind uint8, credits int) {
+func (s *Conn) sendControl(kind uint8, credits int) {
 	s.mu.Lock()
 	if s.done {
 		s.mu.Unlock()
@@ -328,7 +336,7 @@ func (s *StreamConn) sendControl(kind uint8, credits int) {
 // Write writes p. It returns when every byte has been copied into
 // registered memory and posted; it blocks while the peer has not
 // consumed enough of what was sent before.
-func (s *StreamConn) Write(p []byte) (int, error) {
+func (s *Conn) Write(p []byte) (int, error) {
 	if err := s.acquire(s.wsem, &s.wdl); err != nil {
 		return 0, s.opError("write", err)
 	}
@@ -376,7 +384,7 @@ func (s *StreamConn) Write(p []byte) (int, error) {
 		m, err := s.post(p[n:], k, credits)
 		n += m
 		if err != nil {
-			if s.c.err() != nil {
+			if s.c.Err() != nil {
 				err = s.peerErr(err) // the connection failed or closed
 			}
 			return n, s.opError("write", err)
@@ -386,7 +394,7 @@ func (s *StreamConn) Write(p []byte) (int, error) {
 }
 
 // writeErrLocked is why Write cannot go on, or nil.
-func (s *StreamConn) writeErrLocked() error {
+func (s *Conn) writeErrLocked() error {
 	err := s.serr
 	if err == nil {
 		err = s.rerr
@@ -400,13 +408,13 @@ func (s *StreamConn) writeErrLocked() error {
 // post copies up to k messages of p into registered memory and posts
 // them as one chain, the first carrying credits. Credits and send slots
 // for k messages are taken; those not used are given back.
-func (s *StreamConn) post(p []byte, k, credits int) (int, error) {
+func (s *Conn) post(p []byte, k, credits int) (int, error) {
 	n, posted := 0, 0
 	var err error
 	for posted < k && n < len(p) {
 		m := min(len(p)-n, s.maxMsg)
-		var pb *Buffer
-		if pb, err = s.c.streamBuf(m); err != nil {
+		var pb *rdma.Buffer
+		if pb, err = s.c.Alloc(m); err != nil {
 			break
 		}
 		copy(pb.Bytes(), p[n:n+m])
@@ -419,7 +427,7 @@ func (s *StreamConn) post(p []byte, k, credits int) (int, error) {
 		n += m
 		posted++
 	}
-	var f *Future
+	var f *rdma.Future
 	if posted > 0 {
 		f = s.sendBatch.Post()
 	}
@@ -442,22 +450,9 @@ func (s *StreamConn) post(p []byte, k, credits int) (int, error) {
 	return n, err
 }
 
-// streamBuf is a registered buffer of n bytes for a message; its bytes
-// are overwritten at once, so unlike Alloc it does not zero them.
-func (c *Conn) streamBuf(n int) (*Buffer, error) {
-	if c.err() != nil {
-		return nil, c.closedErr()
-	}
-	pb, err := c.eng.pool.Get(n)
-	if err != nil {
-		return nil, fmt.Errorf("rdma: stream buffer of %d bytes: %w", n, err)
-	}
-	return newBuffer(pb), nil
-}
-
 // CloseWrite shuts down the writing side: the peer's Read returns io.EOF
 // after the data sent so far. Reading goes on.
-func (s *StreamConn) CloseWrite() error {
+func (s *Conn) CloseWrite() error {
 	if err := s.acquire(s.wsem, &deadline{}); err != nil {
 		return s.opError("close", err)
 	}
@@ -466,7 +461,7 @@ func (s *StreamConn) CloseWrite() error {
 }
 
 // finLocked sends the fin once. Caller holds wsem.
-func (s *StreamConn) finLocked() error {
+func (s *Conn) finLocked() error {
 	s.mu.Lock()
 	if s.wclosed || s.done {
 		s.mu.Unlock()
@@ -482,7 +477,7 @@ func (s *StreamConn) finLocked() error {
 // Close closes the stream. Pending and later Reads and Writes fail with
 // an error wrapping net.ErrClosed. Unless CloseWrite came first, the peer
 // reads io.EOF after the data sent so far. Close is idempotent.
-func (s *StreamConn) Close() error {
+func (s *Conn) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closed)
 		// The writer, if any, leaves at once; the fin must follow its
@@ -526,20 +521,20 @@ func (s *StreamConn) Close() error {
 }
 
 // SetDeadline sets the read and write deadlines.
-func (s *StreamConn) SetDeadline(t time.Time) error {
+func (s *Conn) SetDeadline(t time.Time) error {
 	s.rdl.set(t)
 	s.wdl.set(t)
 	return nil
 }
 
 // SetReadDeadline sets the deadline for pending and future Reads.
-func (s *StreamConn) SetReadDeadline(t time.Time) error {
+func (s *Conn) SetReadDeadline(t time.Time) error {
 	s.rdl.set(t)
 	return nil
 }
 
 // SetWriteDeadline sets the deadline for pending and future Writes.
-func (s *StreamConn) SetWriteDeadline(t time.Time) error {
+func (s *Conn) SetWriteDeadline(t time.Time) error {
 	s.wdl.set(t)
 	return nil
 }

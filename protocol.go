@@ -1,0 +1,73 @@
+package rdma
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// A protocol built on the async API (the stream package is one) names
+// itself in the hello, as TLS's ALPN does, so that a dialer and a
+// listener that speak different protocols on their connections, or
+// different versions of one, are told apart at the dial instead of by
+// garbled data later. The listener refuses a dialer whose protocol is not
+// its own (ErrRefused, naming both); the dialer checks the listener's
+// answer the same way. The plain async API names no protocol.
+
+// maxProtocol is the longest protocol name the hello carries.
+const maxProtocol = 32
+
+// WithProtocol names the application protocol spoken on the
+// connections: a dialer and a listener must name the same one (or none),
+// or the dial fails with an error matching ErrRefused that names both.
+// Include the protocol's version in name ("myproto/2") so that peers of
+// different versions are refused too. name is 1 to 32 bytes of printable
+// ASCII. Connections set up through rdma_cm carry no hello:
+// WithProtocol with WithRDMACM fails with ErrNotSupported.
+func WithProtocol(name string) Option {
+	return func(c *config) error {
+		if len(name) == 0 || len(name) > maxProtocol {
+			return fmt.Errorf("rdma: %w: protocol name of %d bytes (want 1..%d)", ErrInvalid, len(name), maxProtocol)
+		}
+		for i := 0; i < len(name); i++ {
+			if name[i] < 0x21 || name[i] > 0x7e {
+				return fmt.Errorf("rdma: %w: protocol name %q (want printable ASCII, no spaces)", ErrInvalid, name)
+			}
+		}
+		c.protocol = name
+		return nil
+	}
+}
+
+// checkProtocol refuses what WithProtocol cannot do, on Dial or Listen.
+func (c *config) checkProtocol() error {
+	if c.protocol != "" && c.cm {
+		return fmt.Errorf("rdma: %w: WithProtocol with WithRDMACM: rdma_cm set-ups have no hello to name the protocol in", ErrNotSupported)
+	}
+	return nil
+}
+
+// sameProtocol refuses a peer whose hello names another protocol than
+// ours; dialing says which side this is, for the error's words.
+func sameProtocol(ours string, peer *hello, dialing bool) error {
+	theirs := string(peer.Protocol[:])
+	for i := 0; i < len(theirs); i++ {
+		if theirs[i] == 0 { // NUL-padded
+			theirs = theirs[:i]
+			break
+		}
+	}
+	if theirs == ours {
+		return nil
+	}
+	if dialing {
+		return fmt.Errorf("rdma: %w: this dialer speaks %s, the listener %s", ErrRefused, describeProtocol(ours), describeProtocol(theirs))
+	}
+	return fmt.Errorf("rdma: %w: the dialer speaks %s, this listener %s", ErrRefused, describeProtocol(theirs), describeProtocol(ours))
+}
+
+func describeProtocol(name string) string {
+	if name == "" {
+		return "the plain async API (no protocol)"
+	}
+	return "protocol " + strconv.Quote(name)
+}

@@ -1,0 +1,252 @@
+// Package stream gives Go programs a net.Conn and a net.Listener over
+// RDMA: net/http, gRPC and any other net.Conn user run over RDMA by
+// swapping their listener and dialer for this package's.
+//
+// It is built on the public API of package rdma alone (a protocol of the
+// user's own could be built the same way): each stream is an *rdma.Conn
+// whose hello names the stream's protocol and version (rdma.WithProtocol),
+// so a stream dial to a plain async-API listener, or to a stream of
+// another version, is refused at the dial with an error that names both.
+// See docs/stream.md for the protocol, its flow control and its figures.
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/go-rdma/rdma"
+)
+
+// This file holds the API: Dial, Listen, Dialer and ListenConfig. The
+// connection itself is in conn.go, its protocol in frame.go.
+
+// Protocol is the name (and version) the stream gives its connections'
+// hello (rdma.WithProtocol). Only peers that name it connect.
+const Protocol = "go-rdma-stream/1"
+
+// Dial connects to a stream listener (Listen) at address ("host:port")
+// over network "rdma" and returns a net.Conn; its concrete type is
+// *Conn. opts configure the connection as for rdma.Dial: WithMaxMessage
+// sets the size of each message, and WithQueueDepth how many messages
+// may be in flight (see Conn for the memory this takes). On error the
+// net.Conn is nil; a dial that ran out of time (the context's deadline,
+// WithHandshakeTimeout) fails with a *net.OpError whose Timeout() is
+// true.
+func Dial(ctx context.Context, network, address string, opts ...rdma.Option) (net.Conn, error) {
+	if network != "rdma" {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("%w: network %q (want \"rdma\")", rdma.ErrInvalid, network)}
+	}
+	s, err := dial(ctx, nil, address, opts)
+	if err != nil {
+		return nil, err // a nil net.Conn, not one holding a nil *Conn
+	}
+	return s, nil
+}
+
+func dial(ctx context.Context, eng *rdma.Engine, address string, opts []rdma.Option) (*Conn, error) {
+	opts = streamOptions(opts)
+	var c *rdma.Conn
+	var err error
+	if eng != nil {
+		c, err = eng.Dial(ctx, "rdma", address, opts...)
+	} else {
+		c, err = rdma.Dial(ctx, "rdma", address, opts...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s, err := newStream(c)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: "rdma", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+	}
+	return s, nil
+}
+
+// streamOptions are the caller's options after the stream's defaults,
+// which they override, and before the stream's protocol name, which they
+// cannot. The default depths: 32 receives of 64 KiB, 2 MiB posted per
+// connection, and a window of 23 messages (1.44 MiB) in flight.
+func streamOptions(opts []rdma.Option) []rdma.Option {
+	all := make([]rdma.Option, 0, len(opts)+2)
+	all = append(all, rdma.WithQueueDepth(64, 32))
+	all = append(all, opts...)
+	return append(all, rdma.WithProtocol(Protocol))
+}
+
+// checkDepths refuses queue depths too small for the stream's reserve of
+// messages that are not data (see frame.go).
+func checkDepths(send, recv int) error {
+	if send <= streamReserve || recv <= streamReserve {
+		return fmt.Errorf("rdma: stream: %w: queue depths %d/%d (a stream needs more than %d each)", rdma.ErrInvalid, send, recv, streamReserve)
+	}
+	return nil
+}
+
+// Dialer dials stream connections. Its DialContext fits
+// http.Transport.DialContext and, wrapped, grpc.WithContextDialer.
+type Dialer struct {
+	// Options configure each connection (provider, device, message
+	// size, queue depths ...).
+	Options []rdma.Option
+	// Timeout bounds each dial, as net.Dialer's does: the TCP connect,
+	// the handshake and the stream's hello. Zero means no bound other
+	// than the context's and the handshake's (WithHandshakeTimeout). A
+	// dial it ends fails with a *net.OpError whose Timeout() is true,
+	// matching context.DeadlineExceeded.
+	Timeout time.Duration
+	// Engine, if not nil, is the engine the connections are made on
+	// (rdma.Engine.Dial), shared with whatever else uses it; Options
+	// must then not set the engine's own settings. Nil means the
+	// package-level rdma.Dial's shared engines.
+	Engine *rdma.Engine
+}
+
+// DialContext connects to address like Dial. network may be "rdma", or
+// "tcp", "tcp4" or "tcp6" as http.Transport passes them: the connection
+// is RDMA in every case (address names the listener's TCP port, which
+// carries the handshake).
+func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	switch network {
+	case "rdma", "tcp", "tcp4", "tcp6":
+	default:
+		return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("%w: network %q (want \"rdma\")", rdma.ErrInvalid, network)}
+	}
+	if d.Timeout < 0 {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("%w: negative Timeout %v", rdma.ErrInvalid, d.Timeout)}
+	}
+	if d.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
+		defer cancel()
+	}
+	s, err := dial(ctx, d.Engine, address, d.Options)
+	if err != nil {
+		return nil, err // a nil net.Conn, not one holding a nil *Conn
+	}
+	return s, nil
+}
+
+// Dial is DialContext with a background context.
+func (d *Dialer) Dial(network, address string) (net.Conn, error) {
+	return d.DialContext(context.Background(), network, address)
+}
+
+// Compile-time checks: the stream is a net.Conn and a net.Listener.
+var (
+	_ net.Conn     = (*Conn)(nil)
+	_ net.Listener = (*Listener)(nil)
+)
+
+// Listener accepts stream connections. It is a net.Listener.
+type Listener struct {
+	l *rdma.Listener
+}
+
+// Listen listens for stream connections on address over network "rdma".
+// The listener's Accept returns *Conn values as net.Conn. A dialer that
+// does not speak the stream (a plain rdma.Dial) is refused at its dial.
+func Listen(network, address string, opts ...rdma.Option) (net.Listener, error) {
+	lc := ListenConfig{Options: opts}
+	return lc.Listen(context.Background(), network, address)
+}
+
+// ListenConfig holds the settings of a stream listener, as
+// net.ListenConfig does.
+type ListenConfig struct {
+	// Options configure the listener and the connections it accepts.
+	Options []rdma.Option
+	// Engine, if not nil, is the engine the listener and its
+	// connections are on (rdma.Engine.Listen); Options must then not set
+	// the engine's own settings. Nil means the package-level
+	// rdma.Listen's shared engines.
+	Engine *rdma.Engine
+}
+
+// Listen listens for stream connections on address over network "rdma".
+// ctx is not used after Listen returns, as with net.ListenConfig.
+func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (net.Listener, error) {
+	if network != "rdma" {
+		return nil, &net.OpError{Op: "listen", Net: network, Err: fmt.Errorf("%w: network %q (want \"rdma\")", rdma.ErrInvalid, network)}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
+	}
+	opts := streamOptions(lc.Options)
+	var l *rdma.Listener
+	var err error
+	if lc.Engine != nil {
+		l, err = lc.Engine.Listen(network, address, opts...)
+	} else {
+		l, err = rdma.Listen(network, address, opts...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDepths(l.QueueDepth()); err != nil {
+		l.Close()
+		return nil, &net.OpError{Op: "listen", Net: network, Addr: l.Addr(), Err: err}
+	}
+	return &Listener{l: l}, nil
+}
+
+// Accept waits for the next connection. Close unblocks it with an error
+// wrapping net.ErrClosed.
+func (l *Listener) Accept() (net.Conn, error) {
+	return l.AcceptContext(context.Background())
+}
+
+// AcceptContext waits for the next connection, for ctx to end, or for
+// Close.
+func (l *Listener) AcceptContext(ctx context.Context) (net.Conn, error) {
+	for {
+		c, err := l.l.Accept(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s, err := newStream(c)
+		if err != nil {
+			// This peer's connection is unusable as a stream; the
+			// listener goes on, as it does after a failed handshake.
+			continue
+		}
+		return s, nil
+	}
+}
+
+// Close stops listening. Connections already accepted stay open.
+func (l *Listener) Close() error { return l.l.Close() }
+
+// Addr is the listener's address (its TCP port carries the handshake).
+func (l *Listener) Addr() net.Addr { return l.l.Addr() }
+
+// RDMAListener is the underlying listener of the async API.
+func (l *Listener) RDMAListener() *rdma.Listener { return l.l }
+
+// Errors the stream returns inside its *net.OpError values.
+var (
+	// errWriteClosed: Write after CloseWrite, as TCP's EPIPE.
+	errWriteClosed = fmt.Errorf("write after CloseWrite: %w", syscall.EPIPE)
+)
+
+// resetError is the error of a stream whose peer went away without an
+// orderly close (or broke the protocol): it matches syscall.ECONNRESET
+// and the cause.
+type resetError struct{ cause error }
+
+func (e *resetError) Error() string {
+	return "connection reset by peer: " + e.cause.Error()
+}
+
+func (e *resetError) Unwrap() []error { return []error{syscall.ECONNRESET, e.cause} }
+
+func streamReset(cause error) error {
+	var re *resetError
+	if errors.As(cause, &re) {
+		return cause
+	}
+	return &resetError{cause: cause}
+}
