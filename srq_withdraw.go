@@ -95,6 +95,10 @@ func (s *sharedRecv) recallQuietLocked() bool {
 			c.cr.lookRecvs = n
 			continue
 		}
+		// A recall of the burst may have found its messages waiting
+		// (they keep their credits) and left recalled set: quiet for a
+		// whole look, the connection is asked again, once a look.
+		c.cr.recalled.Store(false)
 		c.recall()
 	}
 	return out
