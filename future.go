@@ -86,6 +86,14 @@ func (f *Future) Release() {
 	if f.rbuf.p.Load() != nil {
 		return
 	}
+	f.resetLocked()
+	futurePool.Put(f)
+}
+
+// resetLocked makes a resolved future pending again for its next
+// operation; the gen bump keeps the records of the last one from
+// resolving it (resolveOp). Caller holds f.mu.
+func (f *Future) resetLocked() {
 	if f.cell == nil {
 		f.cell = new(atomic.Pointer[pool.Buffer])
 		runtime.AddCleanup(f, collectedCell, f.cell)
@@ -96,7 +104,6 @@ func (f *Future) Release() {
 	f.err, f.n, f.imm, f.has, f.buf, f.old = nil, 0, 0, false, nil, 0
 	f.rbuf = Buffer{cell: f.cell}
 	f.reusable = false // until newFuture takes it: a second Release is a no-op
-	futurePool.Put(f)
 }
 
 // collectedCell is the safety net of a reused future's received buffer:

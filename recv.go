@@ -88,6 +88,13 @@ func (c *Conn) onSharedRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 // the handler or the ready queue, or fails the connection when the
 // receive failed. Caller holds rmu; it unlocks it.
 func (c *Conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
+	if c.rq.ended {
+		// Close took what was here, and nothing is delivered after it: a
+		// completion the poller took as the QP went is dropped.
+		c.rq.rmu.Unlock()
+		pb.Release()
+		return
+	}
 	if wc.Status != verbs.WCSuccess {
 		c.st.recvFailed(wc.Status, wc.Status == verbs.WCWRFlushErr && c.orderly())
 		// Every receive before this one was delivered; the waiters
@@ -118,7 +125,9 @@ func (c *Conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 		c.refillLocked()
 		c.endIfDeliveredLocked()
 		c.rq.rmu.Unlock()
-		f.resolve(nil, m.n, m.imm, m.has, m.pb, 0)
+		if !f.resolve(nil, m.n, m.imm, m.has, m.pb, 0) && m.pb != nil {
+			m.pb.Release() // resolved already: nobody would release it
+		}
 		return
 	}
 	c.rq.ready.push(m)

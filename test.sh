@@ -65,6 +65,9 @@ grep -E '^(ok|FAIL|---|panic:|\?)' "$hostlog" | grep -v -- '--- PASS\|--- SKIP' 
 if [ "$rc" != 0 ]; then
   echo "host tests failed; what the failed tests said:"
   grep -B 40 -A 5 -- '--- FAIL' "$hostlog" | head -n 300
+  # A package can fail with no failed test: a goroutine left behind
+  # (goleak in TestMain), a panic, a timeout.
+  grep -A 30 -E '^(goleak|panic:|leak:)|Errors on successful test run' "$hostlog" | head -n 120
   echo "the end of their output:"
   tail -n 100 "$hostlog"
   echo "0 passed, $(grep -c -- '--- FAIL' "$hostlog") failed"
