@@ -78,8 +78,13 @@ host_skipped=$(grep -c -- '--- SKIP: ' "$hostlog")
 echo "host: $host_passed passed, $host_skipped skipped (tests that need an RDMA device run in the VM below)"
 rm -f "$hostlog"
 
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 step "a program importing go-rdma builds without rdma-core's headers, cgo on and off"
-test/build/noheaders.sh
+# The two binaries it leaves in $work/apps run on rxe and siw in the VM
+# (test/vm/apptests.sh).
+mkdir -p "$work/apps"
+test/build/noheaders.sh -o "$work/apps"
 
 step "internal/ibv/abi.h matches rdma-core's headers"
 go test -count=1 -tags rdmaheaders ./internal/ibv/abicheck
@@ -95,10 +100,9 @@ fi
 
 # Packages whose tests run on the rxe device in the VM.
 VM_PKGS=(. stream internal/ibv internal/conformance cmd/examples/quickstart cmd/rdmacat)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 bindir=$work/vmbin
 mkdir -p "$bindir"
+cp "$work/apps/app1" "$work/apps/app0" "$bindir/"
 step "build test binaries for the VM"
 specs=()
 for p in "${VM_PKGS[@]}"; do
@@ -136,8 +140,10 @@ GOTEST_FLAGS=-test.skip=CM bash ../gotests.sh \$PWD/src ${pspecs[*]:0:2} || r=1
 GOTEST_FLAGS='-test.run=$PUREGO_ROOT_TESTS' bash ../gotests.sh \$PWD/src ${pspecs[2]} || r=1
 echo '=== siw'
 bash ../siwtests.sh \$PWD/src || r=1
+echo '=== a fresh program, built without rdma-core headers'
+bash ../apptests.sh || r=1
 exit \$r"
-test/vm/run.sh -t 1800 -f "$bindir" -f test/vm/gotests.sh -f test/vm/siwtests.sh -c "$job" | tee "$out" || rc=$?
+test/vm/run.sh -t 1800 -f "$bindir" -f test/vm/gotests.sh -f test/vm/siwtests.sh -f test/vm/apptests.sh -c "$job" | tee "$out" || rc=$?
 # One VM-SUMMARY line per gotests.sh run: the cgo binding's, then the
 # purego binding's two; siwtests.sh prints a SIW-SUMMARY.
 summary() { sed -n "s/.*VM-SUMMARY: .*$1=\([0-9]*\).*/\1/p" "$out" | sed -n "$2"; }
@@ -151,6 +157,8 @@ echo "tests passed on the rxe device: ${n:-0} with the cgo binding, ${np:-0} wit
 [ "${n:-0}" -gt 0 ] || { echo "no test ran on the rxe device"; exit 1; }
 [ "${np:-0}" -gt 0 ] || { echo "no test ran on the rxe device with the purego binding"; exit 1; }
 [ "${siw:-0}" -gt 0 ] || { echo "no test ran on siw"; exit 1; }
+apps=$(sed -n 's/.*APP-SUMMARY: passed=\([0-9]*\).*/\1/p' "$out" | tail -1)
+[ "${apps:-0}" = 5 ] || { echo "the fresh program: ${apps:-0} of 5 checks passed in the VM (test/vm/apptests.sh)"; exit 1; }
 
 step "two hosts: RC on rxe and the soft provider over TCP, between two VMs"
 cp "$bindir/internal_ibv.test" "$work/ibv.test"
@@ -164,4 +172,4 @@ n2=$(grep -cE -- '--- PASS: (TestVerbsTwoHostRC|TestTwoHostSoft|TestTwoHostVerbs
 
 step "done in $(( $(date +%s) - T0 ))s"
 echo "rxe: $n tests passed on the rxe device in one VM (and $np with the purego binding); siw: ${siw:-0} passed (${siw_fskips:-0} conformance cases skipped for a feature siw lacks, docs/providers.md); two VMs: RC on rxe, the async API on rxe and on soft over TCP passed on both sides"
-echo "$((host_passed + ${vm_all:-0} + ${siw:-0} + n2)) passed, 0 failed"
+echo "$((host_passed + ${vm_all:-0} + ${siw:-0} + apps + n2)) passed, 0 failed"

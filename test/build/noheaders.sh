@@ -4,15 +4,20 @@
 # private mount namespace that hides /usr/include/infiniband and
 # /usr/include/rdma, it builds a fresh module with one main.go that calls
 # rdma.Devices(), with an empty build cache (a warm one hid the failure
-# once), with CGO_ENABLED=1 and then 0, and runs each binary.
+# once), with CGO_ENABLED=1 and then 0, and runs each binary. With
+# -o DIR it leaves the two binaries there (DIR/app1, DIR/app0), for
+# test/vm/apptests.sh to run on rxe and siw in the VM.
 # Needs root (unshare -m); as another user it reruns itself with sudo -n.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 
 if [ "${1:-}" != --inside ]; then
   if [ "$(id -u)" != 0 ]; then exec sudo -n -E "$0" "$@"; fi
-  exec unshare -m --propagation private "$0" --inside
+  exec unshare -m --propagation private "$0" --inside "$@"
 fi
+shift
+out_dir=
+if [ "${1:-}" = -o ]; then out_dir=$2; fi
 
 empty=$(mktemp -d)
 work=$(mktemp -d)
@@ -34,16 +39,30 @@ require github.com/go-rdma/rdma v0.0.0
 replace github.com/go-rdma/rdma => $repo
 MOD
 cat > main.go <<'GO'
+// A fresh program that imports go-rdma: with no arguments it lists the
+// devices; "move DEVICE" moves data over a verbs device, or soft0 (TCP
+// bootstrap on loopback), "move-cm IP" over the device behind IP through
+// rdma_cm.
 package main
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/go-rdma/rdma"
 )
 
 func main() {
+	if len(os.Args) == 3 {
+		if err := move(os.Args[1], os.Args[2]); err != nil {
+			fmt.Println(os.Args[1], os.Args[2]+":", err)
+			os.Exit(1)
+		}
+		return
+	}
 	devs, err := rdma.Devices()
 	if err != nil {
 		fmt.Println("rdma.Devices:", err)
@@ -57,6 +76,82 @@ func main() {
 		}
 	}
 	fmt.Printf("verbs devices: %d\n", verbs)
+}
+
+// move listens and dials, sends a message carrying the receiver's
+// exposed region and WRITEs 64 KiB into it.
+func move(how, where string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addr, opts := "127.0.0.1:0", []rdma.Option{rdma.WithProvider(rdma.ProviderVerbs), rdma.WithDevice(where)}
+	if where == "soft0" {
+		opts[0] = rdma.WithProvider(rdma.ProviderSoft)
+	}
+	if how == "move-cm" {
+		addr, opts = where+":0", []rdma.Option{rdma.WithRDMACM()}
+	}
+	ln, err := rdma.Listen("rdma", addr, opts...)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	acc := make(chan *rdma.Conn, 1)
+	go func() { c, _ := ln.Accept(ctx); acc <- c }()
+	c, err := rdma.Dial(ctx, "rdma", ln.Addr().String(), opts...)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	s := <-acc
+	if s == nil {
+		return fmt.Errorf("nothing accepted")
+	}
+	defer s.Close()
+	target, err := s.Alloc(64 << 10)
+	if err != nil {
+		return err
+	}
+	defer target.Release()
+	region, err := s.Expose(target, rdma.RemoteWrite)
+	if err != nil {
+		return err
+	}
+	msg, err := s.Alloc(64)
+	if err != nil {
+		return err
+	}
+	defer msg.Release()
+	enc, _ := region.MarshalBinary()
+	if err := msg.SetLen(copy(msg.Bytes(), enc)); err != nil {
+		return err
+	}
+	r := c.Recv()
+	if err := s.Send(msg).Wait(ctx); err != nil {
+		return err
+	}
+	if err := r.Wait(ctx); err != nil {
+		return err
+	}
+	var dst rdma.RemoteRegion
+	err = dst.UnmarshalBinary(r.Buffer().Bytes())
+	r.Buffer().Release()
+	if err != nil {
+		return err
+	}
+	src, err := c.Alloc(64 << 10)
+	if err != nil {
+		return err
+	}
+	defer src.Release()
+	copy(src.Bytes(), bytes.Repeat([]byte("noheaders"), 8<<10))
+	if err := c.Write(src, dst).Wait(ctx); err != nil {
+		return err
+	}
+	if !bytes.Equal(target.Bytes(), src.Bytes()) {
+		return fmt.Errorf("the WRITE's bytes differ")
+	}
+	fmt.Printf("moved %d bytes on %s (%s)\n", len(src.Bytes()), c.Device(), c.Provider())
+	return nil
 }
 GO
 
@@ -72,5 +167,7 @@ for cgo in 1 0; do
   echo "$out"
   # This host has no RDMA device: the program must say so, not fail.
   echo "$out" | grep -qx 'verbs devices: 0' || { echo "app$cgo: expected no verbs device" >&2; exit 1; }
+  "./app$cgo" move soft0 | tee /dev/stderr | grep -q '^moved 65536 bytes on soft0' || { echo "app$cgo: moved nothing on soft0" >&2; exit 1; }
+  [ -z "$out_dir" ] || cp "app$cgo" "$out_dir/"
 done
 echo "noheaders: ok"
