@@ -29,9 +29,11 @@ step "static checks"
 bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 [ -z "$bad" ] || { echo "gofmt would change:"; echo "$bad"; exit 1; }
 go vet ./...
-# metrics/promrdma is a module of its own (it requires client_golang, which
-# the library's users need not get), so ./... above does not reach it.
-(cd metrics/promrdma && go vet ./...)
+# metrics/promrdma and cmd/examples/raftkv are modules of their own (they
+# require client_golang and hashicorp/raft, which the library's users need
+# not get), so ./... above does not reach them.
+nested=(metrics/promrdma cmd/examples/raftkv)
+for m in "${nested[@]}"; do (cd "$m" && go vet ./...); done
 CGO_ENABLED=0 go build ./...
 CGO_ENABLED=0 go vet ./...
 GOOS=darwin go vet ./...
@@ -59,8 +61,10 @@ step "host tests (-race)"
 hostlog=$(mktemp)
 rc=0
 go test -race -count=1 -v ./... > "$hostlog" 2>&1 || rc=$?
-# Into the same log, so the counts below include the nested module's tests.
-(cd metrics/promrdma && go test -race -count=1 -v ./...) >> "$hostlog" 2>&1 || rc=$?
+# Into the same log, so the counts below include the nested modules' tests.
+for m in "${nested[@]}"; do
+  (cd "$m" && go test -race -count=1 -v ./...) >> "$hostlog" 2>&1 || rc=$?
+done
 grep -E '^(ok|FAIL|---|panic:|\?)' "$hostlog" | grep -v -- '--- PASS\|--- SKIP' || true
 if [ "$rc" != 0 ]; then
   echo "host tests failed; what the failed tests said:"
