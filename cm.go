@@ -66,8 +66,20 @@ func dialCM(ctx context.Context, eng *engine, cfg config, address string) (*Conn
 		id.Close()
 		return nil, err
 	}
-	c, err := cmConn(eng, cfg, id, func(qp verbs.QP) error { return id.Connect(ctx, qp, ibv.CMParams{}) })
+	me := cmHello{maxMsg: uint32(cfg.maxMsg), protocol: cfg.protocol}
+	var peerMax uint32
+	c, err := cmConn(eng, cfg, id, func(qp verbs.QP) error {
+		if err := id.Connect(ctx, qp, ibv.CMParams{PrivateData: me.marshal()}); err != nil {
+			return cmRefused(err)
+		}
+		var err error
+		peerMax, err = learnCMHello(cfg, id.PrivateData(), true)
+		return err
+	})
 	eng.release() // the connection holds its own reference
+	if c != nil {
+		c.peer.MaxMsg = peerMax
+	}
 	return c, err
 }
 
@@ -163,10 +175,21 @@ func (l *Listener) acceptCM() {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(l.ctx, l.cfg.setup)
 			defer cancel()
-			c, err := cmConn(l.eng, l.cfg, req.CMID, func(qp verbs.QP) error { return req.Accept(ctx, qp, ibv.CMParams{}) })
+			peerMax, err := l.checkCMRequest(req)
+			if err != nil {
+				req.Reject(cmRejectData(err))
+				req.Close()
+				l.eng.life.handshake(err)
+				return
+			}
+			me := cmHello{maxMsg: uint32(l.cfg.maxMsg), protocol: l.cfg.protocol}
+			c, err := cmConn(l.eng, l.cfg, req.CMID, func(qp verbs.QP) error {
+				return req.Accept(ctx, qp, ibv.CMParams{PrivateData: me.marshal()})
+			})
 			if err != nil {
 				return
 			}
+			c.peer.MaxMsg = peerMax
 			select {
 			case l.conns <- c:
 			case <-l.ctx.Done():
@@ -174,4 +197,20 @@ func (l *Listener) acceptCM() {
 			}
 		}()
 	}
+}
+
+// checkCMRequest checks a connection request's hello and runs the accept
+// check (WithAcceptCheck) on it, before anything is made for the peer;
+// it returns the largest message the peer takes.
+func (l *Listener) checkCMRequest(req *ibv.CMRequest) (uint32, error) {
+	peerMax, err := learnCMHello(l.cfg, req.PrivateData(), false)
+	if err != nil {
+		return 0, err
+	}
+	if l.cfg.acceptCheck != nil {
+		if err := l.cfg.acceptCheck(PeerInfo{RemoteAddr: req.RemoteAddr(), LocalAddr: req.LocalAddr()}); err != nil {
+			return 0, fmt.Errorf("rdma: the listener's check refused the peer: %w", err)
+		}
+	}
+	return peerMax, nil
 }

@@ -8,8 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
 )
@@ -201,4 +205,103 @@ func TestVerbsRDMACMRefused(t *testing.T) {
 			t.Fatalf("dial: %v, want a *net.OpError of op dial", err)
 		}
 	}
+}
+
+// cmPair listens on ip with lopts and dials it with dopts, both through
+// rdma_cm; it returns the dial's error, and on success both ends.
+func cmPair(t *testing.T, ctx context.Context, ip string, lopts, dopts []rdma.Option) (c, s *rdma.Conn, err error) {
+	t.Helper()
+	ln, err := rdma.Listen("rdma", ip+":0", append(lopts, rdma.WithRDMACM())...)
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	acc := make(chan *rdma.Conn, 1)
+	go func() { s, _ := ln.Accept(ctx); acc <- s }()
+	c, err = rdma.Dial(ctx, "rdma", ln.Addr().String(), append(dopts, rdma.WithRDMACM())...)
+	if err != nil {
+		return nil, nil, err
+	}
+	t.Cleanup(func() { c.Close() })
+	s = <-acc
+	require.NotNil(t, s, "nothing accepted")
+	t.Cleanup(func() { s.Close() })
+	return c, s, nil
+}
+
+// Rule: on rdma_cm set-ups too, the hello (in the private data of the
+// connect and the accept) names the application protocol: a dialer and
+// a listener of different protocols are refused at the dial, with an
+// error that names both, and the same protocol connects.
+func TestVerbsRDMACMProtocol(t *testing.T) {
+	ip0, _ := cmAddrs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kv2, kv3 := rdma.WithProtocol("kv/2"), rdma.WithProtocol("kv/3")
+	_, _, err := cmPair(t, ctx, ip0, []rdma.Option{kv2}, []rdma.Option{kv3})
+	require.ErrorIs(t, err, rdma.ErrRefused)
+	assert.Contains(t, err.Error(), `"kv/2"`)
+	assert.Contains(t, err.Error(), `"kv/3"`)
+	_, _, err = cmPair(t, ctx, ip0, []rdma.Option{kv2}, nil)
+	require.ErrorIs(t, err, rdma.ErrRefused, "a plain dialer to a kv/2 listener")
+	assert.Contains(t, err.Error(), "plain async API")
+	_, _, err = cmPair(t, ctx, ip0, nil, []rdma.Option{kv2})
+	require.ErrorIs(t, err, rdma.ErrRefused, "a kv/2 dialer to a plain listener")
+
+	c, s, err := cmPair(t, ctx, ip0, []rdma.Option{kv2}, []rdma.Option{kv2})
+	require.NoError(t, err)
+	b, err := c.Alloc(8)
+	require.NoError(t, err)
+	defer b.Release()
+	r := s.Recv()
+	require.NoError(t, c.Send(b).Wait(ctx))
+	require.NoError(t, r.Wait(ctx))
+	r.Buffer().Release()
+}
+
+// Rule: each end of an rdma_cm connection learns the largest message
+// the other takes from its hello (it assumed its own before, so a
+// larger SEND than the peer's receives failed the connection).
+func TestVerbsRDMACMMaxMessage(t *testing.T) {
+	ip0, _ := cmAddrs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, s, err := cmPair(t, ctx, ip0, []rdma.Option{rdma.WithMaxMessage(4096)}, []rdma.Option{rdma.WithMaxMessage(256 << 10)})
+	require.NoError(t, err)
+	assert.Equal(t, 4096, c.MaxMessage(), "the dialer sends at most what the listener takes")
+	assert.Equal(t, 256<<10, s.MaxMessage(), "the listener sends at most what the dialer takes")
+	big, err := c.Alloc(8192)
+	require.NoError(t, err)
+	defer big.Release()
+	assert.ErrorIs(t, c.Send(big).Wait(ctx), rdma.ErrInvalid, "a SEND larger than the peer takes fails at the call")
+	assert.NoError(t, c.Err(), "and leaves the connection up")
+}
+
+// Rule: WithAcceptCheck works on rdma_cm set-ups: it sees the request's
+// addresses before anything is made for the peer, and its refusal
+// reaches the dialer as ErrRefused with the check's reason.
+func TestVerbsRDMACMAcceptCheck(t *testing.T) {
+	ip0, _ := cmAddrs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	seen := make(chan rdma.PeerInfo, 2)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	check := rdma.WithAcceptCheck(func(p rdma.PeerInfo) error {
+		seen <- p
+		if refuse.Load() {
+			return errors.New("not on the list")
+		}
+		return nil
+	})
+	_, _, err := cmPair(t, ctx, ip0, []rdma.Option{check}, nil)
+	require.ErrorIs(t, err, rdma.ErrRefused)
+	assert.Contains(t, err.Error(), "not on the list")
+	p := <-seen
+	require.NotNil(t, p.RemoteAddr)
+	assert.Contains(t, p.RemoteAddr.String(), ip0)
+	assert.Nil(t, p.TLS)
+
+	refuse.Store(false)
+	_, _, err = cmPair(t, ctx, ip0, []rdma.Option{check}, nil)
+	require.NoError(t, err)
+	<-seen
 }

@@ -94,9 +94,6 @@ func Dial(ctx context.Context, network, address string, opts ...Option) (*Conn, 
 // engine of the device that serves the connection's local address.
 func dial(ctx context.Context, eng *engine, cfg config, address string) (*Conn, error) {
 	const network = "rdma"
-	if err := cfg.checkProtocol(); err != nil {
-		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
-	}
 	if err := cfg.checkSecurity(true); err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}

@@ -64,9 +64,6 @@ func Listen(network, address string, opts ...Option) (*Listener, error) {
 // shared engine of the device that serves the listening address.
 func listen(eng *engine, cfg config, address string) (*Listener, error) {
 	const network = "rdma"
-	if err := cfg.checkProtocol(); err != nil {
-		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
-	}
 	if err := cfg.checkSecurity(false); err != nil {
 		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
 	}

@@ -1,6 +1,7 @@
 package rdma
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 )
@@ -21,8 +22,9 @@ const maxProtocol = 32
 // or the dial fails with an error matching ErrRefused that names both.
 // Include the protocol's version in name ("myproto/2") so that peers of
 // different versions are refused too. name is 1 to 32 bytes of printable
-// ASCII. Connections set up through rdma_cm carry no hello:
-// WithProtocol with WithRDMACM fails with ErrNotSupported.
+// ASCII. With WithRDMACM, the name travels in the private data of
+// rdma_cm's connect request and accept, as the rest of the hello does
+// not.
 func WithProtocol(name string) Option {
 	return func(c *config) error {
 		if len(name) == 0 || len(name) > maxProtocol {
@@ -38,24 +40,22 @@ func WithProtocol(name string) Option {
 	}
 }
 
-// checkProtocol refuses what WithProtocol cannot do, on Dial or Listen.
-func (c *config) checkProtocol() error {
-	if c.protocol != "" && c.cm {
-		return fmt.Errorf("rdma: %w: WithProtocol with WithRDMACM: rdma_cm set-ups have no hello to name the protocol in", ErrNotSupported)
-	}
-	return nil
-}
-
 // sameProtocol refuses a peer whose hello names another protocol than
 // ours; dialing says which side this is, for the error's words.
 func sameProtocol(ours string, peer *hello, dialing bool) error {
-	theirs := string(peer.Protocol[:])
-	for i := 0; i < len(theirs); i++ {
-		if theirs[i] == 0 { // NUL-padded
-			theirs = theirs[:i]
-			break
-		}
+	return matchProtocol(ours, protocolName(peer.Protocol[:]), dialing)
+}
+
+// protocolName is the name in a NUL-padded protocol field.
+func protocolName(field []byte) string {
+	if i := bytes.IndexByte(field, 0); i >= 0 {
+		field = field[:i]
 	}
+	return string(field)
+}
+
+// matchProtocol refuses a peer that speaks theirs when we speak ours.
+func matchProtocol(ours, theirs string, dialing bool) error {
 	if theirs == ours {
 		return nil
 	}

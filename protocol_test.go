@@ -67,16 +67,11 @@ func connectPair(t *testing.T, ctx context.Context, ln *rdma.Listener, opts ...r
 	return c, s
 }
 
-// Rule: WithProtocol refuses names it cannot carry, and rdma_cm set-ups,
-// which have no hello to carry one.
+// Rule: WithProtocol refuses names it cannot carry.
 func TestProtocolOption(t *testing.T) {
 	soft := rdma.WithProvider(rdma.ProviderSoft)
 	for _, name := range []string{"", strings.Repeat("x", 33), "has space", "nul\x00"} {
 		_, err := rdma.Listen("rdma", "127.0.0.1:0", soft, rdma.WithProtocol(name))
 		assert.ErrorIs(t, err, rdma.ErrInvalid, "%q", name)
 	}
-	_, err := rdma.Listen("rdma", "127.0.0.1:0", rdma.WithProtocol("kv/2"), rdma.WithRDMACM())
-	assert.ErrorIs(t, err, rdma.ErrNotSupported)
-	_, err = rdma.Dial(context.Background(), "rdma", "127.0.0.1:1", rdma.WithProtocol("kv/2"), rdma.WithRDMACM())
-	assert.ErrorIs(t, err, rdma.ErrNotSupported)
 }

@@ -45,7 +45,7 @@ func WithTLS(cfg *tls.Config) Option {
 // once its TLS handshake (if any) and its hello came.
 type PeerInfo struct {
 	// RemoteAddr and LocalAddr are the addresses of the peer's TCP
-	// connection.
+	// connection, or with WithRDMACM of its connection request.
 	RemoteAddr, LocalAddr net.Addr
 	// TLS is the state of the TLS session (WithTLS), with the peer's
 	// certificates and, when the listener verified them, their chains
@@ -65,7 +65,8 @@ type PeerInfo struct {
 //
 // It is a Listener option: Dial refuses it with ErrInvalid (a dialer
 // checks the listener through its tls.Config, e.g. VerifyConnection).
-// It cannot be combined with WithRDMACM (ErrNotSupported).
+// With WithRDMACM it sees the connection request's addresses, and a
+// refusal is rdma_cm's reject, carrying the first bytes of the text.
 func WithAcceptCheck(check func(PeerInfo) error) Option {
 	return func(c *config) error {
 		if check == nil {
@@ -94,8 +95,6 @@ func (c *config) checkSecurity(dialing bool) error {
 	switch {
 	case c.tls != nil && c.cm:
 		return fmt.Errorf("rdma: %w: WithTLS with WithRDMACM: rdma_cm has no TCP channel to run TLS on (see docs/security.md)", ErrNotSupported)
-	case c.acceptCheck != nil && c.cm:
-		return fmt.Errorf("rdma: %w: WithAcceptCheck with WithRDMACM: rdma_cm set-ups have no hello to check (see docs/security.md)", ErrNotSupported)
 	case c.acceptCheck != nil && dialing:
 		return fmt.Errorf("rdma: %w: WithAcceptCheck is a Listener option; a dialer checks the listener through its tls.Config", ErrInvalid)
 	case c.tls != nil && !dialing && len(c.tls.Certificates) == 0 && c.tls.GetCertificate == nil && c.tls.GetConfigForClient == nil:

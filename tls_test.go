@@ -295,8 +295,6 @@ func TestTLSOptions(t *testing.T) {
 	assert.ErrorIs(t, err, rdma.ErrInvalid)
 	_, err = rdma.Dial(ctx, "rdma", "127.0.0.1:1", rdma.WithTLS(nil))
 	assert.ErrorIs(t, err, rdma.ErrInvalid)
-	_, err = rdma.Listen("rdma", "127.0.0.1:0", rdma.WithAcceptCheck(func(rdma.PeerInfo) error { return nil }), rdma.WithRDMACM())
-	assert.ErrorIs(t, err, rdma.ErrNotSupported)
 	_, err = rdma.Listen("rdma", "127.0.0.1:0", rdma.WithAcceptCheck(nil))
 	assert.ErrorIs(t, err, rdma.ErrInvalid)
 }

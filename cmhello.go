@@ -1,0 +1,106 @@
+package rdma
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/go-rdma/rdma/internal/ibv"
+)
+
+// A connection set up through rdma_cm has no control channel, so its
+// hello travels in the private data of rdma_cm's connect request (the
+// dialer's) and of its accept (the listener's): the handshake version,
+// the largest message the sender takes and the application protocol
+// (WithProtocol). A listener refuses a dialer of another version or
+// protocol with a reject whose private data says why; the dialer turns it
+// into ErrRefused. Private data that does not start with cmHelloMagic
+// (all zeros from an rdma_cm peer that sent none, such as v0.1.0) is a
+// peer of the plain async API with our settings, as before the hello.
+//
+//	magic "GR" | version u8 | flags u8 (0) | max message u32 BE | protocol, NUL-padded to maxProtocol
+const cmHelloSize = 8 + maxProtocol
+
+var cmHelloMagic = [2]byte{'G', 'R'}
+
+// cmRejectPrefix starts the reject private data of a go-rdma listener.
+const cmRejectPrefix = "go-rdma: "
+
+// A hello must fit the smallest private data rdma_cm carries: a connect
+// request's on InfiniBand and RoCE.
+var _ [ibv.CMMaxConnectData - cmHelloSize]struct{}
+
+type cmHello struct {
+	maxMsg   uint32
+	protocol string
+}
+
+func (h cmHello) marshal() []byte {
+	b := make([]byte, cmHelloSize)
+	copy(b, cmHelloMagic[:])
+	b[2] = handshakeVersion
+	binary.BigEndian.PutUint32(b[4:8], h.maxMsg)
+	copy(b[8:], h.protocol)
+	return b
+}
+
+// errNoCMHello: the peer's private data holds no go-rdma hello.
+var errNoCMHello = errors.New("no go-rdma hello in the rdma_cm private data")
+
+// parseCMHello reads a peer's hello from rdma_cm private data (padded
+// with zeros to the transport's size).
+func parseCMHello(b []byte) (cmHello, error) {
+	if len(b) < cmHelloSize || !bytes.Equal(b[:2], cmHelloMagic[:]) {
+		return cmHello{}, errNoCMHello
+	}
+	if b[2] != handshakeVersion {
+		return cmHello{}, fmt.Errorf("%w: peer version %d, ours %d", ErrVersion, b[2], handshakeVersion)
+	}
+	h := cmHello{maxMsg: binary.BigEndian.Uint32(b[4:8]), protocol: protocolName(b[8:cmHelloSize])}
+	if h.maxMsg == 0 {
+		return cmHello{}, fmt.Errorf("rdma: %w: rdma_cm hello with a largest message of 0", ErrInvalid)
+	}
+	for i := 0; i < len(h.protocol); i++ {
+		if h.protocol[i] < 0x21 || h.protocol[i] > 0x7e {
+			return cmHello{}, fmt.Errorf("rdma: %w: rdma_cm hello with protocol %q", ErrInvalid, h.protocol)
+		}
+	}
+	return h, nil
+}
+
+// learnCMHello checks the peer's hello against cfg and returns the
+// largest message the peer takes. A peer without a hello speaks the
+// plain async API with our settings.
+func learnCMHello(cfg config, priv []byte, dialing bool) (uint32, error) {
+	h, err := parseCMHello(priv)
+	if errors.Is(err, errNoCMHello) {
+		return uint32(cfg.maxMsg), matchProtocol(cfg.protocol, "", dialing)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return h.maxMsg, matchProtocol(cfg.protocol, h.protocol, dialing)
+}
+
+// cmRefused is the dialer's error for a listener's reject that says why.
+func cmRefused(err error) error {
+	var ce *ibv.CMEventError
+	if errors.As(err, &ce) && bytes.HasPrefix(ce.PrivateData, []byte(cmRejectPrefix)) {
+		why := ce.PrivateData[len(cmRejectPrefix):]
+		if i := bytes.IndexByte(why, 0); i >= 0 {
+			why = why[:i]
+		}
+		return fmt.Errorf("rdma: %w: the listener says: %s", ErrRefused, why)
+	}
+	return err
+}
+
+// cmRejectData is a reject's private data saying why, cut to what a
+// reject carries.
+func cmRejectData(why error) []byte {
+	text := strings.TrimPrefix(why.Error(), "rdma: "+ErrRefused.Error()+": ")
+	b := []byte(cmRejectPrefix + text)
+	return b[:min(len(b), ibv.CMMaxRejectData)]
+}

@@ -1,0 +1,66 @@
+package rdma
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-rdma/rdma/internal/ibv"
+)
+
+// TestCMHello: the rdma_cm hello round-trips in the private data (padded
+// with zeros, as rdma_cm delivers it), a peer that sent none speaks the
+// plain async API with our settings, and a bad one is refused.
+func TestCMHello(t *testing.T) {
+	pad := func(b []byte) []byte { return append(b, make([]byte, ibv.CMMaxConnectData-len(b))...) }
+	me := cmHello{maxMsg: 4096, protocol: "kv/2"}
+	got, err := parseCMHello(pad(me.marshal()))
+	require.NoError(t, err)
+	assert.Equal(t, me, got)
+
+	max, err := learnCMHello(config{maxMsg: 1 << 16, protocol: "kv/2"}, pad(me.marshal()), true)
+	require.NoError(t, err)
+	assert.Equal(t, uint32(4096), max, "the peer's largest message, not ours")
+
+	max, err = learnCMHello(config{maxMsg: 1 << 16}, make([]byte, ibv.CMMaxConnectData), false)
+	require.NoError(t, err, "no hello: the plain async API")
+	assert.Equal(t, uint32(1<<16), max)
+	_, err = learnCMHello(config{maxMsg: 1 << 16, protocol: "kv/2"}, nil, true)
+	assert.ErrorIs(t, err, ErrRefused, "we speak a protocol, the peer sent no hello")
+
+	_, err = learnCMHello(config{maxMsg: 1 << 16, protocol: "kv/3"}, pad(me.marshal()), false)
+	require.ErrorIs(t, err, ErrRefused)
+	assert.Contains(t, err.Error(), `"kv/2"`)
+	assert.Contains(t, err.Error(), `"kv/3"`)
+
+	old := pad(me.marshal())
+	old[2] = handshakeVersion - 1
+	_, err = parseCMHello(old)
+	assert.ErrorIs(t, err, ErrVersion)
+	zero := pad(cmHello{protocol: "kv/2"}.marshal())
+	_, err = parseCMHello(zero)
+	assert.ErrorIs(t, err, ErrInvalid, "a largest message of 0")
+	bad := pad(me.marshal())
+	bad[9] = ' '
+	_, err = parseCMHello(bad)
+	assert.ErrorIs(t, err, ErrInvalid, "a protocol name with a space")
+}
+
+// TestCMReject: a listener's reason reaches the dialer as ErrRefused,
+// cut to what a reject carries; another reject stays rdma_cm's error.
+func TestCMReject(t *testing.T) {
+	why := fmt.Errorf("rdma: %w: the dialer speaks %s", ErrRefused, strings.Repeat("x", 300))
+	data := cmRejectData(why)
+	assert.Len(t, data, ibv.CMMaxRejectData)
+	assert.True(t, strings.HasPrefix(string(data), cmRejectPrefix+"the dialer speaks x"), "%q", data)
+
+	err := cmRefused(&ibv.CMEventError{Op: "connect", PrivateData: append([]byte(cmRejectPrefix+"no"), 0, 0)})
+	require.ErrorIs(t, err, ErrRefused)
+	assert.Equal(t, "rdma: "+ErrRefused.Error()+": the listener says: no", err.Error())
+	other := &ibv.CMEventError{Op: "connect"}
+	assert.True(t, errors.Is(cmRefused(other), other))
+}
