@@ -220,6 +220,7 @@ enum {
 	gordma_abi_209 = RDMA_CM_EVENT_MULTICAST_ERROR,
 	gordma_abi_210 = RDMA_CM_EVENT_ADDR_CHANGE,
 	gordma_abi_211 = RDMA_CM_EVENT_TIMEWAIT_EXIT,
+	gordma_abi_212 = offsetof(struct ibv_device_attr, max_sge_rd),
 };
 */
 import "C"
@@ -447,4 +448,5 @@ var _ = [...]int{
 	[1]int{}[int64(cmMulticastError)-int64(C.gordma_abi_209)],
 	[1]int{}[int64(cmAddrChange)-int64(C.gordma_abi_210)],
 	[1]int{}[int64(cmTimewaitExit)-int64(C.gordma_abi_211)],
+	[1]int{}[int64(unsafe.Offsetof(ibvDeviceAttr{}.maxSGERd))-int64(C.gordma_abi_212)],
 }
