@@ -9,9 +9,10 @@
 #   3. the verbs tests on Soft-RoCE (rdma_rxe) inside a qemu VM, with
 #      RDMA_TEST_REQUIRE_DEVICE=1 so a skip is a failure, then in the same
 #      VM the purego binding's (test binaries built with CGO_ENABLED=0):
-#      internal/ibv, the conformance suite and a smoke of the root package;
-#      then the conformance suite and the rdma_cm tests on siw (soft-iWARP;
-#      a conformance case may skip there only for a feature siw lacks);
+#      internal/ibv, the conformance suite and a smoke and the rdma_cm
+#      tests of the root package; then the conformance suite and the
+#      rdma_cm tests, of both bindings, on siw (soft-iWARP; a conformance
+#      case may skip there only for a feature siw lacks);
 #   4. an RC test between two VMs.
 # As root on a fresh Debian 12 machine it installs what is missing (apt
 # packages and the Debian kernel image for the VM).
@@ -117,10 +118,10 @@ done
 # cmd/rdmacat's tests run the command; the guest cannot build it.
 go build -o "$bindir/rdmacat" ./cmd/rdmacat
 # The purego binding (CGO_ENABLED=0): internal/ibv and the conformance
-# suite in full but rdma_cm, which this binding does not have
-# (-test.skip=CM), and the root package's basic paths on it.
+# suite in full, rdma_cm included, and the root package's basic paths and
+# rdma_cm tests on it (siwtests.sh runs its rdma_cm tests on siw too).
 PUREGO_PKGS=(internal/ibv internal/conformance .)
-PUREGO_ROOT_TESTS='^(TestSendRecv|TestOneSided|TestWriteInline|TestBatch|TestPeerCloseErrors|TestDialErrors)$'
+PUREGO_ROOT_TESTS='^(TestSendRecv|TestOneSided|TestWriteInline|TestBatch|TestPeerCloseErrors|TestDialErrors|TestVerbsRDMACM.*)$'
 pspecs=()
 for p in "${PUREGO_PKGS[@]}"; do
   b=purego_$(echo "$p" | tr /. _r).test
@@ -140,7 +141,7 @@ rc=0
 job="cd $(basename "$bindir") && r=0
 RDMACAT_BIN=\$PWD/rdmacat bash ../gotests.sh \$PWD/src ${specs[*]} || r=1
 echo '=== the purego binding (CGO_ENABLED=0)'
-GOTEST_FLAGS=-test.skip=CM bash ../gotests.sh \$PWD/src ${pspecs[*]:0:2} || r=1
+bash ../gotests.sh \$PWD/src ${pspecs[*]:0:2} || r=1
 GOTEST_FLAGS='-test.run=$PUREGO_ROOT_TESTS' bash ../gotests.sh \$PWD/src ${pspecs[2]} || r=1
 echo '=== siw'
 bash ../siwtests.sh \$PWD/src || r=1
@@ -162,7 +163,7 @@ echo "tests passed on the rxe device: ${n:-0} with the cgo binding, ${np:-0} wit
 [ "${np:-0}" -gt 0 ] || { echo "no test ran on the rxe device with the purego binding"; exit 1; }
 [ "${siw:-0}" -gt 0 ] || { echo "no test ran on siw"; exit 1; }
 apps=$(sed -n 's/.*APP-SUMMARY: passed=\([0-9]*\).*/\1/p' "$out" | tail -1)
-[ "${apps:-0}" = 5 ] || { echo "the fresh program: ${apps:-0} of 5 checks passed in the VM (test/vm/apptests.sh)"; exit 1; }
+[ "${apps:-0}" = 6 ] || { echo "the fresh program: ${apps:-0} of 6 checks passed in the VM (test/vm/apptests.sh)"; exit 1; }
 
 step "two hosts: RC on rxe and the soft provider over TCP, between two VMs"
 cp "$bindir/internal_ibv.test" "$work/ibv.test"

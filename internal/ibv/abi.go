@@ -229,6 +229,31 @@ type ibvAsyncEvent struct {
 	eventType uint32
 }
 
+// rdmaConnParam is struct rdma_conn_param.
+type rdmaConnParam struct {
+	privateData        uintptr
+	privateDataLen     uint8
+	responderResources uint8
+	initiatorDepth     uint8
+	flowControl        uint8
+	retryCount         uint8 // ignored when accepting
+	rnrRetryCount      uint8
+	srq                uint8
+	qpNum              uint32
+}
+
+// rdmaCMEvent is the head of struct rdma_cm_event that the binding
+// reads: param is the union's conn member. The union's ud member is
+// longer, so the struct is too; librdmacm allocates events, the binding
+// only reads them in place.
+type rdmaCMEvent struct {
+	id       uintptr
+	listenID uintptr
+	event    uint32
+	status   int32
+	conn     rdmaConnParam
+}
+
 // Offsets into the objects libibverbs hands back, which the binding
 // reads in place.
 const (
@@ -259,8 +284,32 @@ const (
 	offMRLKey        = 36 // struct ibv_mr.lkey
 	offMRRKey        = 40 // struct ibv_mr.rkey
 
+	offContextDevice = 0 // struct ibv_context.device
+
+	// struct rdma_event_channel.fd and the fields of struct rdma_cm_id
+	// the binding reads: verbs, the source and destination socket
+	// addresses of route.addr, port_num.
+	offCMChannelFD = 0
+	offCMIDVerbs   = 0
+	offCMIDSrcAddr = 32
+	offCMIDDstAddr = 160
+	offCMIDPortNum = 348
+
+	// struct sockaddr_in and struct sockaddr_in6 (family, then the port
+	// in network order, in both), in a struct sockaddr_storage.
+	sizeofSockaddrStorage = 128
+	offSinPort            = 2
+	offSinAddr            = 4
+	offSin6Port           = 2
+	offSin6Addr           = 8
+	offSin6ScopeID        = 24
+	afInet                = 2
+	afInet6               = 10
+
 	// enum values of abi.h the binding uses.
 	ibvLinkLayerEthernet = 2
+	ibvLinkLayerIB       = 1
+	rdmaPSTCP            = 0x0106
 	ibvQPState           = 1 << 0
 	ibvQPAccessFlags     = 1 << 3
 	ibvQPPKeyIndex       = 1 << 4

@@ -1,4 +1,4 @@
-//go:build !(linux && cgo)
+//go:build !linux || (!cgo && !amd64 && !arm64)
 
 package ibv
 
@@ -10,7 +10,7 @@ import (
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
-var errNoCM = fmt.Errorf("ibv: rdma_cm: %w: this build has no librdmacm support (built without cgo or not on Linux)", verbs.ErrNotSupported)
+var errNoCM = fmt.Errorf("ibv: rdma_cm: %w: this build has no librdmacm support (not Linux, or built without cgo on a platform the purego binding does not cover)", verbs.ErrNotSupported)
 
 // CMAvailable fails with verbs.ErrNotSupported: this build has no
 // rdma_cm support.

@@ -95,6 +95,8 @@ const (
 	cmEstablished    = 9
 	cmDisconnected   = 10
 	cmDeviceRemoval  = 11
+	cmMulticastJoin  = 12
+	cmMulticastError = 13
 	cmAddrChange     = 14
 	cmTimewaitExit   = 15
 )

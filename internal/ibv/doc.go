@@ -31,8 +31,9 @@
 // the same symbol versions, the hot-path ops called through the ops
 // table at the offsets of abi.go (abi.h's mirror, checked against it by
 // abi_cgo.go in every cgo build), WR chains, SGEs and the ibv_wc array in
-// memory mapped off the Go heap. It has no rdma_cm: CMListen and CMDial
-// fail with verbs.ErrNotSupported. Elsewhere without cgo, or off Linux,
+// memory mapped off the Go heap. Its rdma_cm (cm_purego.go) loads
+// librdmacm the same way and shares the rest with the cgo one
+// (cm_shared.go). Elsewhere without cgo, or off Linux,
 // Provider lists devices from sysfs but every other call fails with
 // verbs.ErrNotSupported.
 package ibv

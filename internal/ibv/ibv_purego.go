@@ -211,6 +211,7 @@ func deviceAttr(a *ibvDeviceAttr) verbs.DeviceAttr {
 		MaxSRQ:          int(a.maxSRQ),
 		MaxSRQWR:        int(a.maxSRQWR),
 		MaxSRQSGE:       int(a.maxSRQSGE),
+		MaxSGERd:        int(a.maxSGERd),
 		AtomicCap:       int(a.atomicCap),
 		PhysPortCnt:     int(a.physPortCnt),
 	}

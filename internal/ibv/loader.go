@@ -12,37 +12,14 @@ import "C"
 
 import (
 	"fmt"
-	"sync"
 	"unsafe"
 
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
 // The libraries are loaded at their first use rather than linked, so
-// that one binary runs with and without rdma-core installed (loader.h).
-// A failed load is kept: the process does not retry, and every caller
-// gets the same error.
-var (
-	loadVerbs = sync.OnceValue(func() error { return loadVerbsFrom(libPath(EnvLibibverbs, SonameLibibverbs)) })
-	loadCM    = sync.OnceValue(func() error {
-		// librdmacm needs libibverbs, and must find the copy this
-		// package loaded (which $GO_RDMA_LIBIBVERBS may have chosen).
-		if err := loadVerbs(); err != nil {
-			return err
-		}
-		return loadCMFrom(libPath(EnvLibrdmacm, SonameLibrdmacm))
-	})
-)
-
-// Available reports whether libibverbs is loaded, loading it on the
-// first call: nil, or an error wrapping verbs.ErrNotSupported that says
-// why it could not be. Without it the provider lists the devices of
-// sysfs as unusable and Open fails.
-func Available() error { return loadVerbs() }
-
-// CMAvailable is Available for librdmacm (and libibverbs, which it
-// needs). Without it CMListen and CMDial fail; the rest works.
-func CMAvailable() error { return loadCM() }
+// that one binary runs with and without rdma-core installed (loader.h);
+// loader_shared.go holds the once of each load.
 
 func loadVerbsFrom(path string) error {
 	return load("libibverbs", path, EnvLibibverbs, func(p, msg *C.char, n C.size_t) C.int { return C.gordma_load_ibv(p, msg, n) })

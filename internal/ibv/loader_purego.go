@@ -20,8 +20,8 @@ import (
 // (dlopen, as loader.c does for the cgo build), each function resolved
 // once at the symbol version a link would bind, and the hot-path verbs
 // are called through the context's ops table at the offsets abi.go
-// declares. rdma_cm is not bound in this build: CMAvailable, CMListen
-// and CMDial fail with verbs.ErrNotSupported (cm_stub.go).
+// declares. librdmacm is loaded the same way at the first use of
+// rdma_cm (cm_purego.go).
 
 // ibvFns holds the resolved libibverbs functions, as loader.c's struct
 // ibv_fns does.
@@ -42,47 +42,81 @@ var (
 	errnoLocation uintptr
 )
 
-var loadVerbs = sync.OnceValue(func() error { return loadVerbsFrom(libPath(EnvLibibverbs, SonameLibibverbs)) })
-
-// Available reports whether libibverbs is loaded, loading it on the
-// first call: nil, or an error wrapping verbs.ErrNotSupported that says
-// why it could not be. Without it the provider lists the devices of
-// sysfs as unusable and Open fails.
-func Available() error { return loadVerbs() }
-
 func loadVerbsFrom(path string) error {
-	if err := load(path); err != nil {
-		return fmt.Errorf("ibv: %w: libibverbs could not be loaded: %v (install rdma-core's libibverbs, or name the file in $%s)",
-			verbs.ErrNotSupported, err, EnvLibibverbs)
+	return loadFailed("libibverbs", EnvLibibverbs, loadIBV(path))
+}
+
+func loadCMFrom(path string) error {
+	return loadFailed("librdmacm", EnvLibrdmacm, loadRDMACM(path))
+}
+
+// loadFailed explains a failed load of lib as the cgo build does.
+func loadFailed(lib, env string, err error) error {
+	if err != nil {
+		return fmt.Errorf("ibv: %w: %s could not be loaded: %v (install rdma-core's %s, or name the file in $%s)",
+			verbs.ErrNotSupported, lib, err, lib, env)
 	}
 	return nil
 }
 
-// load dlopens path and resolves every function into ibv. The library is
-// never closed after a successful load: the verbs objects point into it.
-func load(path string) error {
-	libc, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_LOCAL)
+// sym names a function, the symbol version to bind and where to store
+// it: the version a link against rdma-core's libraries binds.
+type sym struct {
+	name, version string
+	slot          *uintptr
+}
+
+// libc is libc's dlvsym and __errno_location, resolved once.
+var libc = sync.OnceValues(func() ([2]uintptr, error) {
+	h, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		return [2]uintptr{}, err
+	}
+	dlvsym, err := purego.Dlsym(h, "dlvsym")
+	if err != nil {
+		return [2]uintptr{}, err
+	}
+	errloc, err := purego.Dlsym(h, "__errno_location")
+	if err != nil {
+		return [2]uintptr{}, err
+	}
+	return [2]uintptr{dlvsym, errloc}, nil
+})
+
+// dlopenSyms dlopens path and resolves syms. The library is never
+// closed after a successful load: the objects it makes point into it.
+func dlopenSyms(path string, syms []sym) error {
+	fns, err := libc()
 	if err != nil {
 		return err
 	}
-	dlvsym, err := purego.Dlsym(libc, "dlvsym")
-	if err != nil {
-		return err
-	}
-	errloc, err := purego.Dlsym(libc, "__errno_location")
-	if err != nil {
-		return err
-	}
+	dlvsym := fns[0]
 	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		return err
+	}
+	for _, s := range syms {
+		name, version := cString(s.name), cString(s.version)
+		p := ccall(dlvsym, h, uintptr(unsafe.Pointer(&name[0])), uintptr(unsafe.Pointer(&version[0])))
+		if p == 0 {
+			purego.Dlclose(h)
+			return fmt.Errorf("%s has no %s@%s: rdma-core too old?", path, s.name, s.version)
+		}
+		*s.slot = p
+	}
+	return nil
+}
+
+// loadIBV dlopens libibverbs from path and resolves every function into
+// ibv.
+func loadIBV(path string) error {
+	fns, err := libc()
 	if err != nil {
 		return err
 	}
 	const v10, v11 = "IBVERBS_1.0", "IBVERBS_1.1"
 	var next ibvFns
-	syms := []struct {
-		name, version string
-		slot          *uintptr
-	}{
+	syms := []sym{
 		{"ibv_get_device_list", v11, &next.getDeviceList},
 		{"ibv_free_device_list", v11, &next.freeDeviceList},
 		{"ibv_get_device_name", v11, &next.getDeviceName},
@@ -113,16 +147,10 @@ func load(path string) error {
 		{"ibv_create_ah", v11, &next.createAH},
 		{"ibv_destroy_ah", v11, &next.destroyAH},
 	}
-	for _, s := range syms {
-		name, version := cString(s.name), cString(s.version)
-		p := ccall(dlvsym, h, uintptr(unsafe.Pointer(&name[0])), uintptr(unsafe.Pointer(&version[0])))
-		if p == 0 {
-			purego.Dlclose(h)
-			return fmt.Errorf("%s has no %s@%s: rdma-core too old?", path, s.name, s.version)
-		}
-		*s.slot = p
+	if err := dlopenSyms(path, syms); err != nil {
+		return err
 	}
-	ibv, errnoLocation = next, errloc
+	ibv, errnoLocation = next, fns[1]
 	return nil
 }
 

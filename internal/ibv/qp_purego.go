@@ -138,7 +138,13 @@ func (q *qp) State() (verbs.QPState, error) {
 	if rc := int32(ccall(ibv.queryQP, q.qp, uintptr(unsafe.Pointer(&attr)), ibvQPState, uintptr(unsafe.Pointer(&init)))); rc != 0 {
 		return 0, errnoErr("ibv_query_qp", syscall.Errno(rc))
 	}
-	return verbs.QPState(attr.qpState), nil
+	st := verbs.QPState(attr.qpState)
+	if st == verbs.StateReset && q.iwarp() {
+		// siw before Linux 6.4 leaves qp_state zero in ibv_query_qp:
+		// the state is the last one this QP was moved to (as qp.go).
+		st = verbs.QPState(q.state.Load())
+	}
+	return st, nil
 }
 
 // modify runs ibv_modify_qp and records the new state.

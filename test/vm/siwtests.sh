@@ -3,11 +3,15 @@
 # boots, after gotests.sh's rxe pass.
 # Usage (inside the VM, cwd = the job's binaries): siwtests.sh REPO
 #   REPO  the repository path, with internal_conformance.test,
-#         internal_ibv.test and r.test (the root package) in cwd
+#         internal_ibv.test and r.test (the root package) in cwd, and
+#         purego_internal_conformance.test, purego_internal_ibv.test and
+#         purego_r.test, the same built with CGO_ENABLED=0 (the purego
+#         binding)
 # The conformance suite runs on siw0/siw1 (RDMA_TEST_VERBS_DEVICES);
 # internal/ibv's and the root package's rdma_cm tests run on the siw
 # addresses (RDMA_VM_IP0/1 point at siw's pair instead of rxe's), and the
-# root's iWARP test checks ErrNotSupported at the call. A skip is a
+# root's iWARP test checks ErrNotSupported at the call; then the same
+# suite and rdma_cm tests with the purego binding. A skip is a
 # failure, except a conformance case that skips for a feature the device
 # lacks (docs/providers.md): each of those names it ("feature ...").
 # Prints "SIW-SUMMARY: passed=N feature_skips=K" and exits non-zero on
@@ -30,7 +34,7 @@ run() { # NAME PKG BINARY [ENV=VALUE]... -- [ARG]...
   s=$(grep -cE -- '--- SKIP: ' "$log")
   f=$(grep -cE -- ': feature "' "$log")
   passed=$((passed + p))
-  if [ "$name" = conformance ]; then
+  if [ "${name%conformance}" != "$name" ]; then
     fskips=$((fskips + f))
     # TestSuiteCatchesFaults skips in the VM by design (host only).
     s=$((s - f - $(grep -cE -- '--- SKIP: TestSuiteCatchesFaults' "$log")))
@@ -43,6 +47,12 @@ run conformance internal/conformance internal_conformance.test \
 run ibv-rdma_cm internal/ibv internal_ibv.test \
   RDMA_VM_IP0="$RDMA_VM_SIW_IP0" RDMA_VM_IP1="$RDMA_VM_SIW_IP1" -- -test.run 'TestVerbsCM'
 run root-rdma_cm . r.test \
+  RDMA_VM_IP0="$RDMA_VM_SIW_IP0" RDMA_VM_IP1="$RDMA_VM_SIW_IP1" -- -test.run 'TestVerbsRDMACM|TestVerbsIWARP'
+run purego-conformance internal/conformance purego_internal_conformance.test \
+  RDMA_TEST_PROVIDERS=verbs RDMA_TEST_VERBS_DEVICES=siw0,siw1 -- -test.run TestConformance
+run purego-ibv-rdma_cm internal/ibv purego_internal_ibv.test \
+  RDMA_VM_IP0="$RDMA_VM_SIW_IP0" RDMA_VM_IP1="$RDMA_VM_SIW_IP1" -- -test.run 'TestVerbsCM'
+run purego-root-rdma_cm . purego_r.test \
   RDMA_VM_IP0="$RDMA_VM_SIW_IP0" RDMA_VM_IP1="$RDMA_VM_SIW_IP1" -- -test.run 'TestVerbsRDMACM|TestVerbsIWARP'
 echo "SIW-SUMMARY: passed=$passed feature_skips=$fskips"
 exit $rc
