@@ -78,6 +78,12 @@ type sendRec struct {
 // newStream starts the stream protocol on c. It owns c from here on and
 // closes it on failure.
 func newStream(c *rdma.Conn) (*Conn, error) {
+	if c.RecvWindow() == 0 || c.SendWindow() == 0 {
+		// Connections set up through rdma_cm have no credits, so no
+		// window to bound the stream's messages by.
+		c.Close()
+		return nil, fmt.Errorf("rdma: stream: %w: the connection has no receive window (rdma_cm set-ups have none)", rdma.ErrNotSupported)
+	}
 	send, recv := c.QueueDepth()
 	grant, window := c.RecvWindow()-streamReserve, c.SendWindow()-streamReserve
 	if err := checkDepths(send, recv); err != nil || grant < 1 || window < 1 {
