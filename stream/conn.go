@@ -17,116 +17,120 @@ import (
 // deadlines, io.EOF only on the peer's orderly close, *net.OpError
 // errors). Dial and Listener.Accept return it.
 //
-// Data moves as SENDs of up to MaxMessage bytes into the receives of the
-// peer's engine, with credit-based flow control (see frame.go): a writer
-// has at most a window of messages in flight that the reader has not
-// consumed (the peer's rdma.Conn.SendWindow less a reserve of 6 for
-// messages that are not data: 23 with the default receive depth of 32),
-// and blocks when it has used them, so a slow reader holds the writer
-// back and no memory grows. Credits come back in batches of a quarter of
-// the window, or ride on data going the other way.
+// Bytes move by RDMA WRITE into a receive ring the peer exposes
+// (DefaultRingSize unless RingSize says otherwise; see ring.go for the
+// protocol). A writer may have at most the peer's ring of bytes that
+// the peer has not read, so a slow reader holds the writer back and no
+// memory grows. Memory per connection: this side's ring and a staging
+// buffer of the peer's ring size, registered memory from the engine's
+// pool, and nothing else however many bytes are in flight.
 //
-// Memory per connection, with the stream defaults (receive depth 32,
-// MaxMessage 64 KiB): at most 23 received messages of up to 64 KiB
-// waiting for Read, and at most 23 being sent; all of it registered
-// memory from the engine's pool, set by WithQueueDepth and
-// WithMaxMessage.
-//
-// Read and Write copy between the caller's slice and registered memory,
-// so the caller may reuse its slice as soon as they return. Waiting is on
-// the futures of the async API, which the completion pollers resolve: no
-// OS thread blocks per connection.
+// Write copies into staging and posts at once when nothing is in
+// flight; while a WRITE is in flight, later Writes gather behind it and
+// go out when it completes, or as soon as they fill a WRITE of their own
+// (SMC-R's autocork: no timer ever delays a Write). Read copies out of
+// the ring. The caller may reuse its slice as soon as either returns.
+// Waiting is on the futures of the async API, which the completion
+// pollers resolve: no OS thread blocks per connection.
 type Conn struct {
-	c       *rdma.Conn
-	laddr   net.Addr
-	raddr   net.Addr
-	maxMsg  int // bytes per data message: what the peer accepts
-	sqLimit int // send WRs this stream keeps in flight at most
-	batch   int // credits worth a message of their own
+	c     *rdma.Conn
+	laddr net.Addr
+	raddr net.Addr
+
+	sqLimit int // messages this stream keeps in flight at most
 
 	rsem, wsem chan struct{} // serialize Reads and Writes; waiting is interruptible
 	closed     chan struct{}
 	closeOnce  sync.Once
 	closeErr   error
 	rdl, wdl   deadline
-	sendBatch  *rdma.Batch // used under wsem
+	flushers   sync.WaitGroup // the corked bytes' poster, while it runs
 
-	mu      sync.Mutex
-	st      streamState
-	rf      *rdma.Future // the outstanding Recv
-	rx      []rxMsg      // received data not yet read
-	rxq     []rxMsg      // rx's storage when it empties
-	rerr    error        // why no more messages will come (after those in rx)
-	serr    error        // the first failed send
-	sends   []sendRec
-	inflt   int  // send WRs posted and not yet known complete
-	wclosed bool // fin sent (CloseWrite or Close)
-	ctl     *rdma.Buffer
-	done    bool // buffers released by Close
+	mu       sync.Mutex
+	st       ringState
+	ring     *rdma.Buffer // our receive ring, exposed to the peer
+	ringMem  []byte
+	staging  *rdma.Buffer // what we write, at its offset in the peer's ring
+	stageMem []byte
+	ctl      *rdma.Buffer // empty messages' source
+	src      rdma.Slice   // the Local of the post in hand (no allocation per post)
+	rf       *rdma.Future // the outstanding Recv
+	rerr     error        // why no more messages will come
+	serr     error        // the first failed send
+	sends    []sendRec    // posted, oldest first
+	flushing bool         // a flusher goroutine runs
+	wclosed  bool         // fin sent (CloseWrite or Close)
+	done     bool         // buffers released by Close
 }
 
-type rxMsg struct {
-	b   *rdma.Buffer
-	off int
-}
-
+// sendRec is a message in flight: when it completes, the bytes of
+// staging up to end (0 for a message that carries none) are free.
 type sendRec struct {
 	f   *rdma.Future
-	wrs int
+	end uint64
 }
 
-// newStream starts the stream protocol on c. It owns c from here on and
-// closes it on failure.
-func newStream(c *rdma.Conn) (*Conn, error) {
+// newStream starts the stream protocol on c with a receive ring of
+// ringSize bytes. It owns c from here on and closes it on failure.
+func newStream(c *rdma.Conn, ringSize int) (*Conn, error) {
 	if c.RecvWindow() == 0 || c.SendWindow() == 0 {
-		// Connections set up through rdma_cm have no credits, so no
-		// window to bound the stream's messages by.
+		// Connections set up through rdma_cm have no credits, so
+		// nothing bounds the notifications a writer posts.
 		c.Close()
 		return nil, fmt.Errorf("rdma: stream: %w: the connection has no receive window (rdma_cm set-ups have none)", rdma.ErrNotSupported)
 	}
 	send, recv := c.QueueDepth()
-	grant, window := c.RecvWindow()-streamReserve, c.SendWindow()-streamReserve
-	if err := checkDepths(send, recv); err != nil || grant < 1 || window < 1 {
+	if err := checkDepths(send, recv); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("rdma: stream: %w: queue depths must exceed %d (send %d, receive %d, receive windows %d here and %d at the peer)",
-			rdma.ErrInvalid, streamReserve, send, recv, c.RecvWindow(), c.SendWindow())
+		return nil, err
 	}
 	s := &Conn{
 		c: c, laddr: c.LocalAddr(), raddr: c.RemoteAddr(),
-		maxMsg:  c.MaxMessage(),
 		sqLimit: send - streamReserve,
-		batch:   creditBatch(grant),
 		rsem:    make(chan struct{}, 1), wsem: make(chan struct{}, 1),
 		closed: make(chan struct{}),
 		rdl:    makeDeadline(), wdl: makeDeadline(),
-		st: newStreamState(grant, window),
+		st:    newRingState(ringSize),
+		sends: make([]sendRec, 0, send),
 	}
-	s.sendBatch = c.NewBatch()
-	s.rxq = make([]rxMsg, 0, s.st.grant)
-	s.rx = s.rxq
-	var err error
-	if s.ctl, err = c.Alloc(64); err == nil {
-		var hello *rdma.Buffer
-		if hello, err = c.Alloc(streamHelloSize); err == nil {
-			copy(hello.Bytes(), streamHello())
-			f := c.SendWithImm(hello, streamImm(frameHello, 0))
-			hello.Release()
-			s.sends = append(s.sends, sendRec{f, 1})
-			s.inflt = 1
-			if f.Resolved() {
-				err = f.Err()
+	if err := s.start(ringSize); err != nil {
+		for _, b := range []*rdma.Buffer{s.ring, s.ctl} {
+			if b != nil {
+				b.Release()
 			}
-		}
-	}
-	if err != nil {
-		if s.ctl != nil {
-			s.ctl.Release()
 		}
 		c.Close()
 		return nil, fmt.Errorf("rdma: stream hello: %w", err)
 	}
-	s.rf = c.Recv()
 	return s, nil
+}
+
+// start exposes the ring and says hello.
+func (s *Conn) start(ringSize int) error {
+	var err error
+	if s.ring, err = s.c.Alloc(ringSize); err != nil {
+		return err
+	}
+	s.ringMem = s.ring.Bytes()
+	region, err := s.c.Expose(s.ring, rdma.RemoteWrite)
+	if err != nil {
+		return err
+	}
+	if s.ctl, err = s.c.Alloc(64); err != nil {
+		return err
+	}
+	hello, err := s.ctl.Slice(0, helloSize)
+	if err != nil {
+		return err
+	}
+	marshalHello(hello.Bytes(), region)
+	f := s.c.SendWithImm(hello, streamImm(opHello, 0))
+	s.sends = append(s.sends, sendRec{f: f})
+	if f.Resolved() && f.Err() != nil {
+		return f.Err()
+	}
+	s.rf = s.c.Recv()
+	return nil
 }
 
 // RDMAConn is the underlying connection of the async API. Operations on
@@ -180,8 +184,8 @@ func (s *Conn) acquire(sem chan struct{}, dl *deadline) error {
 	return nil
 }
 
-// pumpLocked takes every message that has arrived: data goes to rx,
-// credits to the send side. It never blocks. Caller holds mu.
+// pumpLocked takes every message that has arrived and applies it. It
+// never blocks. Caller holds mu.
 func (s *Conn) pumpLocked() {
 	for s.rerr == nil && s.rf != nil && s.rf.Resolved() {
 		f := s.rf
@@ -191,19 +195,27 @@ func (s *Conn) pumpLocked() {
 			return
 		}
 		b := f.Buffer()
-		var payload []byte
-		if b != nil {
-			payload = b.Bytes()
-		}
 		imm, has := f.Imm()
-		kind, err := s.st.onMessage(imm, has, payload)
-		if err != nil || kind != frameData {
+		n := f.Len()
+		var err error
+		if !s.st.hello {
+			var payload []byte
 			if b != nil {
-				b.Release()
+				payload = b.Bytes()
+			}
+			if err = s.st.onHello(imm, has, payload); err == nil {
+				s.staging, err = s.c.Alloc(s.st.peer.Len)
+				if err == nil {
+					s.stageMem = s.staging.Bytes()
+				}
 			}
 		} else {
-			s.rx = append(s.rx, rxMsg{b: b})
+			_, err = s.st.onMessage(imm, has, n, b == nil)
 		}
+		if b != nil {
+			b.Release()
+		}
+		f.Release()
 		if err != nil {
 			s.rerr = err
 			// The peer is broken: end the connection, telling the
@@ -215,14 +227,19 @@ func (s *Conn) pumpLocked() {
 	}
 }
 
-// reapLocked forgets the sends that have completed. Caller holds mu.
+// reapLocked forgets the messages that have completed, and frees the
+// staging they held. Caller holds mu.
 func (s *Conn) reapLocked() {
 	i := 0
 	for ; i < len(s.sends) && s.sends[i].f.Resolved(); i++ {
-		if err := s.sends[i].f.Err(); err != nil && s.serr == nil {
+		r := s.sends[i]
+		if err := r.f.Err(); err != nil && s.serr == nil {
 			s.serr = err
 		}
-		s.inflt -= s.sends[i].wrs
+		if r.end > s.st.completed {
+			s.st.completed = r.end
+		}
+		r.f.Release()
 	}
 	if i > 0 {
 		n := copy(s.sends, s.sends[i:])
@@ -248,20 +265,18 @@ func (s *Conn) Read(p []byte) (int, error) {
 			return 0, s.opError("read", net.ErrClosed)
 		}
 		s.pumpLocked()
-		if len(s.rx) > 0 {
-			n, freed := s.copyOutLocked(p)
-			credits := 0
-			if freed > 0 {
-				s.st.consumed(freed)
-				if s.st.pending >= s.batch {
-					credits = s.st.take()
-				}
+		if off, k := s.st.readable(); k > 0 {
+			s.mu.Unlock()
+			// The peer writes none of these bytes until we credit
+			// them, and Close waits for rsem to free the ring.
+			k = copy(p, s.ringMem[off:off+k])
+			s.mu.Lock()
+			s.st.read += uint64(k)
+			if s.st.creditDue() {
+				s.creditLocked()
 			}
 			s.mu.Unlock()
-			if credits > 0 {
-				s.sendControl(frameCredit, credits)
-			}
-			return n, nil
+			return k, nil
 		}
 		if s.st.fin {
 			s.mu.Unlock()
@@ -284,27 +299,26 @@ func (s *Conn) Read(p []byte) (int, error) {
 	}
 }
 
-// copyOutLocked copies buffered data into p and releases the messages it
-// empties; it returns the bytes copied and the messages emptied.
-func (s *Conn) copyOutLocked(p []byte) (n, freed int) {
-	for n < len(p) && len(s.rx) > 0 {
-		m := &s.rx[0]
-		data := m.b.Bytes()[m.off:]
-		k := copy(p[n:], data)
-		n += k
-		m.off += k
-		if k < len(data) {
-			break
-		}
-		m.b.Release()
-		s.rx[0] = rxMsg{}
-		s.rx = s.rx[1:]
-		freed++
+// creditLocked returns our credits: with the corked bytes if there are
+// any, or on their own. Errors show up on the next Read or Write,
+// through the connection. Caller holds mu.
+func (s *Conn) creditLocked() {
+	if s.st.sent < s.st.queued {
+		s.flushLocked()
+		return
 	}
-	if len(s.rx) == 0 {
-		s.rx = s.rxq[:0]
+	s.sendEmptyLocked(opCredit)
+}
+
+// sendEmptyLocked sends a credit or fin message. Caller holds mu.
+func (s *Conn) sendEmptyLocked(op uint8) {
+	var err error
+	if s.src, err = s.ctl.Slice(0, 0); err != nil {
+		return
 	}
-	return n, freed
+	s.reapLocked() // a reader that never writes must not pile messages up
+	f := s.c.SendWithImm(&s.src, s.st.imm(op))
+	s.sends = append(s.sends, sendRec{f: f})
 }
 
 // peerErr turns the receive side's failure into what Read and Write
@@ -318,30 +332,10 @@ func (s *Conn) peerErr(err error) error {
 	return streamReset(err)
 }
 
-// sendControl sends an empty credit or fin message carrying credits.
-// Errors show up on the next Read or Write, through the connection.
-func (s *Conn) sendControl(kind uint8, credits int) {
-	s.mu.Lock()
-	if s.done {
-		s.mu.Unlock()
-		return
-	}
-	ctl, err := s.ctl.Slice(0, 0)
-	s.mu.Unlock()
-	if err != nil {
-		return
-	}
-	f := s.c.SendWithImm(ctl, streamImm(kind, credits))
-	s.mu.Lock()
-	s.reapLocked() // a reader that never writes must not pile sends up
-	s.sends = append(s.sends, sendRec{f, 1})
-	s.inflt++
-	s.mu.Unlock()
-}
-
 // Write writes p. It returns when every byte has been copied into
-// registered memory and posted; it blocks while the peer has not
-// consumed enough of what was sent before.
+// registered memory, to be posted at once or behind the WRITE in
+// flight; it blocks while the peer's ring is full of bytes the peer has
+// not read.
 func (s *Conn) Write(p []byte) (int, error) {
 	if err := s.acquire(s.wsem, &s.wdl); err != nil {
 		return 0, s.opError("write", err)
@@ -364,12 +358,12 @@ func (s *Conn) Write(p []byte) (int, error) {
 			s.mu.Unlock()
 			return n, s.opError("write", err)
 		}
-		msgs := (len(p) - n + s.maxMsg - 1) / s.maxMsg
-		k := min(s.st.credits(), s.sqLimit-s.inflt, msgs)
-		if k <= 0 {
+		if s.st.free() == 0 || len(s.sends) >= s.sqLimit {
+			// Wait for credits (or the hello), or for a message in
+			// flight to complete.
 			arrived := s.rf.Done()
 			var sent <-chan struct{}
-			if s.inflt >= s.sqLimit && len(s.sends) > 0 {
+			if len(s.sends) > 0 {
 				sent = s.sends[0].f.Done()
 			}
 			s.mu.Unlock()
@@ -383,20 +377,81 @@ func (s *Conn) Write(p []byte) (int, error) {
 			}
 			continue
 		}
-		credits := s.st.take()
-		s.st.sent(k)
-		s.inflt += k
+		off, k := s.st.writable(len(p) - n)
 		s.mu.Unlock()
-		m, err := s.post(p[n:], k, credits)
-		n += m
+		// Nobody else touches staging past queued: the flusher posts
+		// only what was queued, and Close waits for wsem.
+		copy(s.stageMem[off:off+k], p[n:n+k])
+		n += k
+		s.mu.Lock()
+		s.st.queued += uint64(k)
+		if len(s.sends) == 0 || int(s.st.queued-s.st.sent) >= s.st.cork() {
+			s.flushLocked()
+		} else if !s.flushing {
+			s.flushing = true
+			s.flushers.Add(1)
+			go s.flusher()
+		}
+		err := s.serr
+		s.mu.Unlock()
 		if err != nil {
-			if s.c.Err() != nil {
-				err = s.peerErr(err) // the connection failed or closed
-			}
-			return n, s.opError("write", err)
+			return n, s.opError("write", s.peerErr(err))
 		}
 	}
 	return n, nil
+}
+
+// flushLocked posts every byte queued in staging, as one WRITE, or two
+// where it wraps around the ring. Caller holds mu.
+func (s *Conn) flushLocked() {
+	for s.st.sent < s.st.queued && s.serr == nil {
+		off, k := s.st.nextWrite()
+		var dst rdma.RemoteRegion
+		var err error
+		if s.src, err = s.staging.Slice(off, k); err == nil {
+			dst, err = s.st.peer.Slice(off, k)
+		}
+		if err != nil {
+			s.serr = err
+			return
+		}
+		f := s.c.WriteWithImm(&s.src, dst, s.st.imm(opData))
+		s.st.sent += uint64(k)
+		s.sends = append(s.sends, sendRec{f: f, end: s.st.sent})
+		if f.Resolved() && f.Err() != nil {
+			s.serr = f.Err()
+		}
+	}
+}
+
+// flusher posts corked bytes once the messages in flight ahead of them
+// have completed. It runs only while bytes wait, so an idle stream has
+// no goroutine.
+func (s *Conn) flusher() {
+	defer s.flushers.Done()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		s.reapLocked()
+		if s.done || s.serr != nil || s.st.sent == s.st.queued {
+			break
+		}
+		if len(s.sends) == 0 {
+			s.flushLocked()
+			break
+		}
+		wait := s.sends[0].f.Done()
+		s.mu.Unlock()
+		select {
+		case <-wait:
+		case <-s.closed:
+		}
+		s.mu.Lock()
+		if isClosedChan(s.closed) {
+			break // Close flushes what is left before its fin
+		}
+	}
+	s.flushing = false
 }
 
 // writeErrLocked is why Write cannot go on, or nil.
@@ -411,51 +466,6 @@ func (s *Conn) writeErrLocked() error {
 	return s.peerErr(err)
 }
 
-// post copies up to k messages of p into registered memory and posts
-// them as one chain, the first carrying credits. Credits and send slots
-// for k messages are taken; those not used are given back.
-func (s *Conn) post(p []byte, k, credits int) (int, error) {
-	n, posted := 0, 0
-	var err error
-	for posted < k && n < len(p) {
-		m := min(len(p)-n, s.maxMsg)
-		var pb *rdma.Buffer
-		if pb, err = s.c.Alloc(m); err != nil {
-			break
-		}
-		copy(pb.Bytes(), p[n:n+m])
-		imm := streamImm(frameData, 0)
-		if posted == 0 {
-			imm = streamImm(frameData, credits)
-		}
-		s.sendBatch.SendWithImm(pb, imm)
-		pb.Release() // the send holds the memory until it completes
-		n += m
-		posted++
-	}
-	var f *rdma.Future
-	if posted > 0 {
-		f = s.sendBatch.Post()
-	}
-	s.mu.Lock()
-	if posted < k {
-		s.st.unsent(k - posted)
-		s.inflt -= k - posted
-		if posted == 0 {
-			s.st.pending += credits // not sent after all
-			s.st.unacked += credits
-		}
-	}
-	if f != nil {
-		s.sends = append(s.sends, sendRec{f, posted})
-		if f.Resolved() && f.Err() != nil {
-			err = f.Err()
-		}
-	}
-	s.mu.Unlock()
-	return n, err
-}
-
 // CloseWrite shuts down the writing side: the peer's Read returns io.EOF
 // after the data sent so far. Reading goes on.
 func (s *Conn) CloseWrite() error {
@@ -463,21 +473,21 @@ func (s *Conn) CloseWrite() error {
 		return s.opError("close", err)
 	}
 	defer func() { <-s.wsem }()
-	return s.finLocked()
+	s.finLocked()
+	return nil
 }
 
-// finLocked sends the fin once. Caller holds wsem.
-func (s *Conn) finLocked() error {
+// finLocked sends what is corked, then the fin, once. Caller holds
+// wsem.
+func (s *Conn) finLocked() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.wclosed || s.done {
-		s.mu.Unlock()
-		return nil
+		return
 	}
 	s.wclosed = true
-	credits := s.st.take()
-	s.mu.Unlock()
-	s.sendControl(frameFin, credits)
-	return nil
+	s.flushLocked()
+	s.sendEmptyLocked(opFin)
 }
 
 // Close closes the stream. Pending and later Reads and Writes fail with
@@ -487,7 +497,7 @@ func (s *Conn) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closed)
 		// The writer, if any, leaves at once; the fin must follow its
-		// last message.
+		// last bytes.
 		s.wsem <- struct{}{}
 		s.mu.Lock()
 		ok := s.rerr == nil && s.serr == nil
@@ -495,19 +505,16 @@ func (s *Conn) Close() error {
 		if ok {
 			s.finLocked()
 		}
-		<-s.wsem
-		// Close waits (bounded) for the sends in flight, the fin
-		// included, to complete, so the peer gets them before it hears
-		// of the close.
+		// Close waits (bounded) for the messages in flight, the fin
+		// included, to complete, so the peer gets them before it
+		// hears of the close; the exposure of the ring ends with it.
 		err := s.c.Close()
+		s.flushers.Wait()
+		s.rsem <- struct{}{} // no Read copies out of the ring any more
 		s.rdl.set(time.Time{})
 		s.wdl.set(time.Time{})
 		s.mu.Lock()
 		s.done = true
-		for _, m := range s.rx {
-			m.b.Release()
-		}
-		s.rx = nil
 		// Close resolved every receive; one that got a message holds
 		// its buffer.
 		if s.rf != nil && s.rf.Resolved() {
@@ -516,9 +523,16 @@ func (s *Conn) Close() error {
 			}
 		}
 		s.rf = nil
-		s.ctl.Release()
+		for _, b := range []*rdma.Buffer{s.ring, s.staging, s.ctl} {
+			if b != nil {
+				b.Release()
+			}
+		}
+		s.ringMem, s.stageMem = nil, nil
 		s.sends = nil
 		s.mu.Unlock()
+		<-s.rsem
+		<-s.wsem
 		if err != nil {
 			s.closeErr = s.opError("close", err)
 		}

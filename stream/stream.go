@@ -22,17 +22,17 @@ import (
 )
 
 // This file holds the API: Dial, Listen, Dialer and ListenConfig. The
-// connection itself is in conn.go, its protocol in frame.go.
+// connection itself is in conn.go, its protocol in ring.go.
 
 // Protocol is the name (and version) the stream gives its connections'
 // hello (rdma.WithProtocol). Only peers that name it connect.
-const Protocol = "go-rdma-stream/1"
+const Protocol = "go-rdma-stream/2"
 
 // Dial connects to a stream listener (Listen) at address ("host:port")
 // over network "rdma" and returns a net.Conn; its concrete type is
-// *Conn. opts configure the connection as for rdma.Dial: WithMaxMessage
-// sets the size of each message, and WithQueueDepth how many messages
-// may be in flight (see Conn for the memory this takes). On error the
+// *Conn. opts configure the connection as for rdma.Dial (provider,
+// device, queue depths ...); its ring is DefaultRingSize (Dialer.RingSize
+// sets another). On error the
 // net.Conn is nil; a dial that ran out of time (the context's deadline,
 // WithHandshakeTimeout) fails with a *net.OpError whose Timeout() is
 // true.
@@ -40,17 +40,20 @@ func Dial(ctx context.Context, network, address string, opts ...rdma.Option) (ne
 	if network != "rdma" {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("%w: network %q (want \"rdma\")", rdma.ErrInvalid, network)}
 	}
-	s, err := dial(ctx, nil, address, opts)
+	s, err := dial(ctx, nil, address, 0, opts)
 	if err != nil {
 		return nil, err // a nil net.Conn, not one holding a nil *Conn
 	}
 	return s, nil
 }
 
-func dial(ctx context.Context, eng *rdma.Engine, address string, opts []rdma.Option) (*Conn, error) {
+func dial(ctx context.Context, eng *rdma.Engine, address string, ringSize int, opts []rdma.Option) (*Conn, error) {
+	ringSize, err := checkRingSize(ringSize)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: "rdma", Err: err}
+	}
 	opts = streamOptions(opts)
 	var c *rdma.Conn
-	var err error
 	if eng != nil {
 		c, err = eng.Dial(ctx, "rdma", address, opts...)
 	} else {
@@ -59,7 +62,7 @@ func dial(ctx context.Context, eng *rdma.Engine, address string, opts []rdma.Opt
 	if err != nil {
 		return nil, err
 	}
-	s, err := newStream(c)
+	s, err := newStream(c, ringSize)
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: "rdma", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 	}
@@ -68,8 +71,8 @@ func dial(ctx context.Context, eng *rdma.Engine, address string, opts []rdma.Opt
 
 // streamOptions are the caller's options after the stream's defaults,
 // which they override, and before the stream's protocol name, which they
-// cannot. The default depths: 32 receives of 64 KiB, 2 MiB posted per
-// connection, and a window of 23 messages (1.44 MiB) in flight.
+// cannot. The default depths leave room for the few messages a stream
+// has in flight: its WRITEs gather behind one another.
 func streamOptions(opts []rdma.Option) []rdma.Option {
 	all := make([]rdma.Option, 0, len(opts)+2)
 	all = append(all, rdma.WithQueueDepth(64, 32))
@@ -77,13 +80,29 @@ func streamOptions(opts []rdma.Option) []rdma.Option {
 	return append(all, rdma.WithProtocol(Protocol))
 }
 
-// checkDepths refuses queue depths too small for the stream's reserve of
-// messages that are not data (see frame.go).
+// streamReserve is how many send slots a stream leaves free of its own
+// messages: for the credit and fin messages that must never wait behind
+// data.
+const streamReserve = 2
+
+// checkDepths refuses queue depths too small for a stream.
 func checkDepths(send, recv int) error {
-	if send <= streamReserve || recv <= streamReserve {
-		return fmt.Errorf("rdma: stream: %w: queue depths %d/%d (a stream needs more than %d each)", rdma.ErrInvalid, send, recv, streamReserve)
+	if send <= 2*streamReserve || recv <= 2*streamReserve {
+		return fmt.Errorf("rdma: stream: %w: queue depths %d/%d (a stream needs more than %d each)", rdma.ErrInvalid, send, recv, 2*streamReserve)
 	}
 	return nil
+}
+
+// checkRingSize is the ring size to use for size (0: the default), or
+// why it cannot be used.
+func checkRingSize(size int) (int, error) {
+	if size == 0 {
+		return DefaultRingSize, nil
+	}
+	if size < MinRingSize || size > MaxRingSize {
+		return 0, fmt.Errorf("rdma: stream: %w: ring of %d bytes (a ring has %d to %d)", rdma.ErrInvalid, size, MinRingSize, MaxRingSize)
+	}
+	return size, nil
 }
 
 // Dialer dials stream connections. Its DialContext fits
@@ -103,6 +122,11 @@ type Dialer struct {
 	// must then not set the engine's own settings. Nil means the
 	// package-level rdma.Dial's shared engines.
 	Engine *rdma.Engine
+	// RingSize is the size in bytes of the receive ring each
+	// connection exposes to its peer, MinRingSize to MaxRingSize; the
+	// peer writes at most that much ahead of this side's Reads. Zero
+	// means DefaultRingSize.
+	RingSize int
 }
 
 // DialContext connects to address like Dial. network may be "rdma", or
@@ -123,7 +147,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
 		defer cancel()
 	}
-	s, err := dial(ctx, d.Engine, address, d.Options)
+	s, err := dial(ctx, d.Engine, address, d.RingSize, d.Options)
 	if err != nil {
 		return nil, err // a nil net.Conn, not one holding a nil *Conn
 	}
@@ -143,7 +167,8 @@ var (
 
 // Listener accepts stream connections. It is a net.Listener.
 type Listener struct {
-	l *rdma.Listener
+	l        *rdma.Listener
+	ringSize int
 }
 
 // Listen listens for stream connections on address over network "rdma".
@@ -164,6 +189,9 @@ type ListenConfig struct {
 	// the engine's own settings. Nil means the package-level
 	// rdma.Listen's shared engines.
 	Engine *rdma.Engine
+	// RingSize is the receive ring of each accepted connection, as
+	// Dialer.RingSize.
+	RingSize int
 }
 
 // Listen listens for stream connections on address over network "rdma".
@@ -175,9 +203,12 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 	if err := ctx.Err(); err != nil {
 		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
 	}
+	ringSize, err := checkRingSize(lc.RingSize)
+	if err != nil {
+		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
+	}
 	opts := streamOptions(lc.Options)
 	var l *rdma.Listener
-	var err error
 	if lc.Engine != nil {
 		l, err = lc.Engine.Listen(network, address, opts...)
 	} else {
@@ -190,7 +221,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 		l.Close()
 		return nil, &net.OpError{Op: "listen", Net: network, Addr: l.Addr(), Err: err}
 	}
-	return &Listener{l: l}, nil
+	return &Listener{l: l, ringSize: ringSize}, nil
 }
 
 // Accept waits for the next connection. Close unblocks it with an error
@@ -207,7 +238,7 @@ func (l *Listener) AcceptContext(ctx context.Context) (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		s, err := newStream(c)
+		s, err := newStream(c, l.ringSize)
 		if err != nil {
 			// This peer's connection is unusable as a stream; the
 			// listener goes on, as it does after a failed handshake.

@@ -1,0 +1,224 @@
+package stream
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/go-rdma/rdma"
+)
+
+// Protocol v2: bytes in a ring (the shape of rsockets and SMC-R).
+//
+// Each side exposes a receive ring, registered memory that the peer may
+// write and nothing else (rdma.Conn.Expose with RemoteWrite), and tells
+// the peer where it is in its hello. A writer copies the bytes of Write
+// into a staging buffer of its own as large as the peer's ring, at the
+// same offset they will have there, and places them at the ring's tail
+// with RDMA WRITE_WITH_IMM. A WRITE never crosses the end of the ring:
+// one that would is posted as two.
+//
+// Every message carries a 32-bit immediate value, the whole header:
+//
+//	bits 31..29  op: hello, data, credit or fin
+//	bits 28..0   credits: how many bytes of the peer's the sender has
+//	             read, in all, modulo 2^29
+//
+// A data message is a WRITE_WITH_IMM; its length is the number of bytes
+// written (the completion reports it), at the offset where the previous
+// data message ended. The other three are SENDs: the hello carries
+// helloSize bytes (magic, version, the ring), credit and fin none.
+//
+// Credits are cumulative counts of bytes consumed, so a lost or late
+// one is made good by the next: every message, data or not, carries
+// them. A reader that has nothing to write returns them on their own
+// once a quarter of its ring has been read since it last did. A writer
+// may have at most the peer's ring size written and not yet credited:
+// a peer that writes more, or announces data that is not where it must
+// be, or credits bytes it was never sent, breaks the protocol and its
+// connection is aborted. It can never reach memory outside the ring.
+const (
+	opHello  = 1
+	opData   = 2
+	opCredit = 3
+	opFin    = 4
+
+	immOpShift = 29
+	creditMask = 1<<immOpShift - 1
+
+	streamMagic   = "GRDMA-ST"
+	streamVersion = 2
+	helloSize     = 32 // magic, version u16, flags u16, reserved u32, ring addr u64, len u32, rkey u32
+
+	// DefaultRingSize is the receive ring each side of a stream exposes
+	// unless Dialer.RingSize or ListenConfig.RingSize say otherwise.
+	DefaultRingSize = 256 << 10
+	// MinRingSize and MaxRingSize bound a ring, ours or the peer's.
+	MinRingSize = 4 << 10
+	MaxRingSize = 64 << 20
+
+	// maxCork is the most bytes gathered behind a WRITE in flight
+	// before they go out without waiting for it (SMC-R's autocork
+	// limit; min(maxCork, ring/2) for small rings).
+	maxCork = 64 << 10
+)
+
+// ErrProtocol means the peer broke the stream protocol: it is not a
+// go-rdma stream, or it is broken.
+var ErrProtocol = errors.New("stream protocol error")
+
+func streamImm(op uint8, credits uint64) uint32 {
+	return uint32(op)<<immOpShift | uint32(credits)&creditMask
+}
+
+// marshalHello is our hello: the protocol's magic and version, and the
+// ring the peer may write.
+func marshalHello(b []byte, ring rdma.RemoteRegion) {
+	copy(b, streamMagic)
+	binary.BigEndian.PutUint16(b[8:], streamVersion)
+	binary.BigEndian.PutUint64(b[16:], ring.Addr)
+	binary.BigEndian.PutUint32(b[24:], uint32(ring.Len))
+	binary.BigEndian.PutUint32(b[28:], ring.RKey)
+}
+
+// ringState is the protocol state of one stream, without any I/O: what
+// the fuzzer drives, and what the connection consults for every message
+// and every byte. Counters are cumulative byte counts.
+type ringState struct {
+	// Receive side: our ring.
+	rsize    uint64 // its size
+	rcvd     uint64 // bytes the peer wrote into it
+	read     uint64 // bytes the application has read from it
+	credited uint64 // read, as last told to the peer
+	hello    bool   // the peer's hello arrived
+	fin      bool   // the peer's fin arrived
+
+	// Send side: the peer's ring, and our staging buffer of its size.
+	peer      rdma.RemoteRegion
+	wsize     uint64 // its size; 0 until the peer's hello
+	queued    uint64 // bytes copied into staging
+	sent      uint64 // of those, posted
+	completed uint64 // of those, whose WRITE completed here
+	acked     uint64 // of those, read by the peer (its credits)
+}
+
+func newRingState(rsize int) ringState { return ringState{rsize: uint64(rsize)} }
+
+// imm is the header of a message of op, carrying our credits.
+func (st *ringState) imm(op uint8) uint32 {
+	st.credited = st.read
+	return streamImm(op, st.read)
+}
+
+// creditDue says whether enough has been read since the last credits to
+// send them on their own.
+func (st *ringState) creditDue() bool {
+	return !st.fin && st.read-st.credited >= st.rsize/4
+}
+
+// readable is where the next bytes to read are in the ring and how many
+// are there contiguously.
+func (st *ringState) readable() (off, n int) {
+	pos := st.read % st.rsize
+	return int(pos), int(min(st.rcvd-st.read, st.rsize-pos))
+}
+
+// free is how many bytes may be copied into staging now: the peer's
+// ring holds what it has not credited, and staging what has not
+// completed here.
+func (st *ringState) free() int {
+	if st.wsize == 0 {
+		return 0
+	}
+	return int(st.wsize - (st.queued - min(st.acked, st.completed)))
+}
+
+// writable is where the next k (at most n) bytes go in staging: a
+// contiguous piece of what is free.
+func (st *ringState) writable(n int) (off, k int) {
+	pos := st.queued % st.wsize
+	return int(pos), min(n, st.free(), int(st.wsize-pos), st.cork())
+}
+
+// cork is how many bytes may gather behind a WRITE in flight.
+func (st *ringState) cork() int { return int(min(maxCork, st.wsize/2)) }
+
+// nextWrite is the next piece of staging to post: from sent, up to
+// queued or the end of the ring.
+func (st *ringState) nextWrite() (off, n int) {
+	pos := st.sent % st.wsize
+	return int(pos), int(min(st.queued-st.sent, st.wsize-pos))
+}
+
+// onHello checks the peer's hello and learns its ring.
+func (st *ringState) onHello(imm uint32, hasImm bool, payload []byte) error {
+	if !hasImm || imm>>immOpShift != opHello {
+		return fmt.Errorf("%w: first message is not a stream hello; the peer is not a go-rdma stream", ErrProtocol)
+	}
+	if len(payload) != helloSize || string(payload[:8]) != streamMagic {
+		return fmt.Errorf("%w: bad stream hello (%d bytes); the peer is not a go-rdma stream", ErrProtocol, len(payload))
+	}
+	if v := binary.BigEndian.Uint16(payload[8:]); v != streamVersion {
+		return fmt.Errorf("%w: peer speaks stream version %d, ours %d", ErrProtocol, v, streamVersion)
+	}
+	if imm&creditMask != 0 {
+		return fmt.Errorf("%w: hello with credits", ErrProtocol)
+	}
+	r := rdma.RemoteRegion{
+		Addr: binary.BigEndian.Uint64(payload[16:]),
+		Len:  int(binary.BigEndian.Uint32(payload[24:])),
+		RKey: binary.BigEndian.Uint32(payload[28:]),
+	}
+	if r.Len < MinRingSize || r.Len > MaxRingSize {
+		return fmt.Errorf("%w: peer's ring of %d bytes (a ring has %d to %d)", ErrProtocol, r.Len, MinRingSize, MaxRingSize)
+	}
+	st.hello, st.peer, st.wsize = true, r, uint64(r.Len)
+	return nil
+}
+
+// onMessage checks one message after the hello against the protocol
+// and applies it: n is its length, written says it was a WRITE (no
+// receive buffer), payload is what a SEND carried. It returns the op;
+// any error is a protocol error and the stream is dead.
+func (st *ringState) onMessage(imm uint32, hasImm bool, n int, written bool) (uint8, error) {
+	if !hasImm {
+		return 0, fmt.Errorf("%w: message of %d bytes without a stream header", ErrProtocol, n)
+	}
+	op := uint8(imm >> immOpShift)
+	delta := (uint64(imm) - st.acked) & creditMask
+	if delta > st.sent-st.acked {
+		return 0, fmt.Errorf("%w: peer credited %d bytes, %d unread", ErrProtocol, delta, st.sent-st.acked)
+	}
+	switch op {
+	case opData:
+		if st.fin {
+			return 0, fmt.Errorf("%w: data after fin", ErrProtocol)
+		}
+		if !written || n <= 0 {
+			return 0, fmt.Errorf("%w: data message of %d bytes not written into the ring", ErrProtocol, n)
+		}
+		if st.rcvd-st.read+uint64(n) > st.rsize {
+			return 0, fmt.Errorf("%w: peer overran the ring of %d bytes (%d unread, %d more)", ErrProtocol, st.rsize, st.rcvd-st.read, n)
+		}
+		if st.rcvd%st.rsize+uint64(n) > st.rsize {
+			return 0, fmt.Errorf("%w: data of %d bytes crosses the end of the ring", ErrProtocol, n)
+		}
+		st.rcvd += uint64(n)
+	case opCredit, opFin:
+		if written || n != 0 {
+			return 0, fmt.Errorf("%w: op %d with %d bytes", ErrProtocol, op, n)
+		}
+		if op == opFin {
+			if st.fin {
+				return 0, fmt.Errorf("%w: second fin", ErrProtocol)
+			}
+			st.fin = true
+		}
+	case opHello:
+		return 0, fmt.Errorf("%w: second hello", ErrProtocol)
+	default:
+		return 0, fmt.Errorf("%w: unknown op %d", ErrProtocol, op)
+	}
+	st.acked += delta
+	return op, nil
+}
