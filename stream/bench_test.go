@@ -224,7 +224,8 @@ func BenchmarkStreamPingPong(b *testing.B) {
 
 // streamSinkChild is the child of BenchmarkStreamCrossProcess: it
 // listens for TCP and for the stream on loopback, prints both addresses,
-// and serves every connection with sink until its stdin closes.
+// and serves every connection until its stdin closes: with sink when its
+// first byte is 's', with echo when it is 'e'.
 func streamSinkChild() int {
 	tl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -243,7 +244,7 @@ func streamSinkChild() int {
 				if err != nil {
 					return
 				}
-				go sink(c)
+				go serveChild(c)
 			}
 		}()
 	}
@@ -252,10 +253,32 @@ func streamSinkChild() int {
 	return 0
 }
 
+func serveChild(c net.Conn) {
+	defer c.Close()
+	var mode [1]byte
+	if _, err := io.ReadFull(c, mode[:]); err != nil {
+		return
+	}
+	switch mode[0] {
+	case 's':
+		sink(c)
+	case 'e':
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			if _, err := c.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+	}
+}
+
 // sink reads rounds: an 8-byte count, that many bytes, then it answers
 // one byte.
 func sink(c net.Conn) {
-	defer c.Close()
 	var hdr [8]byte
 	buf := make([]byte, 64<<10)
 	for {
@@ -322,36 +345,67 @@ func sinkRound(cs []net.Conn, n, size int) error {
 }
 
 // BenchmarkStreamCrossProcess is BenchmarkStreamThroughput between two
-// processes: 64 KiB writes on 1 and 4 connections from this process to a
-// sink child, over the stream and over TCP loopback, alternating rounds
-// (bestOf). A round ends when the child has read everything and
-// answered. On soft, the stream crosses the processes over the soft
-// provider's TCP transport.
+// processes: 64 KiB writes on 1 and 4 connections, and 256 B writes on
+// one, from this process to a sink child, over the stream and over TCP
+// loopback, alternating rounds (bestOf); and a 64 B ping-pong with an
+// echo in the child, alternating rounds the same way. A round ends when
+// the child has read everything and answered. On soft, the stream
+// crosses the processes over the soft provider's TCP transport.
 func BenchmarkStreamCrossProcess(b *testing.B) {
-	const size = 64 << 10
 	tcpAddr, streamAddr := startSink(b)
-	for _, conns := range []int{1, 4} {
-		b.Run(fmt.Sprintf("%s/conns%d/64KiB", benchProvider(), conns), func(b *testing.B) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
+	dial := func(b *testing.B, mode byte) (tcp, strm net.Conn) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		c, err := net.Dial("tcp", tcpAddr)
+		require.NoError(b, err)
+		b.Cleanup(func() { c.Close() })
+		sc, err := stream.Dial(ctx, "rdma", streamAddr, benchOptions()...)
+		require.NoError(b, err)
+		b.Cleanup(func() { sc.Close() })
+		for _, x := range []net.Conn{c, sc} {
+			_, err := x.Write([]byte{mode})
+			require.NoError(b, err)
+		}
+		return c, sc
+	}
+	for _, bc := range []struct{ conns, size int }{{1, 64 << 10}, {4, 64 << 10}, {1, 256}} {
+		b.Run(fmt.Sprintf("%s/conns%d/%s", benchProvider(), bc.conns, sizeName(bc.size)), func(b *testing.B) {
 			var tcp, strm []net.Conn
-			for range conns {
-				c, err := net.Dial("tcp", tcpAddr)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { c.Close() })
-				tcp = append(tcp, c)
-				sc, err := stream.Dial(ctx, "rdma", streamAddr, benchOptions()...)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { sc.Close() })
-				strm = append(strm, sc)
+			for range bc.conns {
+				c, sc := dial(b, 's')
+				tcp, strm = append(tcp, c), append(strm, sc)
 			}
 			m := max(b.N/rounds, 16)
-			bestOf(b, size, m, func() error { return sinkRound(tcp, m, size) },
-				func() error { return sinkRound(strm, m, size) })
+			bestOf(b, bc.size, m, func() error { return sinkRound(tcp, m, bc.size) },
+				func() error { return sinkRound(strm, m, bc.size) })
 		})
 	}
+	b.Run(benchProvider()+"/pingpong/64B", func(b *testing.B) {
+		c, sc := dial(b, 'e')
+		m := max(b.N/rounds, 16)
+		bestOf(b, 64, m, func() error { return pingPongRound(c, m, 64) },
+			func() error { return pingPongRound(sc, m, 64) })
+	})
+}
+
+func sizeName(n int) string {
+	if n >= 1<<10 {
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// pingPongRound writes n messages of size bytes to an echo, each after
+// the echo of the one before.
+func pingPongRound(c net.Conn, n, size int) error {
+	buf := make([]byte, size)
+	for range n {
+		if _, err := c.Write(buf); err != nil {
+			return err
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return err
+		}
+	}
+	return nil
 }

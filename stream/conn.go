@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -46,6 +47,10 @@ type Conn struct {
 	rdl, wdl   deadline
 	flushers   sync.WaitGroup // the corked bytes' poster, while it runs
 
+	// The contexts of the waits of Read, Write and the flusher: a
+	// context of the stream's own allocates nothing per wait.
+	rctx, wctx, fctx chanCtx
+
 	mu       sync.Mutex
 	st       ringState
 	ring     *rdma.Buffer // our receive ring, exposed to the peer
@@ -58,6 +63,7 @@ type Conn struct {
 	rerr     error        // why no more messages will come
 	serr     error        // the first failed send
 	sends    []sendRec    // posted, oldest first
+	waiting  int          // goroutines in waitLocked: futures are not reused meanwhile
 	flushing bool         // a flusher goroutine runs
 	wclosed  bool         // fin sent (CloseWrite or Close)
 	done     bool         // buffers released by Close
@@ -156,30 +162,37 @@ func (s *Conn) opError(op string, err error) error {
 }
 
 // acquire takes sem, giving up when the stream closes or the deadline
-// passes.
+// passes. Close passes the deadlines too, so a closed stream is checked
+// first: it is the error that counts.
 func (s *Conn) acquire(sem chan struct{}, dl *deadline) error {
-	select {
-	case <-s.closed:
-		return net.ErrClosed
-	case <-dl.wait():
-		return os.ErrDeadlineExceeded
-	default:
+	if err := s.endedErr(dl); err != nil {
+		return err
 	}
 	select {
 	case sem <- struct{}{}:
 	case <-s.closed:
 		return net.ErrClosed
 	case <-dl.wait():
-		return os.ErrDeadlineExceeded
+		if err := s.endedErr(dl); err != nil {
+			return err
+		}
+		sem <- struct{}{} // a deadline passed and was extended: rare
 	}
-	select {
-	case <-s.closed:
+	if err := s.endedErr(dl); err != nil {
 		<-sem
+		return err
+	}
+	return nil
+}
+
+// endedErr is why a call cannot go on now (the stream closed, the
+// deadline passed), or nil.
+func (s *Conn) endedErr(dl *deadline) error {
+	if isClosedChan(s.closed) {
 		return net.ErrClosed
-	case <-dl.wait():
-		<-sem
+	}
+	if isClosedChan(dl.wait()) {
 		return os.ErrDeadlineExceeded
-	default:
 	}
 	return nil
 }
@@ -215,7 +228,7 @@ func (s *Conn) pumpLocked() {
 		if b != nil {
 			b.Release()
 		}
-		f.Release()
+		s.releaseLocked(f)
 		if err != nil {
 			s.rerr = err
 			// The peer is broken: end the connection, telling the
@@ -225,6 +238,57 @@ func (s *Conn) pumpLocked() {
 		}
 		s.rf = s.c.Recv()
 	}
+}
+
+// waitLocked waits, with mu unlocked, for f to resolve, for the stream
+// to close or for dl to pass (nil: the stream's close only). It returns
+// with mu locked: nil if f resolved, or why the wait ended.
+func (s *Conn) waitLocked(f *rdma.Future, ctx *chanCtx, dl *deadline) error {
+	ctx.ch = s.closed
+	if dl != nil {
+		ctx.ch = dl.wait() // Close passes the deadlines too
+	}
+	s.waiting++
+	s.mu.Unlock()
+	f.Wait(ctx)
+	s.mu.Lock()
+	s.waiting--
+	if isClosedChan(s.closed) {
+		return net.ErrClosed
+	}
+	if isClosedChan(ctx.ch) {
+		return os.ErrDeadlineExceeded
+	}
+	return nil
+}
+
+// wait is waitLocked that returns with mu unlocked.
+func (s *Conn) wait(f *rdma.Future, ctx *chanCtx, dl *deadline) error {
+	err := s.waitLocked(f, ctx, dl)
+	s.mu.Unlock()
+	return err
+}
+
+// releaseLocked gives a resolved future back for reuse, unless someone
+// may be waiting on it: then the collector takes it. Caller holds mu.
+func (s *Conn) releaseLocked(f *rdma.Future) {
+	if s.waiting == 0 {
+		f.Release()
+	}
+}
+
+// chanCtx is a context.Context that ends when ch closes, so that
+// Future.Wait can wait on the stream's own channels.
+type chanCtx struct{ ch chan struct{} }
+
+func (c *chanCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c *chanCtx) Done() <-chan struct{}       { return c.ch }
+func (c *chanCtx) Value(any) any               { return nil }
+func (c *chanCtx) Err() error {
+	if isClosedChan(c.ch) {
+		return context.Canceled
+	}
+	return nil
 }
 
 // reapLocked forgets the messages that have completed, and frees the
@@ -239,7 +303,7 @@ func (s *Conn) reapLocked() {
 		if r.end > s.st.completed {
 			s.st.completed = r.end
 		}
-		r.f.Release()
+		s.releaseLocked(r.f)
 	}
 	if i > 0 {
 		n := copy(s.sends, s.sends[i:])
@@ -287,14 +351,8 @@ func (s *Conn) Read(p []byte) (int, error) {
 			s.mu.Unlock()
 			return 0, s.opError("read", s.peerErr(err))
 		}
-		arrived := s.rf.Done()
-		s.mu.Unlock()
-		select {
-		case <-arrived:
-		case <-s.closed:
-			return 0, s.opError("read", net.ErrClosed)
-		case <-s.rdl.wait():
-			return 0, s.opError("read", os.ErrDeadlineExceeded)
+		if err := s.wait(s.rf, &s.rctx, &s.rdl); err != nil {
+			return 0, s.opError("read", err)
 		}
 	}
 }
@@ -360,20 +418,13 @@ func (s *Conn) Write(p []byte) (int, error) {
 		}
 		if s.st.free() == 0 || len(s.sends) >= s.sqLimit {
 			// Wait for credits (or the hello), or for a message in
-			// flight to complete.
-			arrived := s.rf.Done()
-			var sent <-chan struct{}
-			if len(s.sends) > 0 {
-				sent = s.sends[0].f.Done()
+			// flight to complete: what frees staging.
+			f := s.rf
+			if len(s.sends) >= s.sqLimit || (s.st.wsize > 0 && s.st.acked > s.st.completed) {
+				f = s.sends[0].f
 			}
-			s.mu.Unlock()
-			select {
-			case <-arrived:
-			case <-sent:
-			case <-s.closed:
-				return n, s.opError("write", net.ErrClosed)
-			case <-s.wdl.wait():
-				return n, s.opError("write", os.ErrDeadlineExceeded)
+			if err := s.wait(f, &s.wctx, &s.wdl); err != nil {
+				return n, s.opError("write", err)
 			}
 			continue
 		}
@@ -440,13 +491,7 @@ func (s *Conn) flusher() {
 			s.flushLocked()
 			break
 		}
-		wait := s.sends[0].f.Done()
-		s.mu.Unlock()
-		select {
-		case <-wait:
-		case <-s.closed:
-		}
-		s.mu.Lock()
+		s.waitLocked(s.sends[0].f, &s.fctx, nil)
 		if isClosedChan(s.closed) {
 			break // Close flushes what is left before its fin
 		}
@@ -496,6 +541,11 @@ func (s *Conn) finLocked() {
 func (s *Conn) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closed)
+		// Waits end on the deadlines' channels: passing them wakes
+		// every blocked call, and stops their timers.
+		past := time.Unix(1, 0)
+		s.rdl.set(past)
+		s.wdl.set(past)
 		// The writer, if any, leaves at once; the fin must follow its
 		// last bytes.
 		s.wsem <- struct{}{}
@@ -511,8 +561,6 @@ func (s *Conn) Close() error {
 		err := s.c.Close()
 		s.flushers.Wait()
 		s.rsem <- struct{}{} // no Read copies out of the ring any more
-		s.rdl.set(time.Time{})
-		s.wdl.set(time.Time{})
 		s.mu.Lock()
 		s.done = true
 		// Close resolved every receive; one that got a message holds
