@@ -65,6 +65,8 @@ type Conn struct {
 	sends    []sendRec    // posted, oldest first
 	waiting  int          // goroutines in waitLocked: futures are not reused meanwhile
 	flushing bool         // a flusher goroutine runs
+	filling  bool         // a piece of staging is being filled (reserve to commit)
+	draining bool         // a piece of the ring is being read (nextReadable to consume)
 	wclosed  bool         // fin sent (CloseWrite or Close)
 	done     bool         // buffers released by Close
 }
@@ -322,39 +324,97 @@ func (s *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	piece, err := s.nextReadable()
+	if err != nil {
+		return 0, err
+	}
+	k := copy(p, piece)
+	s.consume(k)
+	return k, nil
+}
+
+// WriteTo writes what arrives to w, straight from the ring (one copy
+// fewer than Read into a buffer and a Write of it), until the peer's fin,
+// then returns nil. It is io.WriterTo, which io.Copy uses. An error of w
+// is returned as it is; the stream's own are *net.OpError values.
+func (s *Conn) WriteTo(w io.Writer) (int64, error) {
+	if err := s.acquire(s.rsem, &s.rdl); err != nil {
+		return 0, s.opError("read", err)
+	}
+	defer func() { <-s.rsem }()
+	var n int64
+	for {
+		piece, err := s.nextReadable()
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		k := len(piece)
+		m, werr := w.Write(piece)
+		m = max(0, min(m, k))
+		n += int64(m)
+		s.consume(m)
+		if werr == nil && m < k {
+			werr = io.ErrShortWrite
+		}
+		if werr != nil {
+			return n, werr
+		}
+	}
+}
+
+// nextReadable waits until bytes can be read and returns them: a
+// contiguous piece of the ring. The peer writes none of them until we
+// credit them, and the ring stays until consume says they were read
+// (Close leaves its release to consume meanwhile), so the caller holding
+// rsem reads them without mu, for as long as it takes. The error is
+// io.EOF after the peer's fin, or a *net.OpError.
+func (s *Conn) nextReadable() ([]byte, error) {
 	for {
 		s.mu.Lock()
 		if s.done {
 			s.mu.Unlock()
-			return 0, s.opError("read", net.ErrClosed)
+			return nil, s.opError("read", net.ErrClosed)
 		}
 		s.pumpLocked()
 		if off, k := s.st.readable(); k > 0 {
+			s.draining = true
+			piece := s.ringMem[off : off+k]
 			s.mu.Unlock()
-			// The peer writes none of these bytes until we credit
-			// them, and Close waits for rsem to free the ring.
-			k = copy(p, s.ringMem[off:off+k])
-			s.mu.Lock()
-			s.st.read += uint64(k)
-			if s.st.creditDue() {
-				s.creditLocked()
-			}
-			s.mu.Unlock()
-			return k, nil
+			return piece, nil
 		}
 		if s.st.fin {
 			s.mu.Unlock()
-			return 0, io.EOF
+			return nil, io.EOF
 		}
 		if s.rerr != nil {
 			err := s.rerr
 			s.mu.Unlock()
-			return 0, s.opError("read", s.peerErr(err))
+			return nil, s.opError("read", s.peerErr(err))
 		}
 		if err := s.wait(s.rf, &s.rctx, &s.rdl); err != nil {
-			return 0, s.opError("read", err)
+			return nil, s.opError("read", err)
 		}
 	}
+}
+
+// consume frees the first k bytes of the piece nextReadable returned,
+// read, and returns credits when they are due.
+func (s *Conn) consume(k int) {
+	s.mu.Lock()
+	s.draining = false
+	if s.done {
+		s.releaseRingsLocked()
+		s.mu.Unlock()
+		return
+	}
+	s.st.read += uint64(k)
+	if s.st.creditDue() {
+		s.creditLocked()
+	}
+	s.mu.Unlock()
 }
 
 // creditLocked returns our credits: with the corked bytes if there are
@@ -401,55 +461,118 @@ func (s *Conn) Write(p []byte) (int, error) {
 	defer func() { <-s.wsem }()
 	n := 0
 	for n < len(p) {
-		s.mu.Lock()
-		if s.done {
-			s.mu.Unlock()
-			return n, s.opError("write", net.ErrClosed)
+		piece, err := s.reserve(len(p) - n)
+		if err != nil {
+			return n, err
 		}
-		if s.wclosed {
+		k := copy(piece, p[n:])
+		if err := s.commit(k); err != nil {
+			return n, err
+		}
+		n += k
+	}
+	return n, nil
+}
+
+// ReadFrom writes what it reads from r until io.EOF, reading straight
+// into registered memory (one copy fewer than a Read into a buffer and
+// a Write of it), and returns nil at r's EOF. It is io.ReaderFrom, which
+// io.Copy uses. An error of r is returned as it is; the stream's own are
+// *net.OpError values.
+func (s *Conn) ReadFrom(r io.Reader) (int64, error) {
+	if err := s.acquire(s.wsem, &s.wdl); err != nil {
+		return 0, s.opError("write", err)
+	}
+	defer func() { <-s.wsem }()
+	var n int64
+	for {
+		piece, err := s.reserve(maxCork)
+		if err != nil {
+			return n, err
+		}
+		m, rerr := r.Read(piece)
+		m = max(0, min(m, len(piece)))
+		if err := s.commit(m); err != nil {
+			return n, err
+		}
+		n += int64(m)
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+	}
+}
+
+// reserve waits until staging has room and returns where the next at
+// most n bytes go: a contiguous piece of it. Nobody else touches staging
+// past what was committed (the flusher posts only that), and staging
+// stays until commit (Close leaves its release to commit meanwhile), so
+// the caller holding wsem fills it without mu, for as long as it takes.
+// Errors are *net.OpError values.
+func (s *Conn) reserve(n int) ([]byte, error) {
+	for {
+		s.mu.Lock()
+		if err := s.writeEndedLocked(); err != nil {
 			s.mu.Unlock()
-			return n, s.opError("write", errWriteClosed)
+			return nil, err
 		}
 		s.pumpLocked()
 		s.reapLocked()
 		if err := s.writeErrLocked(); err != nil {
 			s.mu.Unlock()
-			return n, s.opError("write", err)
+			return nil, s.opError("write", err)
 		}
-		if s.st.free() == 0 || len(s.sends) >= s.sqLimit {
-			// Wait for credits (or the hello), or for a message in
-			// flight to complete: what frees staging.
-			f := s.rf
-			if len(s.sends) >= s.sqLimit || (s.st.wsize > 0 && s.st.acked > s.st.completed) {
-				f = s.sends[0].f
-			}
-			if err := s.wait(f, &s.wctx, &s.wdl); err != nil {
-				return n, s.opError("write", err)
-			}
-			continue
+		if s.st.free() > 0 && len(s.sends) < s.sqLimit {
+			off, k := s.st.writable(n)
+			s.filling = true
+			piece := s.stageMem[off : off+k]
+			s.mu.Unlock()
+			return piece, nil
 		}
-		off, k := s.st.writable(len(p) - n)
-		s.mu.Unlock()
-		// Nobody else touches staging past queued: the flusher posts
-		// only what was queued, and Close waits for wsem.
-		copy(s.stageMem[off:off+k], p[n:n+k])
-		n += k
-		s.mu.Lock()
-		s.st.queued += uint64(k)
-		if len(s.sends) == 0 || int(s.st.queued-s.st.sent) >= s.st.cork() {
-			s.flushLocked()
-		} else if !s.flushing {
-			s.flushing = true
-			s.flushers.Add(1)
-			go s.flusher()
+		// Wait for credits (or the hello), or for a message in flight
+		// to complete: what frees staging.
+		f := s.rf
+		if len(s.sends) >= s.sqLimit || (s.st.wsize > 0 && s.st.acked > s.st.completed) {
+			f = s.sends[0].f
 		}
-		err := s.serr
-		s.mu.Unlock()
-		if err != nil {
-			return n, s.opError("write", s.peerErr(err))
+		if err := s.wait(f, &s.wctx, &s.wdl); err != nil {
+			return nil, s.opError("write", err)
 		}
 	}
-	return n, nil
+}
+
+// commit queues k bytes filled after reserve: they go out at once when
+// nothing is in flight or a WRITE's worth has gathered, else behind the
+// WRITE in flight (autocork).
+func (s *Conn) commit(k int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.filling = false
+	if err := s.writeEndedLocked(); err != nil {
+		// Close or CloseWrite came while the piece was filled: its
+		// bytes are not sent (the fin is out).
+		if s.done {
+			s.releaseRingsLocked()
+		}
+		return err
+	}
+	if k == 0 {
+		return nil
+	}
+	s.st.queued += uint64(k)
+	if len(s.sends) == 0 || int(s.st.queued-s.st.sent) >= s.st.cork() {
+		s.flushLocked()
+	} else if !s.flushing {
+		s.flushing = true
+		s.flushers.Add(1)
+		go s.flusher()
+	}
+	if s.serr != nil {
+		return s.opError("write", s.peerErr(s.serr))
+	}
+	return nil
 }
 
 // flushLocked posts every byte queued in staging, as one WRITE, or two
@@ -499,6 +622,30 @@ func (s *Conn) flusher() {
 	s.flushing = false
 }
 
+// writeEndedLocked is the error of a write after Close or CloseWrite.
+func (s *Conn) writeEndedLocked() error {
+	if s.done || isClosedChan(s.closed) {
+		return s.opError("write", net.ErrClosed)
+	}
+	if s.wclosed {
+		return s.opError("write", errWriteClosed)
+	}
+	return nil
+}
+
+// releaseRingsLocked gives the ring and staging back to the pool once
+// Close is done and nobody reads or fills them. Caller holds mu.
+func (s *Conn) releaseRingsLocked() {
+	if s.ring != nil && !s.draining {
+		s.ring.Release()
+		s.ring, s.ringMem = nil, nil
+	}
+	if s.staging != nil && !s.filling {
+		s.staging.Release()
+		s.staging, s.stageMem = nil, nil
+	}
+}
+
 // writeErrLocked is why Write cannot go on, or nil.
 func (s *Conn) writeErrLocked() error {
 	err := s.serr
@@ -518,13 +665,13 @@ func (s *Conn) CloseWrite() error {
 		return s.opError("close", err)
 	}
 	defer func() { <-s.wsem }()
-	s.finLocked()
+	s.fin()
 	return nil
 }
 
-// finLocked sends what is corked, then the fin, once. Caller holds
-// wsem.
-func (s *Conn) finLocked() {
+// fin sends what is corked, then the fin, once. A piece being filled
+// (reserve) is not sent: its commit fails.
+func (s *Conn) fin() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.wclosed || s.done {
@@ -546,21 +693,19 @@ func (s *Conn) Close() error {
 		past := time.Unix(1, 0)
 		s.rdl.set(past)
 		s.wdl.set(past)
-		// The writer, if any, leaves at once; the fin must follow its
-		// last bytes.
-		s.wsem <- struct{}{}
+		// The fin follows the bytes committed so far; a Write or
+		// ReadFrom filling a piece now sees the close at its commit.
 		s.mu.Lock()
 		ok := s.rerr == nil && s.serr == nil
 		s.mu.Unlock()
 		if ok {
-			s.finLocked()
+			s.fin()
 		}
 		// Close waits (bounded) for the messages in flight, the fin
 		// included, to complete, so the peer gets them before it
 		// hears of the close; the exposure of the ring ends with it.
 		err := s.c.Close()
 		s.flushers.Wait()
-		s.rsem <- struct{}{} // no Read copies out of the ring any more
 		s.mu.Lock()
 		s.done = true
 		// Close resolved every receive; one that got a message holds
@@ -571,16 +716,12 @@ func (s *Conn) Close() error {
 			}
 		}
 		s.rf = nil
-		for _, b := range []*rdma.Buffer{s.ring, s.staging, s.ctl} {
-			if b != nil {
-				b.Release()
-			}
-		}
-		s.ringMem, s.stageMem = nil, nil
+		s.ctl.Release()
+		// A Read or Write copying now releases what it uses when it
+		// is done (consume, commit).
+		s.releaseRingsLocked()
 		s.sends = nil
 		s.mu.Unlock()
-		<-s.rsem
-		<-s.wsem
 		if err != nil {
 			s.closeErr = s.opError("close", err)
 		}

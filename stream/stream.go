@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"syscall"
 	"time"
@@ -161,8 +162,10 @@ func (d *Dialer) Dial(network, address string) (net.Conn, error) {
 
 // Compile-time checks: the stream is a net.Conn and a net.Listener.
 var (
-	_ net.Conn     = (*Conn)(nil)
-	_ net.Listener = (*Listener)(nil)
+	_ net.Conn      = (*Conn)(nil)
+	_ io.ReaderFrom = (*Conn)(nil)
+	_ io.WriterTo   = (*Conn)(nil)
+	_ net.Listener  = (*Listener)(nil)
 )
 
 // Listener accepts stream connections. It is a net.Listener.

@@ -154,7 +154,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	go func() {
 		var r result
 		if !cfg.noStdin {
-			r.err, r.local = pump(counter{w: conn, n: &sent}, stdin, true)
+			// Straight from stdin into registered memory.
+			_, err := sc.ReadFrom(countingReader{r: stdin, n: &sent})
+			r.err, r.local = err, err != nil && !isConnErr(err)
 		}
 		if err := sc.CloseWrite(); err != nil && r.err == nil {
 			r.err = err
@@ -167,7 +169,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	var sendErr, recvErr error
 	var sendLocal, recvLocal bool
-	recvErr, recvLocal = pump(counter{w: stdout, n: &received}, conn, false)
+	// Straight from the ring to stdout.
+	_, recvErr = sc.WriteTo(counter{w: stdout, n: &received})
+	recvLocal = recvErr != nil && !isConnErr(recvErr)
 	if recvErr == nil {
 		// The peer closed its side in order: finish sending stdin.
 		r := <-sendDone
@@ -229,25 +233,22 @@ func connect(ctx context.Context, cfg config, logf func(string, ...any)) (net.Co
 	return ln.(*stream.Listener).AcceptContext(ctx)
 }
 
-// pump copies src to dst until src ends. local says whether a failure
-// was on this machine's side (stdin or stdout) rather than the
-// connection's.
-func pump(dst counter, src io.Reader, toConn bool) (err error, local bool) {
-	buf := make([]byte, 256<<10)
-	for {
-		n, rerr := src.Read(buf)
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return werr, !toConn
-			}
-		}
-		if rerr == io.EOF {
-			return nil, false
-		}
-		if rerr != nil {
-			return rerr, toConn
-		}
-	}
+// isConnErr says whether err is the connection's (a *net.OpError of the
+// stream) rather than stdin's or stdout's.
+func isConnErr(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe)
+}
+
+type countingReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 type counter struct {
