@@ -562,7 +562,10 @@ func (s *Conn) commit(k int) error {
 		return nil
 	}
 	s.st.queued += uint64(k)
-	if len(s.sends) == 0 || int(s.st.queued-s.st.sent) >= s.st.cork() {
+	if len(s.sends) == 0 || s.st.acked == s.st.sent || int(s.st.queued-s.st.sent) >= s.st.cork() {
+		// Nothing in flight, or nothing that the peer has not read
+		// already (its completion is on its way: a ping-pong's reply
+		// often comes first), or a WRITE's worth gathered.
 		s.flushLocked()
 	} else if !s.flushing {
 		s.flushing = true
@@ -610,7 +613,7 @@ func (s *Conn) flusher() {
 		if s.done || s.serr != nil || s.st.sent == s.st.queued {
 			break
 		}
-		if len(s.sends) == 0 {
+		if len(s.sends) == 0 || s.st.acked == s.st.sent {
 			s.flushLocked()
 			break
 		}

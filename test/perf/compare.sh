@@ -28,7 +28,9 @@
 #             "8 64 1024 4096"). The targets are at 64 KiB (bandwidth), 2 B
 #             (message rate) and 8 B (latency); other sizes get ratios only.
 #   -T TESTS  which points (default all: write_bw send_bw read_bw write_mr
-#             send_lat write_lat)
+#             send_lat write_lat); "rstream" adds rsockets' own benchmark
+#             (rdmacm-utils' rstream) beside the stream, a 64 B ping-pong
+#             and 64 KiB transfers, with the ratios in a table of its own
 #   -B BASE   also run the async API and the stream of rdmaperf built at the
 #             revision BASE (tools async@base, stream@base), interleaved
 #             with the work tree's in the same VM: an A/B of the two trees
@@ -103,5 +105,22 @@ set -e
 [ "$rc" = 0 ] || echo "compare.sh: the VM job failed (exit $rc); summarising what was measured" >&2
 "$OUT/summarize" -json "$OUT/compare.json" -png "$OUT/compare.png" -ratios "$OUT/ratios.png" \
   < "$OUT/raw.txt" | tee "$OUT/table.md"
+# The stream against rsockets (-T rstream): medians of the S lines.
+if grep -q '^S ' "$OUT/raw.txt"; then
+  awk '$1 == "S" {v[$3" "$4" "$5] = v[$3" "$4" "$5] " " $6}
+    function median(s,   a, n, i, j, t) {
+      n = split(s, a, " ")
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    END {
+      print "\n| point | size | stream | rstream | stream/rstream | target |\n|---|---|---|---|---|---|"
+      for (k in v) { split(k, f, " "); if (f[2] == "stream") { o = f[1] " rstream " f[3]
+        if (!(o in v)) continue
+        s = median(v[k]); r = median(v[o])
+        if (f[1] == "lat") printf "| round trip / 2, t_avg [usec] | %d B | %.1f | %.1f | %.2f× | ≤1.20× |\n", f[3], s, r, s / r
+        else printf "| bandwidth [Gb/s] | %d B | %.3f | %.3f | %.2f× | ≥1.00× |\n", f[3], s, r, s / r } }
+    }' "$OUT/raw.txt" | tee -a "$OUT/table.md"
+fi
 rm -f "$OUT/rdmaperf" "$OUT/rdmaperf.base" "$OUT/rdmaperf.purego" "$OUT/summarize"
 exit "$rc"

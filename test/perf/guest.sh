@@ -48,7 +48,7 @@ pair() {
   local src=$?
   # ib_send_bw's client reports 0 in this perftest; its server has the
   # figures. Take the server's row for every tool of send_bw.
-  if [ "$test" = send_bw ]; then row=$(table /tmp/server.out); else row=$(table /tmp/client.out); fi
+  if [ "$test" = send_bw ] || [ "$test" = rs_send_bw ]; then row=$(table /tmp/server.out); else row=$(table /tmp/client.out); fi
   if [ "$crc" != 0 ] || [ "$src" != 0 ] || [ -z "$row" ]; then
     echo "FAIL $test $tool $size (client $crc, server $src)"
     sed 's/^/  client: /' /tmp/client.out | tail -15
@@ -123,6 +123,46 @@ lat() {
   return 0
 }
 
+# rs RUN: rsockets' own benchmark, rstream (rdmacm-utils), against the
+# stream in the same session, same sizes: a 64 B ping-pong (rstream -C 1:
+# its usec/xfer is half a round trip, as rdmaperf's t_avg) and 64 KiB
+# transfers (rstream's Gb/sec, against the stream's send_bw). Prints
+# "S RUN lat|bw stream|rstream SIZE VALUE" lines; compare.sh tabulates them.
+rs() {
+  local run=$1 i sp crc size n args
+  local ip1=${RDMA_VM_IP1:?}
+  for point in "lat 64 $N_LAT" "bw 65536 $N_BW"; do
+    read -r kind size n <<< "$point"
+    if [ "$kind" = lat ]; then args="-S $size -C 1 -I $n"; else args="-S $size -C $n -I 1"; fi
+    timeout 120 rstream -b "$IP0" $args > /tmp/rs_server.out 2>&1 &
+    sp=$! crc=1
+    for ((i = 0; i < 60; i++)); do
+      timeout 120 rstream -s "$IP0" -b "$ip1" $args > /tmp/rs_client.out 2>&1 && { crc=0; break; }
+      kill -0 "$sp" 2>/dev/null || break
+      sleep 0.25
+    done
+    wait "$sp"
+    # name size xfers iters bytes seconds Gb/sec usec/xfer
+    local row
+    row=$(awk 'NF == 8 && $7 ~ /^[0-9.]+$/ {r = $0} END {print r}' /tmp/rs_client.out)
+    if [ "$crc" != 0 ] || [ -z "$row" ]; then
+      echo "FAIL rstream $kind $size"; tail -5 /tmp/rs_client.out /tmp/rs_server.out; fails=$((fails + 1))
+    elif [ "$kind" = lat ]; then
+      echo "S $run lat rstream $size $(echo "$row" | awk '{print $8}')"
+    else
+      echo "S $run bw rstream $size $(echo "$row" | awk '{print $7}')"
+    fi
+    local test=send_bw
+    [ "$kind" = lat ] && test=send_lat
+    pair "$run" "rs_$test" stream "$size" \
+      "$PERF $test --api stream -d rxe0 -p 18600 -s $size -n $n $( [ "$kind" = bw ] && echo --report_gbits)" \
+      "$PERF $test --api stream -d rxe1 -p 18600 -s $size -n $n $( [ "$kind" = bw ] && echo --report_gbits) $IP0" > /tmp/rs_pair.out
+    cat /tmp/rs_pair.out | grep -v '^R ' || true
+    # send_lat: t_avg (the 4th figure); send_bw: BW average (the 2nd)
+    awk -v run="$run" -v kind="$kind" -v size="$size" '$1 == "R" {print "S", run, kind, "stream", size, (kind == "lat" ? $9 : $7)}' /tmp/rs_pair.out
+  done
+}
+
 echo "guest: $(nproc) CPUs, $(uname -r), $(ib_write_bw --version 2>&1 | head -1), clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
 echo "params: runs=$RUNS n_bw=$N_BW n_lat=$N_LAT n_mr=$N_MR sizes=$BW_SIZES lat_sizes=$LAT_SIZES tests=$TESTS gid_index=$GIDX"
 echo "load: $(cat /proc/loadavg)"
@@ -139,6 +179,7 @@ for ((r = 1; r <= RUNS; r++)); do
   want write_mr && bw "$r" write 2 "$N_MR" -l 64 -Q 32
   for s in $LAT_SIZES; do want send_lat && lat "$r" send "$s" "$N_LAT"; done
   for s in $LAT_SIZES; do want write_lat && lat "$r" write "$s" "$N_LAT"; done
+  want rstream && rs "$r"
   echo "run $r done at $((SECONDS - T0)) s, guest load $(cut -d' ' -f1-3 /proc/loadavg)"
 done
 echo "failures: $fails"
