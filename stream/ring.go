@@ -51,8 +51,10 @@ const (
 	helloSize     = 32 // magic, version u16, flags u16, reserved u32, ring addr u64, len u32, rkey u32
 
 	// DefaultRingSize is the receive ring each side of a stream exposes
-	// unless Dialer.RingSize or ListenConfig.RingSize say otherwise.
-	DefaultRingSize = 256 << 10
+	// unless Dialer.RingSize or ListenConfig.RingSize say otherwise. It
+	// bounds the bytes in flight: 256 KiB held 64 KiB Writes between two
+	// processes on soft to half of what 1 MiB gives (docs/stream.md).
+	DefaultRingSize = 1 << 20
 	// MinRingSize and MaxRingSize bound a ring, ours or the peer's.
 	MinRingSize = 4 << 10
 	MaxRingSize = 64 << 20
