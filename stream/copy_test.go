@@ -164,47 +164,7 @@ func TestStreamSmallRing(t *testing.T) {
 		if inVM() {
 			size = 64 << 10
 		}
-		errs := make(chan error, 4)
-		for i, p := range [][2]net.Conn{{c, s}, {s, c}} {
-			w, r := p[0], p[1]
-			data := make([]byte, size)
-			for j := range data {
-				data[j] = byte(j % 253)
-			}
-			go func() {
-				rnd := rand.New(rand.NewPCG(uint64(i), 1))
-				for off := 0; off < len(data); {
-					n := min(len(data)-off, 1+rnd.IntN(6000))
-					if _, err := w.Write(data[off : off+n]); err != nil {
-						errs <- err
-						return
-					}
-					off += n
-				}
-				errs <- nil
-			}()
-			go func() {
-				rnd := rand.New(rand.NewPCG(uint64(i), 2))
-				got := make([]byte, 0, len(data))
-				buf := make([]byte, 7000)
-				for len(got) < len(data) {
-					n, err := r.Read(buf[:1+rnd.IntN(len(buf))])
-					if err != nil {
-						errs <- err
-						return
-					}
-					got = append(got, buf[:n]...)
-				}
-				if !bytes.Equal(got, data) {
-					errs <- io.ErrUnexpectedEOF
-					return
-				}
-				errs <- nil
-			}()
-		}
-		for range 4 {
-			require.NoError(t, <-errs)
-		}
+		exchangeRandom(t, c, s, size, 6000, 7000, 3)
 
 		for _, bad := range []int{-1, stream.MinRingSize - 1, stream.MaxRingSize + 1} {
 			_, err := (&stream.Dialer{Options: opts, RingSize: bad}).DialContext(ctx, "rdma", ln.Addr().String())

@@ -178,51 +178,60 @@ func TestStreamSmallWindow(t *testing.T) {
 				if inVM() {
 					size = 8 << 10
 				}
-				var wg sync.WaitGroup
-				errs := make(chan error, 4)
-				for _, p := range [][2]*stream.Conn{{c, s}, {s, c}} {
-					w, r := p[0], p[1]
-					data := make([]byte, size)
-					for i := range data {
-						data[i] = byte(i % 251)
-					}
-					wg.Add(2)
-					go func() {
-						defer wg.Done()
-						rnd := rand.New(rand.NewPCG(uint64(depth), 1))
-						for off := 0; off < len(data); {
-							n := min(len(data)-off, 1+rnd.IntN(300))
-							if _, err := w.Write(data[off : off+n]); err != nil {
-								errs <- err
-								return
-							}
-							off += n
-						}
-					}()
-					go func() {
-						defer wg.Done()
-						rnd := rand.New(rand.NewPCG(uint64(depth), 2))
-						got := make([]byte, 0, len(data))
-						buf := make([]byte, 400)
-						for len(got) < len(data) {
-							n, err := r.Read(buf[:1+rnd.IntN(len(buf))])
-							if err != nil {
-								errs <- err
-								return
-							}
-							got = append(got, buf[:n]...)
-						}
-						if !bytes.Equal(got, data) {
-							errs <- fmt.Errorf("bytes differ (equal prefix %d)", commonPrefix(got, data))
-						}
-					}()
-				}
-				wg.Wait()
-				close(errs)
-				for err := range errs {
-					t.Fatal(err)
-				}
+				exchangeRandom(t, c, s, size, 300, 400, uint64(depth))
 			})
 		}
 	})
+}
+
+// exchangeRandom sends size bytes each way between a and b at once, in
+// Writes of 1 to maxWrite bytes and Reads of 1 to maxRead, sizes drawn
+// from seed, and checks that each side reads exactly what the other
+// wrote.
+func exchangeRandom(t *testing.T, a, b net.Conn, size, maxWrite, maxRead int, seed uint64) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for _, p := range [][2]net.Conn{{a, b}, {b, a}} {
+		w, r := p[0], p[1]
+		data := make([]byte, size)
+		for i := range data {
+			data[i] = byte(i % 251)
+		}
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			rnd := rand.New(rand.NewPCG(seed, 1))
+			for off := 0; off < len(data); {
+				n := min(len(data)-off, 1+rnd.IntN(maxWrite))
+				if _, err := w.Write(data[off : off+n]); err != nil {
+					errs <- err
+					return
+				}
+				off += n
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			rnd := rand.New(rand.NewPCG(seed, 2))
+			got := make([]byte, 0, len(data))
+			buf := make([]byte, maxRead)
+			for len(got) < len(data) {
+				n, err := r.Read(buf[:1+rnd.IntN(len(buf))])
+				if err != nil {
+					errs <- err
+					return
+				}
+				got = append(got, buf[:n]...)
+			}
+			if !bytes.Equal(got, data) {
+				errs <- fmt.Errorf("bytes differ (equal prefix %d)", commonPrefix(got, data))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
 }
