@@ -102,4 +102,3 @@ func TestStreamHostilePeer(t *testing.T) {
 }
 
 type onlyReader struct{ io.Reader }
-
