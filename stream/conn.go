@@ -19,8 +19,8 @@ import (
 // errors). Dial and Listener.Accept return it.
 //
 // Bytes move by RDMA WRITE into a receive ring the peer exposes
-// (DefaultRingSize unless RingSize says otherwise; see ring.go for the
-// protocol). A writer may have at most the peer's ring of bytes that
+// (DefaultRingSize unless Dialer.RingSize or ListenConfig.RingSize say
+// otherwise; docs/stream.md describes the protocol). A writer may have at most the peer's ring of bytes that
 // the peer has not read, so a slow reader holds the writer back and no
 // memory grows. Memory per connection: this side's ring and a staging
 // buffer of the peer's ring size, registered memory from the engine's
