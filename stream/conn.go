@@ -22,9 +22,10 @@ import (
 // (DefaultRingSize unless Dialer.RingSize or ListenConfig.RingSize say
 // otherwise; docs/stream.md describes the protocol). A writer may have
 // at most the peer's ring of bytes that the peer has not read, so a slow
-// reader holds the writer back and no memory grows. Memory per connection: this side's ring and a staging
-// buffer of the peer's ring size, registered memory from the engine's
-// pool, and nothing else however many bytes are in flight.
+// reader holds the writer back and no memory grows. Memory per
+// connection: this side's ring and a staging buffer of the peer's ring
+// size, registered memory from the engine's pool, and nothing else
+// however many bytes are in flight.
 //
 // Write copies into staging and posts at once when nothing is in
 // flight; while a WRITE is in flight, later Writes gather behind it and
