@@ -166,26 +166,24 @@ func (s *Conn) opError(op string, err error) error {
 
 // acquire takes sem, giving up when the stream closes or the deadline
 // passes. Close passes the deadlines too, so a closed stream is checked
-// first: it is the error that counts.
+// first: it is the error that counts. A deadline that passed and was
+// extended while we waited gives a new channel to wait on.
 func (s *Conn) acquire(sem chan struct{}, dl *deadline) error {
-	if err := s.endedErr(dl); err != nil {
-		return err
-	}
-	select {
-	case sem <- struct{}{}:
-	case <-s.closed:
-		return net.ErrClosed
-	case <-dl.wait():
+	for {
 		if err := s.endedErr(dl); err != nil {
 			return err
 		}
-		sem <- struct{}{} // a deadline passed and was extended: rare
+		select {
+		case sem <- struct{}{}:
+			if err := s.endedErr(dl); err != nil {
+				<-sem
+				return err
+			}
+			return nil
+		case <-s.closed:
+		case <-dl.wait():
+		}
 	}
-	if err := s.endedErr(dl); err != nil {
-		<-sem
-		return err
-	}
-	return nil
 }
 
 // endedErr is why a call cannot go on now (the stream closed, the
@@ -563,10 +561,7 @@ func (s *Conn) commit(k int) error {
 		return nil
 	}
 	s.st.queued += uint64(k)
-	if len(s.sends) == 0 || s.st.acked == s.st.sent || int(s.st.queued-s.st.sent) >= s.st.cork() {
-		// Nothing in flight, or nothing that the peer has not read
-		// already (its completion is on its way: a ping-pong's reply
-		// often comes first), or a WRITE's worth gathered.
+	if s.nothingAheadLocked() || int(s.st.queued-s.st.sent) >= s.st.cork() {
 		s.flushLocked()
 	} else if !s.flushing {
 		s.flushing = true
@@ -577,6 +572,14 @@ func (s *Conn) commit(k int) error {
 		return s.opError("write", s.peerErr(s.serr))
 	}
 	return nil
+}
+
+// nothingAheadLocked says whether corked bytes need not wait: nothing is
+// in flight, or nothing the peer has not read already (the completion
+// is on its way: a ping-pong's reply often comes before it). Caller
+// holds mu.
+func (s *Conn) nothingAheadLocked() bool {
+	return len(s.sends) == 0 || s.st.acked == s.st.sent
 }
 
 // flushLocked posts every byte queued in staging, as one WRITE, or two
@@ -614,7 +617,7 @@ func (s *Conn) flusher() {
 		if s.done || s.serr != nil || s.st.sent == s.st.queued {
 			break
 		}
-		if len(s.sends) == 0 || s.st.acked == s.st.sent {
+		if s.nothingAheadLocked() {
 			s.flushLocked()
 			break
 		}
