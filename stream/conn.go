@@ -224,7 +224,7 @@ func (s *Conn) pumpLocked() {
 				}
 			}
 		} else {
-			_, err = s.st.onMessage(imm, has, n, b == nil)
+			err = s.st.onMessage(imm, has, n, b == nil)
 		}
 		if b != nil {
 			b.Release()

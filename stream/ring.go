@@ -180,47 +180,46 @@ func (st *ringState) onHello(imm uint32, hasImm bool, payload []byte) error {
 
 // onMessage checks one message after the hello against the protocol
 // and applies it: n is its length, written says it was a WRITE (no
-// receive buffer), payload is what a SEND carried. It returns the op;
-// any error is a protocol error and the stream is dead.
-func (st *ringState) onMessage(imm uint32, hasImm bool, n int, written bool) (uint8, error) {
+// receive buffer). Any error is a protocol error and the stream is dead.
+func (st *ringState) onMessage(imm uint32, hasImm bool, n int, written bool) error {
 	if !hasImm {
-		return 0, fmt.Errorf("%w: message of %d bytes without a stream header", ErrProtocol, n)
+		return fmt.Errorf("%w: message of %d bytes without a stream header", ErrProtocol, n)
 	}
 	op := uint8(imm >> immOpShift)
 	delta := (uint64(imm) - st.acked) & creditMask
 	if delta > st.sent-st.acked {
-		return 0, fmt.Errorf("%w: peer credited %d bytes, %d unread", ErrProtocol, delta, st.sent-st.acked)
+		return fmt.Errorf("%w: peer credited %d bytes, %d unread", ErrProtocol, delta, st.sent-st.acked)
 	}
 	switch op {
 	case opData:
 		if st.fin {
-			return 0, fmt.Errorf("%w: data after fin", ErrProtocol)
+			return fmt.Errorf("%w: data after fin", ErrProtocol)
 		}
 		if !written || n <= 0 {
-			return 0, fmt.Errorf("%w: data message of %d bytes not written into the ring", ErrProtocol, n)
+			return fmt.Errorf("%w: data message of %d bytes not written into the ring", ErrProtocol, n)
 		}
 		if st.rcvd-st.read+uint64(n) > st.rsize {
-			return 0, fmt.Errorf("%w: peer overran the ring of %d bytes (%d unread, %d more)", ErrProtocol, st.rsize, st.rcvd-st.read, n)
+			return fmt.Errorf("%w: peer overran the ring of %d bytes (%d unread, %d more)", ErrProtocol, st.rsize, st.rcvd-st.read, n)
 		}
 		if st.rcvd%st.rsize+uint64(n) > st.rsize {
-			return 0, fmt.Errorf("%w: data of %d bytes crosses the end of the ring", ErrProtocol, n)
+			return fmt.Errorf("%w: data of %d bytes crosses the end of the ring", ErrProtocol, n)
 		}
 		st.rcvd += uint64(n)
 	case opCredit, opFin:
 		if written || n != 0 {
-			return 0, fmt.Errorf("%w: op %d with %d bytes", ErrProtocol, op, n)
+			return fmt.Errorf("%w: op %d with %d bytes", ErrProtocol, op, n)
 		}
 		if op == opFin {
 			if st.fin {
-				return 0, fmt.Errorf("%w: second fin", ErrProtocol)
+				return fmt.Errorf("%w: second fin", ErrProtocol)
 			}
 			st.fin = true
 		}
 	case opHello:
-		return 0, fmt.Errorf("%w: second hello", ErrProtocol)
+		return fmt.Errorf("%w: second hello", ErrProtocol)
 	default:
-		return 0, fmt.Errorf("%w: unknown op %d", ErrProtocol, op)
+		return fmt.Errorf("%w: unknown op %d", ErrProtocol, op)
 	}
 	st.acked += delta
-	return op, nil
+	return nil
 }

@@ -52,7 +52,7 @@ func runRingScript(t testing.TB, script []byte) {
 				return
 			}
 			before := st
-			_, err := st.onMessage(binary.BigEndian.Uint32(h), true, int(binary.BigEndian.Uint16(h[4:])), h[6]&1 != 0)
+			err := st.onMessage(binary.BigEndian.Uint32(h), true, int(binary.BigEndian.Uint16(h[4:])), h[6]&1 != 0)
 			if err != nil {
 				require.ErrorIs(t, err, ErrProtocol)
 				return // the stream is dead
@@ -180,7 +180,7 @@ func TestRingRules(t *testing.T) {
 			switch script[0] % 4 {
 			case 0:
 				h := script[1:8]
-				_, err = st.onMessage(binary.BigEndian.Uint32(h), true, int(binary.BigEndian.Uint16(h[4:])), h[6]&1 != 0)
+				err = st.onMessage(binary.BigEndian.Uint32(h), true, int(binary.BigEndian.Uint16(h[4:])), h[6]&1 != 0)
 				script = script[8:]
 			case 1:
 				_, k := st.readable()
