@@ -94,6 +94,9 @@ func (c *Conn) onPeerAbort(p []byte) {
 	if len(p) > maxAbortReason {
 		p = p[:maxAbortReason]
 	}
-	c.peerClosed.Store(true)
+	// The reason first, then peerClosed: a completion that fails
+	// meanwhile (the bad access that made the peer abort may have failed a
+	// receive here too) then says either its own status or the reason.
 	c.fail(fmt.Errorf("rdma: peer %v: %w: it aborted: %q", c.remote, ErrPeerClosed, p))
+	c.peerClosed.Store(true)
 }

@@ -563,7 +563,12 @@ func (c *Conn) completionErr(wc *verbs.WorkCompletion) error {
 		c.peerClosed.Store(true)
 		return fmt.Errorf("%w (%w)", c.peerGone(), err)
 	case c.peerClosed.Load():
-		return fmt.Errorf("%w (%w)", c.peerGone(), err)
+		// The peer's end may carry its reason (an abort's): keep it.
+		cause := c.err()
+		if cause == nil || !errors.Is(cause, ErrPeerClosed) {
+			cause = c.peerGone()
+		}
+		return fmt.Errorf("%w (%w)", cause, err)
 	}
 	return fmt.Errorf("rdma: peer %v: %w", c.remote, err)
 }

@@ -196,6 +196,11 @@ func (s *server) serve(ctx context.Context) error {
 		s.counter = nil
 	}
 	s.mu.Unlock()
+	if !stop() && ctx.Err() != nil {
+		// AfterFunc runs in a goroutine of its own: the shutdown is
+		// logged before the end.
+		<-s.shutdown
+	}
 	s.log.Printf("done: %d clients, %d requests, counter = %d", s.clients.Load(), s.requests.Load(), total)
 	return acceptErr
 }
