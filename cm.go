@@ -16,11 +16,17 @@ import (
 //
 // Such connections have no TCP control channel: Send, Recv, Write, Read,
 // atomics, batches and Expose work; SendRegion, RecvRegion and
-// RequestRegion return an error wrapping ErrNotSupported. The peer's
-// largest message is not known; Send assumes it takes what this side
-// accepts (WithMaxMessage). A peer's disconnect fails the connection
-// with ErrPeerClosed; a connection that fails here (or Abort) disconnects
-// at once, so its peer learns of it without waiting, though not why.
+// RequestRegion return an error wrapping ErrNotSupported. They have no
+// credits (Credited): a message is posted at once, and one that finds
+// the peer's receive queue empty is retried by the device (RNR) or, on
+// iWARP, ends the connection; a protocol keeps at most SendWindow
+// messages unread by the peer's Recv. A go-rdma peer says its largest
+// message and its receive window in the rdma_cm private data; with
+// another peer Send assumes it takes what this side accepts
+// (WithMaxMessage), and SendWindow is 0. A peer's disconnect fails the
+// connection with ErrPeerClosed; a connection that fails here (or Abort)
+// disconnects at once, so its peer learns of it without waiting, though
+// not why.
 func WithRDMACM() Option {
 	return func(c *config) error { c.cm = true; return nil }
 }
@@ -66,33 +72,25 @@ func dialCM(ctx context.Context, eng *engine, cfg config, address string) (*Conn
 		id.Close()
 		return nil, err
 	}
-	me := cmHello{maxMsg: uint32(cfg.maxMsg), protocol: cfg.protocol}
-	var peerMax uint32
-	c, err := cmConn(eng, cfg, id, func(qp verbs.QP) error {
-		if err := id.Connect(ctx, qp, ibv.CMParams{PrivateData: me.marshal()}); err != nil {
-			return cmRefused(err)
+	c, err := cmConn(eng, cfg, id, func(qp verbs.QP) (cmHello, error) {
+		if err := id.Connect(ctx, qp, ibv.CMParams{PrivateData: cmHelloFor(cfg).marshal()}); err != nil {
+			return cmHello{}, cmRefused(err)
 		}
-		var err error
-		peerMax, err = learnCMHello(cfg, id.PrivateData(), true)
-		return err
+		return learnCMHello(cfg, id.PrivateData(), true)
 	})
 	eng.release() // the connection holds its own reference
-	if c != nil {
-		c.peer.MaxMsg = peerMax
-	}
 	return c, err
 }
 
 // cmConn makes the connection of id on eng: QP to INIT, receives posted,
-// then connect (or accept) through rdma_cm.
-func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(verbs.QP) error) (_ *Conn, err error) {
+// then connect (or accept) through rdma_cm, which gives the peer's hello.
+func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(verbs.QP) (cmHello, error)) (_ *Conn, err error) {
 	c, err := newConn(eng, cfg, id.LocalAddr(), id.RemoteAddr())
 	if err != nil {
 		id.Close()
 		return nil, err
 	}
 	c.cm = id
-	c.peer.MaxMsg = uint32(cfg.maxMsg)
 	c.cr.credits = maxCredits // no control channel to return them: the peer's receives are unknown
 	defer func() {
 		// c, not the result: a failure returns a nil *Conn.
@@ -107,9 +105,11 @@ func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(verbs.QP) error)
 	if err := c.postReceives(); err != nil {
 		return nil, err
 	}
-	if err := connect(c.qp); err != nil {
+	peer, err := connect(c.qp)
+	if err != nil {
 		return nil, err
 	}
+	c.peer.MaxMsg, c.peer.RecvWindow = peer.maxMsg, peer.recvWindow
 	go func() {
 		defer close(c.ctl.ctrlDone)
 		if id.WaitDisconnect(c.ctx) == nil {
@@ -175,21 +175,19 @@ func (l *Listener) acceptCM() {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(l.ctx, l.cfg.setup)
 			defer cancel()
-			peerMax, err := l.checkCMRequest(req)
+			peer, err := l.checkCMRequest(req)
 			if err != nil {
 				req.Reject(cmRejectData(err))
 				req.Close()
 				l.eng.life.handshake(err)
 				return
 			}
-			me := cmHello{maxMsg: uint32(l.cfg.maxMsg), protocol: l.cfg.protocol}
-			c, err := cmConn(l.eng, l.cfg, req.CMID, func(qp verbs.QP) error {
-				return req.Accept(ctx, qp, ibv.CMParams{PrivateData: me.marshal()})
+			c, err := cmConn(l.eng, l.cfg, req.CMID, func(qp verbs.QP) (cmHello, error) {
+				return peer, req.Accept(ctx, qp, ibv.CMParams{PrivateData: cmHelloFor(l.cfg).marshal()})
 			})
 			if err != nil {
 				return
 			}
-			c.peer.MaxMsg = peerMax
 			select {
 			case l.conns <- c:
 			case <-l.ctx.Done():
@@ -201,16 +199,16 @@ func (l *Listener) acceptCM() {
 
 // checkCMRequest checks a connection request's hello and runs the accept
 // check (WithAcceptCheck) on it, before anything is made for the peer;
-// it returns the largest message the peer takes.
-func (l *Listener) checkCMRequest(req *ibv.CMRequest) (uint32, error) {
-	peerMax, err := learnCMHello(l.cfg, req.PrivateData(), false)
+// it returns the hello.
+func (l *Listener) checkCMRequest(req *ibv.CMRequest) (cmHello, error) {
+	peer, err := learnCMHello(l.cfg, req.PrivateData(), false)
 	if err != nil {
-		return 0, err
+		return cmHello{}, err
 	}
 	if l.cfg.acceptCheck != nil {
 		if err := l.cfg.acceptCheck(PeerInfo{RemoteAddr: req.RemoteAddr(), LocalAddr: req.LocalAddr()}); err != nil {
-			return 0, fmt.Errorf("rdma: the listener's check refused the peer: %w", err)
+			return cmHello{}, fmt.Errorf("rdma: the listener's check refused the peer: %w", err)
 		}
 	}
-	return peerMax, nil
+	return peer, nil
 }

@@ -310,3 +310,40 @@ func TestVerbsRDMACMAcceptCheck(t *testing.T) {
 	require.NoError(t, err)
 	<-seen
 }
+
+// Rule: an rdma_cm connection has no credits, and each end says its
+// receive window in the rdma_cm hello: a sender that keeps at most
+// SendWindow messages unread by the peer's Recv never finds its receive
+// queue empty, which on iWARP (no RNR retry) would end the connection.
+func TestVerbsRDMACMWindow(t *testing.T) {
+	ip0, _ := cmAddrs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, s, err := cmPair(t, ctx, ip0, []rdma.Option{rdma.WithQueueDepth(64, 16)}, []rdma.Option{rdma.WithQueueDepth(64, 32)})
+	require.NoError(t, err)
+	assert.False(t, c.Credited())
+	assert.False(t, s.Credited())
+	assert.Equal(t, 15, s.RecvWindow(), "16 receives, re-posted 2 at a time")
+	assert.Equal(t, s.RecvWindow(), c.SendWindow(), "the listener's window, from its hello")
+	assert.Equal(t, c.RecvWindow(), s.SendWindow(), "the dialer's window, from its hello")
+	b, err := c.Alloc(64)
+	require.NoError(t, err)
+	defer b.Release()
+	for round := range 3 {
+		// A window of messages nobody takes yet, then all taken.
+		fs := make([]*rdma.Future, c.SendWindow())
+		for i := range fs {
+			fs[i] = c.Send(b)
+		}
+		for i, f := range fs {
+			require.NoError(t, f.Wait(ctx), "round %d, message %d", round, i)
+		}
+		for range fs {
+			r := s.Recv()
+			require.NoError(t, r.Wait(ctx))
+			r.Buffer().Release()
+		}
+	}
+	require.NoError(t, c.Err())
+	require.NoError(t, s.Err())
+}

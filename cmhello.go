@@ -13,15 +13,19 @@ import (
 // A connection set up through rdma_cm has no control channel, so its
 // hello travels in the private data of rdma_cm's connect request (the
 // dialer's) and of its accept (the listener's): the handshake version,
-// the largest message the sender takes and the application protocol
-// (WithProtocol). A listener refuses a dialer of another version or
+// the largest message the sender takes, the application protocol
+// (WithProtocol) and the sender's RecvWindow. A listener refuses a dialer of another version or
 // protocol with a reject whose private data says why; the dialer turns it
 // into ErrRefused. Private data that does not start with cmHelloMagic
 // (all zeros from an rdma_cm peer that sent none, such as v0.1.0) is a
 // peer of the plain async API with our settings, as before the hello.
 //
-//	magic "GR" | version u8 | flags u8 (0) | max message u32 BE | protocol, NUL-padded to maxProtocol
-const cmHelloSize = 8 + maxProtocol
+//	magic "GR" | version u8 | flags u8 (0) | max message u32 BE | protocol, NUL-padded to maxProtocol | receive window u32 BE
+//
+// A hello of before v0.2.0 ends at the protocol: its window reads as 0
+// (private data is padded with zeros), which SendWindow reports as not
+// said.
+const cmHelloSize = 8 + maxProtocol + 4
 
 var cmHelloMagic = [2]byte{'G', 'R'}
 
@@ -33,8 +37,15 @@ const cmRejectPrefix = "go-rdma: "
 var _ [ibv.CMMaxConnectData - cmHelloSize]struct{}
 
 type cmHello struct {
-	maxMsg   uint32
-	protocol string
+	maxMsg     uint32
+	protocol   string
+	recvWindow uint32
+}
+
+// cmHelloFor is the hello of a connection of cfg: rdma_cm connections
+// keep their own receive queue of cfg.rqDepth receives.
+func cmHelloFor(cfg config) cmHello {
+	return cmHello{maxMsg: uint32(cfg.maxMsg), protocol: cfg.protocol, recvWindow: uint32(recvWindow(cfg.rqDepth, cfg.rqDepth))}
 }
 
 func (h cmHello) marshal() []byte {
@@ -43,6 +54,7 @@ func (h cmHello) marshal() []byte {
 	b[2] = handshakeVersion
 	binary.BigEndian.PutUint32(b[4:8], h.maxMsg)
 	copy(b[8:], h.protocol)
+	binary.BigEndian.PutUint32(b[8+maxProtocol:], h.recvWindow)
 	return b
 }
 
@@ -52,13 +64,16 @@ var errNoCMHello = errors.New("no go-rdma hello in the rdma_cm private data")
 // parseCMHello reads a peer's hello from rdma_cm private data (padded
 // with zeros to the transport's size).
 func parseCMHello(b []byte) (cmHello, error) {
-	if len(b) < cmHelloSize || !bytes.Equal(b[:2], cmHelloMagic[:]) {
+	if len(b) < 8+maxProtocol || !bytes.Equal(b[:2], cmHelloMagic[:]) {
 		return cmHello{}, errNoCMHello
 	}
 	if b[2] != handshakeVersion {
 		return cmHello{}, fmt.Errorf("%w: peer version %d, ours %d", ErrVersion, b[2], handshakeVersion)
 	}
-	h := cmHello{maxMsg: binary.BigEndian.Uint32(b[4:8]), protocol: protocolName(b[8:cmHelloSize])}
+	h := cmHello{maxMsg: binary.BigEndian.Uint32(b[4:8]), protocol: protocolName(b[8 : 8+maxProtocol])}
+	if len(b) >= cmHelloSize {
+		h.recvWindow = binary.BigEndian.Uint32(b[8+maxProtocol:])
+	}
 	if h.maxMsg == 0 {
 		return cmHello{}, fmt.Errorf("rdma: %w: rdma_cm hello with a largest message of 0", ErrInvalid)
 	}
@@ -70,18 +85,18 @@ func parseCMHello(b []byte) (cmHello, error) {
 	return h, nil
 }
 
-// learnCMHello checks the peer's hello against cfg and returns the
-// largest message the peer takes. A peer without a hello speaks the
-// plain async API with our settings.
-func learnCMHello(cfg config, priv []byte, dialing bool) (uint32, error) {
+// learnCMHello checks the peer's hello against cfg and returns it. A
+// peer without a hello speaks the plain async API with our settings and
+// does not say its receive window.
+func learnCMHello(cfg config, priv []byte, dialing bool) (cmHello, error) {
 	h, err := parseCMHello(priv)
 	if errors.Is(err, errNoCMHello) {
-		return uint32(cfg.maxMsg), matchProtocol(cfg.protocol, "", dialing)
+		return cmHello{maxMsg: uint32(cfg.maxMsg)}, matchProtocol(cfg.protocol, "", dialing)
 	}
 	if err != nil {
-		return 0, err
+		return cmHello{}, err
 	}
-	return h.maxMsg, matchProtocol(cfg.protocol, h.protocol, dialing)
+	return h, matchProtocol(cfg.protocol, h.protocol, dialing)
 }
 
 // cmRefused is the dialer's error for a listener's reject that says why.

@@ -14,21 +14,27 @@ import (
 
 // TestCMHello: the rdma_cm hello round-trips in the private data (padded
 // with zeros, as rdma_cm delivers it), a peer that sent none speaks the
-// plain async API with our settings, and a bad one is refused.
+// plain async API with our settings and says no window, a hello of
+// before the window says none either, and a bad one is refused.
 func TestCMHello(t *testing.T) {
 	pad := func(b []byte) []byte { return append(b, make([]byte, ibv.CMMaxConnectData-len(b))...) }
-	me := cmHello{maxMsg: 4096, protocol: "kv/2"}
+	me := cmHelloFor(config{maxMsg: 4096, protocol: "kv/2", rqDepth: 32})
+	assert.Equal(t, uint32(29), me.recvWindow, "32 receives, re-posted 4 at a time")
 	got, err := parseCMHello(pad(me.marshal()))
 	require.NoError(t, err)
 	assert.Equal(t, me, got)
+	got, err = parseCMHello(me.marshal()[:cmHelloSize-4])
+	require.NoError(t, err, "a hello of v0.1's layout, unpadded (iWARP)")
+	assert.Equal(t, cmHello{maxMsg: 4096, protocol: "kv/2"}, got)
 
-	max, err := learnCMHello(config{maxMsg: 1 << 16, protocol: "kv/2"}, pad(me.marshal()), true)
+	peer, err := learnCMHello(config{maxMsg: 1 << 16, protocol: "kv/2"}, pad(me.marshal()), true)
 	require.NoError(t, err)
-	assert.Equal(t, uint32(4096), max, "the peer's largest message, not ours")
+	assert.Equal(t, uint32(4096), peer.maxMsg, "the peer's largest message, not ours")
+	assert.Equal(t, uint32(29), peer.recvWindow)
 
-	max, err = learnCMHello(config{maxMsg: 1 << 16}, make([]byte, ibv.CMMaxConnectData), false)
+	peer, err = learnCMHello(config{maxMsg: 1 << 16}, make([]byte, ibv.CMMaxConnectData), false)
 	require.NoError(t, err, "no hello: the plain async API")
-	assert.Equal(t, uint32(1<<16), max)
+	assert.Equal(t, cmHello{maxMsg: 1 << 16}, peer)
 	_, err = learnCMHello(config{maxMsg: 1 << 16, protocol: "kv/2"}, nil, true)
 	assert.ErrorIs(t, err, ErrRefused, "we speak a protocol, the peer sent no hello")
 

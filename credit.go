@@ -295,7 +295,7 @@ func (c *Conn) arrived() bool {
 // peer's hands (recvSlack), and a larger batch halves it. A sender that
 // waits for credits never waits for a batch to fill: its ask gives back
 // what was taken (onCreditAsk).
-func (c *Conn) creditBatch() int64 { return max(1, int64(c.cfg.rqDepth/8)) }
+func (c *Conn) creditBatch() int64 { return max(1, int64(c.cfg.rqDepth/8)) } // recvWindow counts on it
 
 // tookLocked accounts for a message the application took: its credit
 // goes back to the peer in a batch, or at once when the peer has none

@@ -15,22 +15,30 @@ func (c *Conn) QueueDepth() (send, recv int) { return c.cfg.sqDepth, c.cfg.rqDep
 func (l *Listener) QueueDepth() (send, recv int) { return l.cfg.sqDepth, l.cfg.rqDepth }
 
 // RecvWindow is how many messages the peer may have sent to this side
-// that no Recv has taken yet and still never wait for a credit: the
-// receives this side backs with credits (its credit cap), less those
-// whose credits it holds back to return in a batch. A protocol whose
-// sender keeps at most RecvWindow messages unread by the receiver's Recv
-// never stalls in the credit layer. It is told to the peer in the
-// hello (SendWindow). Zero on connections set up through rdma_cm, which
-// have no credits.
-func (c *Conn) RecvWindow() int {
-	if c.cm != nil {
-		return 0
-	}
-	return max(0, c.recvCap()-int(c.creditBatch())+1)
-}
+// that no Recv has taken yet and still find a receive for the next one
+// at once: the receives this side keeps for the connection (its credit
+// cap), less those it re-posts, or whose credits it returns, in a
+// batch. A protocol whose sender keeps at most RecvWindow messages
+// unread by the receiver's Recv never waits for a credit, and, on a
+// connection without credits (Credited), never sends into an empty
+// receive queue. It is told to the peer in the hello (SendWindow).
+func (c *Conn) RecvWindow() int { return recvWindow(c.recvCap(), c.cfg.rqDepth) }
+
+// recvWindow is RecvWindow for a connection that keeps recvCap
+// receives and returns them in batches of its receive depth's eighth.
+func recvWindow(recvCap, rqDepth int) int { return max(0, recvCap-max(1, rqDepth/8)+1) }
 
 // SendWindow is the peer's RecvWindow, as its hello said: how many
 // messages this side may have sent that the peer's Recv has not taken
-// yet without ever waiting for a credit. Zero on connections set up
-// through rdma_cm, where the peer's receives are not known.
+// yet and still never wait for a receive. Zero when the peer did not say
+// (an rdma_cm peer that is not go-rdma, or of a version before v0.2.0).
 func (c *Conn) SendWindow() int { return int(c.peer.RecvWindow) }
+
+// Credited reports whether the connection sends a message only when the
+// peer has a receive for it (credits, the default): a sender that
+// outruns the peer's Recv waits behind its Future. Connections set up
+// through rdma_cm (WithRDMACM) have no credits: there a protocol keeps
+// at most SendWindow messages unread by the peer, or a message may find
+// no receive, which the device retries (RNR) or, on iWARP, which has no
+// RNR retry, ends the connection.
+func (c *Conn) Credited() bool { return c.cm == nil }
