@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-rdma/rdma"
@@ -39,7 +40,9 @@ type Conn struct {
 	laddr net.Addr
 	raddr net.Addr
 
-	sqLimit int // messages this stream keeps in flight at most
+	sqLimit int  // data messages this stream keeps in flight at most
+	hdr     bool // header mode (ring.go): no credits of the library's, or no immediate data
+	slots   int  // header mode: headers in ctl, one per message in flight
 
 	rsem, wsem chan struct{} // serialize Reads and Writes; waiting is interruptible
 	closed     chan struct{}
@@ -58,14 +61,18 @@ type Conn struct {
 	ringMem  []byte
 	staging  *rdma.Buffer // what we write, at its offset in the peer's ring
 	stageMem []byte
-	ctl      *rdma.Buffer // empty messages' source
+	ctl      *rdma.Buffer // empty messages' source; in header mode, the headers
 	src      rdma.Slice   // the Local of the post in hand (no allocation per post)
+	hsrc     rdma.Slice   // header mode: the header of the post in hand
+	batch    *rdma.Batch  // header mode: a data message's WRITE and SEND
 	rf       *rdma.Future // the outstanding Recv
 	rerr     error        // why no more messages will come
 	serr     error        // the first failed send
 	sends    []sendRec    // posted, oldest first
 	waiting  int          // goroutines in waitLocked: futures are not reused meanwhile
 	flushing bool         // a flusher goroutine runs
+	finOwed  bool         // header mode: the fin waits for the window or for corked bytes
+	credOwed bool         // header mode: credits wait for the window
 	filling  bool         // a piece of staging is being filled (reserve to commit)
 	draining bool         // a piece of the ring is being read (nextReadable to consume)
 	wclosed  bool         // fin sent (CloseWrite or Close)
@@ -79,15 +86,13 @@ type sendRec struct {
 	end uint64
 }
 
+// forceHeaderMode makes every new stream use header mode: tests set it
+// to run that mode on the soft provider.
+var forceHeaderMode atomic.Bool
+
 // newStream starts the stream protocol on c with a receive ring of
 // ringSize bytes. It owns c from here on and closes it on failure.
 func newStream(c *rdma.Conn, ringSize int) (*Conn, error) {
-	if c.RecvWindow() == 0 || c.SendWindow() == 0 {
-		// Connections set up through rdma_cm have no credits, so
-		// nothing bounds the notifications a writer posts.
-		c.Close()
-		return nil, fmt.Errorf("rdma: stream: %w: the connection has no receive window (rdma_cm set-ups have none)", rdma.ErrNotSupported)
-	}
 	send, recv := c.QueueDepth()
 	if err := checkDepths(send, recv); err != nil {
 		c.Close()
@@ -101,6 +106,17 @@ func newStream(c *rdma.Conn, ringSize int) (*Conn, error) {
 		rdl:    makeDeadline(), wdl: makeDeadline(),
 		st:    newRingState(ringSize),
 		sends: make([]sendRec, 0, send),
+	}
+	if !c.Credited() || forceHeaderMode.Load() {
+		// rdma_cm: every message counts against the peer's receive
+		// window, and a data message is two WRs (ring.go).
+		if w := c.SendWindow(); w < minWindow {
+			c.Close()
+			return nil, fmt.Errorf("rdma: stream: %w: the peer's receive window is %d messages (a stream needs %d; a go-rdma peer before v0.2.0 says none)", rdma.ErrNotSupported, w, minWindow)
+		}
+		s.hdr, s.slots, s.sqLimit = true, send, (send-streamReserve)/2
+		s.st = newHeaderState(ringSize, c.SendWindow(), c.RecvWindow())
+		s.batch = c.NewBatch()
 	}
 	if err := s.start(ringSize); err != nil {
 		for _, b := range []*rdma.Buffer{s.ring, s.ctl} {
@@ -125,15 +141,28 @@ func (s *Conn) start(ringSize int) error {
 	if err != nil {
 		return err
 	}
-	if s.ctl, err = s.c.Alloc(64); err != nil {
+	// ctl: the hello, then in header mode a header per message in
+	// flight.
+	if s.ctl, err = s.c.Alloc(hdrSize + helloSize + s.slots*hdrSize); err != nil {
 		return err
 	}
-	hello, err := s.ctl.Slice(0, helloSize)
-	if err != nil {
-		return err
+	var f *rdma.Future
+	if s.hdr {
+		hello, err := s.ctl.Slice(0, hdrSize+helloSize)
+		if err != nil {
+			return err
+		}
+		s.st.header(hello.Bytes(), opHello, 0)
+		marshalHello(hello.Bytes()[hdrSize:], region)
+		f = s.c.Send(hello)
+	} else {
+		hello, err := s.ctl.Slice(0, helloSize)
+		if err != nil {
+			return err
+		}
+		marshalHello(hello.Bytes(), region)
+		f = s.c.SendWithImm(hello, streamImm(opHello, 0))
 	}
-	marshalHello(hello.Bytes(), region)
-	f := s.c.SendWithImm(hello, streamImm(opHello, 0))
 	s.sends = append(s.sends, sendRec{f: f})
 	if f.Resolved() && f.Err() != nil {
 		return f.Err()
@@ -209,22 +238,25 @@ func (s *Conn) pumpLocked() {
 			return
 		}
 		b := f.Buffer()
+		var payload []byte
+		if b != nil {
+			payload = b.Bytes()
+		}
 		imm, has := f.Imm()
-		n := f.Len()
-		var err error
-		if !s.st.hello {
-			var payload []byte
-			if b != nil {
-				payload = b.Bytes()
-			}
-			if err = s.st.onHello(imm, has, payload); err == nil {
+		imm, n, written, body, err := s.st.unwrap(imm, has, f.Len(), payload)
+		switch {
+		case err != nil && !s.st.hello:
+			err = fmt.Errorf("%w: the first message is not a stream hello; the peer is not a go-rdma stream (%w)", ErrProtocol, err)
+		case err != nil:
+		case !s.st.hello:
+			if err = s.st.onHello(imm, body); err == nil {
 				s.staging, err = s.c.Alloc(s.st.peer.Len)
 				if err == nil {
 					s.stageMem = s.staging.Bytes()
 				}
 			}
-		} else {
-			err = s.st.onMessage(imm, has, n, b == nil)
+		default:
+			err = s.st.onMessage(imm, n, written)
 		}
 		if b != nil {
 			b.Release()
@@ -238,6 +270,10 @@ func (s *Conn) pumpLocked() {
 			return
 		}
 		s.rf = s.c.Recv()
+	}
+	if s.hdr && s.rerr == nil && s.st.tookDue() {
+		// Our count of the peer's messages taken reopens its window.
+		s.sendEmptyLocked(opCredit)
 	}
 }
 
@@ -422,20 +458,60 @@ func (s *Conn) consume(k int) {
 func (s *Conn) creditLocked() {
 	if s.st.sent < s.st.queued {
 		s.flushLocked()
-		return
 	}
-	s.sendEmptyLocked(opCredit)
+	if s.st.creditDue() {
+		s.sendEmptyLocked(opCredit)
+	}
 }
 
-// sendEmptyLocked sends a credit or fin message. Caller holds mu.
+// sendEmptyLocked sends a credit or fin message. In header mode one
+// that the peer's window has no room for is owed, and goes out as soon
+// as it has (postOwedLocked). Caller holds mu.
 func (s *Conn) sendEmptyLocked(op uint8) {
-	var err error
-	if s.src, err = s.ctl.Slice(0, 0); err != nil {
+	s.reapLocked() // a reader that never writes must not pile messages up
+	if !s.hdr {
+		var err error
+		if s.src, err = s.ctl.Slice(0, 0); err != nil {
+			return
+		}
+		f := s.c.SendWithImm(&s.src, s.st.imm(op))
+		s.sends = append(s.sends, sendRec{f: f})
 		return
 	}
-	s.reapLocked() // a reader that never writes must not pile messages up
-	f := s.c.SendWithImm(&s.src, s.st.imm(op))
+	if op == opFin && s.st.sent < s.st.queued || !s.st.canSend(op) || len(s.sends) >= s.slots {
+		if op == opFin {
+			s.finOwed = true
+		} else {
+			s.credOwed = true
+		}
+		s.kickLocked()
+		return
+	}
+	if !s.nextHeaderLocked(op, 0) {
+		return
+	}
+	if op == opFin {
+		s.finOwed = false
+	}
+	s.credOwed = false // every message carries the credits
+	f := s.c.Send(&s.hsrc)
 	s.sends = append(s.sends, sendRec{f: f})
+}
+
+// nextHeaderLocked fills the header of the next message, of op and n
+// bytes, in its slot of ctl and makes hsrc that slot. Its last user
+// has completed: a slot is used again only after slots more messages,
+// and sendEmptyLocked and flushLocked keep fewer in flight. Caller holds
+// mu.
+func (s *Conn) nextHeaderLocked(op uint8, n int) bool {
+	off := hdrSize + helloSize + int(s.st.msgs%uint32(s.slots))*hdrSize
+	var err error
+	if s.hsrc, err = s.ctl.Slice(off, hdrSize); err != nil {
+		s.serr = err
+		return false
+	}
+	s.st.header(s.hsrc.Bytes(), op, n)
+	return true
 }
 
 // peerErr turns the receive side's failure into what Read and Write
@@ -563,11 +639,8 @@ func (s *Conn) commit(k int) error {
 	s.st.queued += uint64(k)
 	if s.nothingAheadLocked() || int(s.st.queued-s.st.sent) >= s.st.cork() {
 		s.flushLocked()
-	} else if !s.flushing {
-		s.flushing = true
-		s.flushers.Add(1)
-		go s.flusher()
 	}
+	s.kickLocked()
 	if s.serr != nil {
 		return s.opError("write", s.peerErr(s.serr))
 	}
@@ -583,9 +656,16 @@ func (s *Conn) nothingAheadLocked() bool {
 }
 
 // flushLocked posts every byte queued in staging, as one WRITE, or two
-// where it wraps around the ring. Caller holds mu.
+// where it wraps around the ring; in header mode, as far as the peer's
+// window has room. Caller holds mu.
 func (s *Conn) flushLocked() {
 	for s.st.sent < s.st.queued && s.serr == nil {
+		if s.hdr && (!s.st.canSend(opData) || len(s.sends) >= s.sqLimit) {
+			s.reapLocked()
+			if !s.st.canSend(opData) || len(s.sends) >= s.sqLimit {
+				return // postOwedLocked goes on
+			}
+		}
 		off, k := s.st.nextWrite()
 		var dst rdma.RemoteRegion
 		var err error
@@ -596,7 +676,18 @@ func (s *Conn) flushLocked() {
 			s.serr = err
 			return
 		}
-		f := s.c.WriteWithImm(&s.src, dst, s.st.imm(opData))
+		var f *rdma.Future
+		if s.hdr {
+			if !s.nextHeaderLocked(opData, k) {
+				return
+			}
+			s.credOwed = false
+			s.batch.Write(&s.src, dst)
+			s.batch.Send(&s.hsrc)
+			f = s.batch.Post()
+		} else {
+			f = s.c.WriteWithImm(&s.src, dst, s.st.imm(opData))
+		}
 		s.st.sent += uint64(k)
 		s.sends = append(s.sends, sendRec{f: f, end: s.st.sent})
 		if f.Resolved() && f.Err() != nil {
@@ -605,25 +696,79 @@ func (s *Conn) flushLocked() {
 	}
 }
 
-// flusher posts corked bytes once the messages in flight ahead of them
-// have completed. It runs only while bytes wait, so an idle stream has
-// no goroutine.
+// owesLocked says whether something waits to be posted: corked bytes,
+// or in header mode a fin or credits the peer's window had no room for.
+// Caller holds mu.
+func (s *Conn) owesLocked() bool {
+	return s.st.sent < s.st.queued || s.finOwed || s.credOwed
+}
+
+// kickLocked starts the flusher if something waits to be posted and no
+// flusher runs. Caller holds mu.
+func (s *Conn) kickLocked() {
+	if s.owesLocked() && !s.flushing && !s.done {
+		s.flushing = true
+		s.flushers.Add(1)
+		go s.flusher()
+	}
+}
+
+// postOwedLocked posts what waits, as far as it may go now: corked
+// bytes once nothing is ahead of them (autocork), then a fin or credits
+// owed. Caller holds mu.
+func (s *Conn) postOwedLocked() {
+	if s.st.sent < s.st.queued && s.nothingAheadLocked() {
+		s.flushLocked()
+	}
+	if s.finOwed && s.st.sent == s.st.queued {
+		s.sendEmptyLocked(opFin)
+	}
+	if s.credOwed {
+		s.sendEmptyLocked(opCredit)
+	}
+}
+
+// blockerLocked is what the flusher waits for: the peer's next message
+// when the peer's window holds back what waits (header mode), else the
+// oldest message in flight. Caller holds mu.
+func (s *Conn) blockerLocked() *rdma.Future {
+	op := uint8(opCredit)
+	if s.st.sent < s.st.queued || s.finOwed {
+		op = opData
+	}
+	if len(s.sends) == 0 || s.hdr && !s.st.canSend(op) {
+		return s.rf
+	}
+	return s.sends[0].f
+}
+
+// flusher posts what waits (owesLocked): corked bytes once the messages
+// in flight ahead of them have completed, and in header mode what the
+// peer's window held back once the peer says it took our messages. It
+// runs only while something waits, so an idle stream has no goroutine.
 func (s *Conn) flusher() {
 	defer s.flushers.Done()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
 		s.reapLocked()
-		if s.done || s.serr != nil || s.st.sent == s.st.queued {
+		if s.hdr {
+			s.pumpLocked() // the peer's count of our messages taken
+		}
+		if s.done || s.serr != nil {
 			break
 		}
-		if s.nothingAheadLocked() {
-			s.flushLocked()
+		s.postOwedLocked()
+		if !s.owesLocked() {
 			break
 		}
-		s.waitLocked(s.sends[0].f, &s.fctx, nil)
+		f := s.blockerLocked()
+		if f == nil {
+			break // nothing more comes from the peer
+		}
+		s.waitLocked(f, &s.fctx, nil)
 		if isClosedChan(s.closed) {
-			break // Close flushes what is left before its fin
+			break // Close posts what is left before its fin
 		}
 	}
 	s.flushing = false
@@ -689,6 +834,41 @@ func (s *Conn) fin() {
 	s.sendEmptyLocked(opFin)
 }
 
+// closeBound bounds how long Close waits, in header mode, for the
+// peer's window to take what waits to be posted (its fin included).
+const closeBound = 5 * time.Second
+
+// drainOwed posts what waits as the peer's window opens, for at most
+// closeBound: Close's work in header mode, where the flusher has
+// stopped.
+func (s *Conn) drainOwed() {
+	ctx := chanCtx{ch: make(chan struct{})}
+	t := time.AfterFunc(closeBound, func() { close(ctx.ch) })
+	defer t.Stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for !isClosedChan(ctx.ch) {
+		s.reapLocked()
+		s.pumpLocked()
+		if s.serr != nil {
+			return
+		}
+		s.postOwedLocked()
+		if !s.owesLocked() {
+			return
+		}
+		f := s.blockerLocked()
+		if f == nil {
+			return
+		}
+		s.waiting++
+		s.mu.Unlock()
+		f.Wait(&ctx)
+		s.mu.Lock()
+		s.waiting--
+	}
+}
+
 // Close closes the stream. Pending and later Reads and Writes fail with
 // an error wrapping net.ErrClosed. Unless CloseWrite came first, the peer
 // reads io.EOF after the data sent so far. Close is idempotent.
@@ -707,6 +887,10 @@ func (s *Conn) Close() error {
 		s.mu.Unlock()
 		if ok {
 			s.fin()
+			if s.hdr {
+				s.flushers.Wait() // it stops at the close
+				s.drainOwed()
+			}
 		}
 		// Close waits (bounded) for the messages in flight, the fin
 		// included, to complete, so the peer gets them before it

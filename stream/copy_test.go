@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
-	"github.com/go-rdma/rdma/rdmatest"
 	"github.com/go-rdma/rdma/stream"
 )
 
@@ -27,7 +26,7 @@ type onlyWriter struct{ io.Writer }
 // returns nil at the end (the source's EOF, the peer's fin).
 func TestStreamReadFromWriteTo(t *testing.T) {
 	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
-		c, s := rdmatest.StreamPair(t, opts...)
+		c, s := streamPair(t, opts...)
 		size := 8<<20 + 12345
 		if inVM() {
 			size = 1<<20 + 123
@@ -102,7 +101,7 @@ func (w *blockedWriter) Write(p []byte) (int, error) {
 // back to the pool (the leak check of TestMain).
 func TestStreamCloseDuringCopy(t *testing.T) {
 	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
-		c, s := rdmatest.StreamPair(t, opts...)
+		c, s := streamPair(t, opts...)
 		br := &blockedReader{entered: make(chan struct{}), release: make(chan struct{})}
 		rf := make(chan error, 1)
 		go func() { _, err := c.ReadFrom(br); rf <- err }()
@@ -147,7 +146,7 @@ func TestStreamSmallRing(t *testing.T) {
 	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
 		ctx := t.Context()
 		lc := stream.ListenConfig{Options: opts, RingSize: stream.MinRingSize}
-		ln, err := lc.Listen(ctx, "rdma", "127.0.0.1:0")
+		ln, err := lc.Listen(ctx, "rdma", listenAddr(t))
 		require.NoError(t, err)
 		defer ln.Close()
 		acc := make(chan net.Conn, 1)

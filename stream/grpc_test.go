@@ -125,7 +125,7 @@ func testStreamGRPC(t *testing.T, opts []rdma.Option) {
 	if inVM() {
 		total = 4 << 20
 	}
-	ln, err := stream.Listen("rdma", "127.0.0.1:0", opts...)
+	ln, err := stream.Listen("rdma", listenAddr(t), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

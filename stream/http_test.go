@@ -58,7 +58,7 @@ func testStreamHTTP(t *testing.T, opts []rdma.Option) {
 	if inVM() {
 		requests, maxBody = 24, 128<<10
 	}
-	ln, err := stream.Listen("rdma", "127.0.0.1:0", opts...)
+	ln, err := stream.Listen("rdma", listenAddr(t), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,9 @@ package stream_test
 
 import (
 	"context"
+	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/go-rdma/rdma/internal/leak"
 	"github.com/go-rdma/rdma/internal/testchild"
 	"github.com/go-rdma/rdma/rdmatest"
+	"github.com/go-rdma/rdma/stream"
 )
 
 // The tests use the internal leak check and child-process helpers; the
@@ -29,20 +32,98 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(leak.Checked(m))
 }
 
-// eachProvider runs f as a subtest per provider: "soft" always, "verbs"
-// where a usable device exists. Without one the verbs subtest skips,
-// unless RDMA_TEST_REQUIRE_DEVICE=1 makes that a failure. The subtest
-// names carry the provider, so the VM harness can count what ran on rxe.
+// eachProvider runs f as a subtest per set-up: "soft" always, and
+// "soft-header", the soft provider in header mode (ring.go), which
+// rdma_cm set-ups use; "verbs" where a usable device exists, and
+// "verbs-rdma_cm", the verbs provider through rdma_cm, in the VM harness
+// (which sets RDMA_VM_IP0: on rxe's address, then on siw's). Without a
+// device the verbs subtests skip, unless RDMA_TEST_REQUIRE_DEVICE=1 makes
+// that a failure. The subtest names carry the provider, so the VM harness
+// can count what ran on rxe. f listens on listenAddr(t).
 func eachProvider(t *testing.T, f func(t *testing.T, opts []rdma.Option)) {
 	t.Helper()
-	for _, p := range []string{rdma.ProviderSoft, rdma.ProviderVerbs} {
-		t.Run(p, func(t *testing.T) {
-			if p == rdma.ProviderVerbs {
-				requireDevice(t)
-			}
-			f(t, []rdma.Option{rdma.WithProvider(p)})
+	eachSetup(t, true, f)
+}
+
+// eachTCPSetup is eachProvider without rdma_cm, for tests of what needs
+// go-rdma's own set-up (its TCP control channel: TLS, the handshake).
+func eachTCPSetup(t *testing.T, f func(t *testing.T, opts []rdma.Option)) {
+	t.Helper()
+	eachSetup(t, false, f)
+}
+
+func eachSetup(t *testing.T, cm bool, f func(t *testing.T, opts []rdma.Option)) {
+	t.Helper()
+	soft, verbs := rdma.WithProvider(rdma.ProviderSoft), rdma.WithProvider(rdma.ProviderVerbs)
+	t.Run("soft", func(t *testing.T) { f(t, []rdma.Option{soft}) })
+	t.Run("soft-header", func(t *testing.T) {
+		stream.ForceHeaderMode(t)
+		f(t, []rdma.Option{soft})
+	})
+	t.Run("verbs", func(t *testing.T) {
+		requireDevice(t)
+		f(t, []rdma.Option{verbs})
+	})
+	if cm {
+		t.Run("verbs-rdma_cm", func(t *testing.T) {
+			requireCM(t)
+			f(t, []rdma.Option{verbs, rdma.WithRDMACM()})
 		})
 	}
+}
+
+// requireCM skips (or fails, under RDMA_TEST_REQUIRE_DEVICE=1) outside
+// the VM harness, which sets RDMA_VM_IP0 to an address of an RDMA device.
+func requireCM(t *testing.T) {
+	t.Helper()
+	if os.Getenv("RDMA_VM_IP0") != "" {
+		return
+	}
+	if os.Getenv("RDMA_TEST_REQUIRE_DEVICE") == "1" {
+		t.Fatal("RDMA_VM_IP0 unset and RDMA_TEST_REQUIRE_DEVICE=1")
+	}
+	t.Skip("rdma_cm tests run in the VM harness, which sets RDMA_VM_IP0")
+}
+
+// listenAddr is where t's subtest listens: a port of RDMA_VM_IP0 for
+// rdma_cm (which finds the device by the address), else of loopback.
+func listenAddr(t testing.TB) string {
+	if strings.Contains(t.Name(), "/verbs-rdma_cm") {
+		return os.Getenv("RDMA_VM_IP0") + ":0"
+	}
+	return "127.0.0.1:0"
+}
+
+// streamPair is rdmatest.StreamPair on listenAddr(t).
+func streamPair(t testing.TB, opts ...rdma.Option) (client, server *stream.Conn) {
+	t.Helper()
+	if listenAddr(t) == "127.0.0.1:0" {
+		return rdmatest.StreamPair(t, opts...)
+	}
+	l, err := stream.Listen("rdma", listenAddr(t), opts...)
+	require.NoError(t, err)
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	acc := make(chan net.Conn, 1)
+	go func() {
+		c, _ := l.(*stream.Listener).AcceptContext(ctx)
+		acc <- c
+	}()
+	c, err := stream.Dial(ctx, "rdma", l.Addr().String(), opts...)
+	s := <-acc
+	if err != nil || s == nil {
+		if s != nil {
+			s.Close()
+		}
+		t.Fatalf("stream pair: dial %v, accept %v", err, s != nil)
+	}
+	client, server = c.(*stream.Conn), s.(*stream.Conn)
+	t.Cleanup(func() {
+		client.Close()
+		server.Close()
+	})
+	return client, server
 }
 
 // requireDevice skips (or fails, under RDMA_TEST_REQUIRE_DEVICE=1) when

@@ -37,6 +37,26 @@ import (
 // a peer that writes more, or announces data that is not where it must
 // be, or credits bytes it was never sent, breaks the protocol and its
 // connection is aborted. It can never reach memory outside the ring.
+//
+// Header mode. Connections set up through rdma_cm have no credits of
+// the library's (rdma.Conn.Credited), so nothing there stops a message
+// from finding the peer's receive queue empty, which iWARP punishes by
+// ending the connection; and iWARP has no immediate data. There the
+// header travels in the payload of a SEND instead, hdrSize bytes:
+//
+//	imm u32      the header above: op and credits
+//	length u32   a data message's length
+//	took u32     how many of the peer's messages the sender has taken,
+//	             in all, modulo 2^32
+//
+// A data message is a WRITE of its bytes followed by that SEND (RC
+// places the WRITE before the SEND completes at the peer). The counts
+// of messages taken bound what is in flight: a side sends data or a fin
+// only while fewer than half of the peer's receive window
+// (rdma.Conn.SendWindow) are untaken, and credits on their own only
+// while fewer than all, so that credits can always go out to reopen a
+// window that data filled. A side that has taken a quarter of its own
+// window since it last said so sends its count on its own.
 const (
 	opHello  = 1
 	opData   = 2
@@ -49,6 +69,7 @@ const (
 	streamMagic   = "GRDMA-ST"
 	streamVersion = 2
 	helloSize     = 32 // magic, version u16, flags u16, reserved u32, ring addr u64, len u32, rkey u32
+	hdrSize       = 12 // header mode's header: imm u32, length u32, took u32
 
 	// DefaultRingSize is the receive ring each side of a stream exposes
 	// unless Dialer.RingSize or ListenConfig.RingSize say otherwise. It
@@ -102,14 +123,88 @@ type ringState struct {
 	sent      uint64 // of those, posted
 	completed uint64 // of those, whose WRITE completed here
 	acked     uint64 // of those, read by the peer (its credits)
+
+	// Header mode only: messages counted against receive windows.
+	hdr      bool
+	window   uint32 // the peer's receive window: its untaken messages at most
+	rwindow  uint32 // ours
+	msgs     uint32 // messages we sent, in all
+	peerTook uint32 // of those, taken by the peer, as it last said
+	took     uint32 // messages of the peer's we took
+	told     uint32 // took, as we last said
 }
 
 func newRingState(rsize int) ringState { return ringState{rsize: uint64(rsize)} }
+
+// newHeaderState is the state of a stream in header mode whose peer
+// takes window untaken messages at most, and we rwindow.
+func newHeaderState(rsize, window, rwindow int) ringState {
+	return ringState{rsize: uint64(rsize), hdr: true, window: uint32(window), rwindow: uint32(rwindow)}
+}
 
 // imm is the header of a message of op, carrying our credits.
 func (st *ringState) imm(op uint8) uint32 {
 	st.credited = st.read
 	return streamImm(op, st.read)
+}
+
+// header fills b with header mode's header of a message of op carrying
+// n bytes (data) and counts the message sent.
+func (st *ringState) header(b []byte, op uint8, n int) {
+	binary.BigEndian.PutUint32(b, st.imm(op))
+	binary.BigEndian.PutUint32(b[4:], uint32(n))
+	binary.BigEndian.PutUint32(b[8:], st.took)
+	st.told = st.took
+	st.msgs++
+}
+
+// canSend says whether a message of op may go now: always with credits
+// of the library's; in header mode while the peer's receive window has
+// room for it (data and fin: half of it, credits: all of it).
+func (st *ringState) canSend(op uint8) bool {
+	if !st.hdr {
+		return true
+	}
+	limit := st.window / 2
+	if op == opCredit {
+		limit = st.window
+	}
+	return st.msgs-st.peerTook < limit
+}
+
+// tookDue says whether we have taken enough of the peer's messages since
+// we last said so to say it on its own (header mode).
+func (st *ringState) tookDue() bool {
+	return st.hdr && st.took-st.told >= max(2, st.rwindow/4)
+}
+
+// unwrap turns a message as it arrived (its immediate value if it had
+// one, its length, its payload; nil for a WRITE_WITH_IMM) into the
+// header, length, written flag and body that onHello and onMessage
+// check. In header mode it also applies the count of our messages the
+// peer says it took.
+func (st *ringState) unwrap(imm uint32, hasImm bool, n int, payload []byte) (uint32, int, bool, []byte, error) {
+	if !st.hdr {
+		if !hasImm {
+			return 0, 0, false, nil, fmt.Errorf("%w: message of %d bytes without a stream header", ErrProtocol, n)
+		}
+		return imm, n, payload == nil, payload, nil
+	}
+	if hasImm || len(payload) < hdrSize {
+		return 0, 0, false, nil, fmt.Errorf("%w: message of %d bytes without a stream header in its payload", ErrProtocol, n)
+	}
+	imm = binary.BigEndian.Uint32(payload)
+	took := binary.BigEndian.Uint32(payload[8:])
+	if took-st.peerTook > st.msgs-st.peerTook {
+		return 0, 0, false, nil, fmt.Errorf("%w: peer took %d messages, %d untaken", ErrProtocol, took-st.peerTook, st.msgs-st.peerTook)
+	}
+	st.peerTook = took
+	st.took++
+	body := payload[hdrSize:]
+	if imm>>immOpShift == opData {
+		return imm, int(binary.BigEndian.Uint32(payload[4:])), len(body) == 0, nil, nil
+	}
+	return imm, len(body), false, body, nil
 }
 
 // creditDue says whether enough has been read since the last credits to
@@ -153,8 +248,8 @@ func (st *ringState) nextWrite() (off, n int) {
 }
 
 // onHello checks the peer's hello and learns its ring.
-func (st *ringState) onHello(imm uint32, hasImm bool, payload []byte) error {
-	if !hasImm || imm>>immOpShift != opHello {
+func (st *ringState) onHello(imm uint32, payload []byte) error {
+	if imm>>immOpShift != opHello {
 		return fmt.Errorf("%w: first message is not a stream hello; the peer is not a go-rdma stream", ErrProtocol)
 	}
 	if len(payload) != helloSize || string(payload[:8]) != streamMagic {
@@ -181,10 +276,7 @@ func (st *ringState) onHello(imm uint32, hasImm bool, payload []byte) error {
 // onMessage checks one message after the hello against the protocol
 // and applies it: n is its length, written says it was a WRITE (no
 // receive buffer). Any error is a protocol error and the stream is dead.
-func (st *ringState) onMessage(imm uint32, hasImm bool, n int, written bool) error {
-	if !hasImm {
-		return fmt.Errorf("%w: message of %d bytes without a stream header", ErrProtocol, n)
-	}
+func (st *ringState) onMessage(imm uint32, n int, written bool) error {
 	op := uint8(imm >> immOpShift)
 	delta := (uint64(imm) - st.acked) & creditMask
 	if delta > st.sent-st.acked {

@@ -13,27 +13,46 @@ import (
 	"github.com/go-rdma/rdma"
 )
 
-// The fuzz input is a script: records of one op byte and its operands,
-// run against a ringState whose ring and the peer's are fuzzRing bytes.
+// The fuzz input is a script: a mode byte (odd: header mode, whose peer
+// takes fuzzWindow untaken messages), then records of one op byte and
+// its operands, run against a ringState whose ring and the peer's are
+// fuzzRing bytes.
 //
-//	op%4 == 0: a message arrives: imm u32, length u16, written u8
+//	op%4 == 0: a message arrives: imm u32, length u16, flags u8, took u16
+//	           (flags bit 0: written, no payload; bit 1: the other
+//	           mode's encoding, without an immediate or with one;
+//	           in header mode the payload is the header, then for a
+//	           message that is not written, length bytes; took is how
+//	           many more of our messages the peer says it took)
 //	op%4 == 1: the application reads up to k bytes (operand u16)
 //	op%4 == 2: the stream queues up to k bytes and posts them (u16)
 //	op%4 == 3: the stream's WRITEs in flight complete
 //
 // The peer's hello has arrived: the script drives what follows it.
-const fuzzRing = 8 << 10
+const (
+	fuzzRing   = 8 << 10
+	fuzzWindow = 8
+)
 
-func fuzzState(t testing.TB) ringState {
+func fuzzState(t testing.TB, hdr bool) ringState {
 	st := newRingState(fuzzRing)
+	if hdr {
+		st = newHeaderState(fuzzRing, fuzzWindow, fuzzWindow)
+		var h [hdrSize]byte
+		st.header(h[:], opHello, 0) // our hello is a message too
+	}
 	var hello [helloSize]byte
 	marshalHello(hello[:], rdma.RemoteRegion{Addr: 1 << 20, Len: fuzzRing, RKey: 7})
-	require.NoError(t, st.onHello(streamImm(opHello, 0), true, hello[:]))
+	require.NoError(t, st.onHello(streamImm(opHello, 0), hello[:]))
 	return st
 }
 
-func runRingScript(t testing.TB, script []byte) {
-	st := fuzzState(t)
+// ringStep runs the script's next record on st. It returns the rest of
+// the script, and the protocol error a message broke (the stream is
+// dead then); ok is false when the script ends inside a record.
+func ringStep(t testing.TB, st *ringState, script []byte) (rest []byte, ok bool, err error) {
+	op := script[0]
+	script = script[1:]
 	next := func(n int) ([]byte, bool) {
 		if len(script) < n {
 			return nil, false
@@ -42,59 +61,103 @@ func runRingScript(t testing.TB, script []byte) {
 		script = script[n:]
 		return b, true
 	}
-	for len(script) > 0 {
-		op := script[0]
-		script = script[1:]
-		switch op % 4 {
-		case 0:
-			h, ok := next(7)
-			if !ok {
-				return
-			}
-			before := st
-			err := st.onMessage(binary.BigEndian.Uint32(h), true, int(binary.BigEndian.Uint16(h[4:])), h[6]&1 != 0)
-			if err != nil {
-				require.ErrorIs(t, err, ErrProtocol)
-				return // the stream is dead
-			}
-			require.GreaterOrEqual(t, st.acked, before.acked, "credits went back")
-		case 1:
-			b, ok := next(2)
-			if !ok {
-				return
-			}
-			off, k := st.readable()
-			k = min(k, int(binary.BigEndian.Uint16(b)))
-			require.LessOrEqual(t, off+k, fuzzRing, "a read past the ring's end")
-			st.read += uint64(k)
-			if st.creditDue() {
-				st.imm(opCredit)
-			}
-		case 2:
-			b, ok := next(2)
-			if !ok {
-				return
-			}
-			if st.free() == 0 {
-				continue
-			}
-			off, k := st.writable(int(binary.BigEndian.Uint16(b)))
-			require.LessOrEqual(t, off+k, fuzzRing, "staging past its end")
-			st.queued += uint64(k)
-			for st.sent < st.queued {
-				off, n := st.nextWrite()
-				require.Positive(t, n)
-				require.LessOrEqual(t, off+n, fuzzRing, "a WRITE past the peer's ring")
-				st.sent += uint64(n)
-			}
-		case 3:
-			st.completed = st.sent
+	var hdr [hdrSize]byte
+	switch op % 4 {
+	case 0:
+		h, ok := next(9)
+		if !ok {
+			return nil, false, nil
 		}
+		imm, n, flags := binary.BigEndian.Uint32(h), int(binary.BigEndian.Uint16(h[4:])), h[6]
+		var payload []byte
+		if st.hdr {
+			binary.BigEndian.PutUint32(hdr[:], imm)
+			binary.BigEndian.PutUint32(hdr[4:], uint32(n))
+			binary.BigEndian.PutUint32(hdr[8:], st.peerTook+uint32(binary.BigEndian.Uint16(h[7:])))
+			payload = hdr[:]
+			if flags&1 == 0 {
+				payload = append(payload, make([]byte, n)...)
+			}
+		} else if flags&1 == 0 {
+			payload = make([]byte, n)
+		}
+		imm, n, written, _, err := st.unwrap(imm, flags&2 == 0 != st.hdr, n, payload)
+		if err == nil {
+			err = st.onMessage(imm, n, written)
+		}
+		if err == nil && st.tookDue() && st.canSend(opCredit) {
+			st.header(hdr[:], opCredit, 0)
+		}
+		return script, true, err
+	case 1:
+		b, ok := next(2)
+		if !ok {
+			return nil, false, nil
+		}
+		off, k := st.readable()
+		k = min(k, int(binary.BigEndian.Uint16(b)))
+		require.LessOrEqual(t, off+k, fuzzRing, "a read past the ring's end")
+		st.read += uint64(k)
+		if st.creditDue() {
+			if !st.hdr {
+				st.imm(opCredit)
+			} else if st.canSend(opCredit) {
+				st.header(hdr[:], opCredit, 0)
+			}
+		}
+	case 2:
+		b, ok := next(2)
+		if !ok {
+			return nil, false, nil
+		}
+		if st.free() == 0 {
+			break
+		}
+		off, k := st.writable(int(binary.BigEndian.Uint16(b)))
+		require.LessOrEqual(t, off+k, fuzzRing, "staging past its end")
+		st.queued += uint64(k)
+		for st.sent < st.queued && st.canSend(opData) {
+			off, n := st.nextWrite()
+			require.Positive(t, n)
+			require.LessOrEqual(t, off+n, fuzzRing, "a WRITE past the peer's ring")
+			if st.hdr {
+				st.header(hdr[:], opData, n)
+			}
+			st.sent += uint64(n)
+		}
+	case 3:
+		st.completed = st.sent
+	}
+	return script, true, nil
+}
+
+func runRingScript(t testing.TB, script []byte) {
+	if len(script) == 0 {
+		return
+	}
+	st := fuzzState(t, script[0]&1 != 0)
+	script = script[1:]
+	for len(script) > 0 {
+		before := st
+		var ok bool
+		var err error
+		if script, ok, err = ringStep(t, &st, script); !ok {
+			return
+		}
+		if err != nil {
+			require.ErrorIs(t, err, ErrProtocol)
+			return // the stream is dead
+		}
+		require.GreaterOrEqual(t, st.acked, before.acked, "credits went back")
 		require.LessOrEqual(t, st.read, st.rcvd)
 		require.LessOrEqual(t, st.rcvd-st.read, uint64(fuzzRing), "more unread than the ring holds")
 		require.LessOrEqual(t, st.queued-st.acked, uint64(fuzzRing), "more unacked than the peer's ring holds")
 		require.LessOrEqual(t, st.acked, st.sent)
 		require.LessOrEqual(t, st.free(), fuzzRing)
+		if st.hdr {
+			require.LessOrEqual(t, st.msgs-st.peerTook, uint32(fuzzWindow), "more untaken messages than the peer's window")
+			require.LessOrEqual(t, st.peerTook-before.peerTook, st.msgs-before.peerTook, "the peer took more than we sent")
+		}
 	}
 }
 
@@ -114,13 +177,17 @@ type ringSeed struct {
 // ringFuzzSeeds are the seed corpus, also checked in under
 // testdata/fuzz/FuzzRing (TestRingFuzzSeeds keeps them equal).
 func ringFuzzSeeds() []ringSeed {
-	msg := func(op uint8, credits uint64, n int, written bool) []byte {
+	msgTook := func(op uint8, credits uint64, n int, flags byte, took int) []byte {
 		b := binary.BigEndian.AppendUint32([]byte{0}, streamImm(op, credits))
 		b = binary.BigEndian.AppendUint16(b, uint16(n))
+		b = append(b, flags)
+		return binary.BigEndian.AppendUint16(b, uint16(took))
+	}
+	msg := func(op uint8, credits uint64, n int, written bool) []byte {
 		if written {
-			return append(b, 1)
+			return msgTook(op, credits, n, 1, 0)
 		}
-		return append(b, 0)
+		return msgTook(op, credits, n, 0, 0)
 	}
 	u16 := func(op byte, k int) []byte { return binary.BigEndian.AppendUint16([]byte{op}, uint16(k)) }
 	cat := func(parts ...[]byte) []byte {
@@ -131,23 +198,33 @@ func ringFuzzSeeds() []ringSeed {
 		return b
 	}
 	data := func(n int) []byte { return msg(opData, 0, n, true) }
+	imm, hdr := []byte{0}, []byte{1}
 	return []ringSeed{
-		{"data-read-fin", cat(data(100), u16(1, 60), u16(1, 60), msg(opFin, 0, 0, false)), false},
-		{"write-credit", cat(u16(2, 3000), []byte{3}, msg(opCredit, 3000, 0, false), u16(2, 8000)), false},
-		{"wrap", cat(data(8000), u16(1, 8000), data(192), data(500), u16(1, 9000), u16(1, 9000)), false},
-		{"write-wrap", cat(u16(2, 4096), []byte{3}, msg(opCredit, 4096, 0, false), u16(2, 4096), []byte{3}, msg(opCredit, 8192, 0, false), u16(2, 100)), false},
-		{"piggyback", cat(u16(2, 100), data(10), msg(opData, 100, 5, true)), false},
-		{"overrun", cat(data(8000), data(500)), true},
-		{"crosses-end", cat(data(8000), u16(1, 8000), data(500)), true},
-		{"empty-data", data(0), true},
-		{"data-as-send", msg(opData, 0, 10, false), true},
-		{"credit-with-bytes", msg(opCredit, 0, 0, true), true},
-		{"too-many-credits", cat(u16(2, 100), msg(opCredit, 101, 0, false)), true},
-		{"credits-never-sent", msg(opCredit, 1, 0, false), true},
-		{"data-after-fin", cat(msg(opFin, 0, 0, false), data(3)), true},
-		{"two-fins", cat(msg(opFin, 0, 0, false), msg(opFin, 0, 0, false)), true},
-		{"second-hello", msg(opHello, 0, 0, false), true},
-		{"unknown-op", msg(7, 0, 0, false), true},
+		{"data-read-fin", cat(imm, data(100), u16(1, 60), u16(1, 60), msg(opFin, 0, 0, false)), false},
+		{"write-credit", cat(imm, u16(2, 3000), []byte{3}, msg(opCredit, 3000, 0, false), u16(2, 8000)), false},
+		{"wrap", cat(imm, data(8000), u16(1, 8000), data(192), data(500), u16(1, 9000), u16(1, 9000)), false},
+		{"write-wrap", cat(imm, u16(2, 4096), []byte{3}, msg(opCredit, 4096, 0, false), u16(2, 4096), []byte{3}, msg(opCredit, 8192, 0, false), u16(2, 100)), false},
+		{"piggyback", cat(imm, u16(2, 100), data(10), msg(opData, 100, 5, true)), false},
+		{"overrun", cat(imm, data(8000), data(500)), true},
+		{"crosses-end", cat(imm, data(8000), u16(1, 8000), data(500)), true},
+		{"empty-data", cat(imm, data(0)), true},
+		{"data-as-send", cat(imm, msg(opData, 0, 10, false)), true},
+		{"credit-with-bytes", cat(imm, msg(opCredit, 0, 0, true)), true},
+		{"too-many-credits", cat(imm, u16(2, 100), msg(opCredit, 101, 0, false)), true},
+		{"credits-never-sent", cat(imm, msg(opCredit, 1, 0, false)), true},
+		{"data-after-fin", cat(imm, msg(opFin, 0, 0, false), data(3)), true},
+		{"two-fins", cat(imm, msg(opFin, 0, 0, false), msg(opFin, 0, 0, false)), true},
+		{"second-hello", cat(imm, msg(opHello, 0, 0, false)), true},
+		{"unknown-op", cat(imm, msg(7, 0, 0, false)), true},
+		{"no-imm", cat(imm, msgTook(opCredit, 0, 0, 2, 0)), true},
+		// Header mode: the header in a SEND's payload, messages counted.
+		{"hdr-data-read-fin", cat(hdr, data(100), u16(1, 100), msg(opFin, 0, 0, false)), false},
+		{"hdr-window", cat(hdr, u16(2, 10), []byte{3}, msgTook(opCredit, 10, 0, 0, 2), u16(2, 10), []byte{3}, u16(2, 10), u16(2, 10), u16(2, 10), u16(2, 10), msgTook(opCredit, 30, 0, 0, 3)), false},
+		{"hdr-took-reported", cat(hdr, data(1), data(1), data(1), u16(1, 3)), false},
+		{"hdr-with-imm", cat(hdr, msgTook(opCredit, 0, 0, 2, 0)), true},
+		{"hdr-data-with-body", cat(hdr, msg(opData, 0, 10, false)), true},
+		{"hdr-took-more-than-sent", cat(hdr, u16(2, 10), msgTook(opCredit, 0, 0, 0, 3)), true},
+		{"hdr-credit-with-body", cat(hdr, msg(opCredit, 0, 4, false)), true},
 	}
 }
 
@@ -173,30 +250,12 @@ func TestRingFuzzSeeds(t *testing.T) {
 // so, so the fuzzer starts from every rule.
 func TestRingRules(t *testing.T) {
 	for _, s := range ringFuzzSeeds() {
-		st := fuzzState(t)
-		script := s.data
+		st := fuzzState(t, s.data[0]&1 != 0)
+		script := s.data[1:]
 		var err error
-		for len(script) > 0 && err == nil {
-			switch script[0] % 4 {
-			case 0:
-				h := script[1:8]
-				err = st.onMessage(binary.BigEndian.Uint32(h), true, int(binary.BigEndian.Uint16(h[4:])), h[6]&1 != 0)
-				script = script[8:]
-			case 1:
-				_, k := st.readable()
-				st.read += uint64(min(k, int(binary.BigEndian.Uint16(script[1:]))))
-				script = script[3:]
-			case 2:
-				if st.free() > 0 {
-					_, k := st.writable(int(binary.BigEndian.Uint16(script[1:])))
-					st.queued += uint64(k)
-					st.sent = st.queued
-				}
-				script = script[3:]
-			case 3:
-				st.completed = st.sent
-				script = script[1:]
-			}
+		for ok := true; ok && len(script) > 0 && err == nil; {
+			script, ok, err = ringStep(t, &st, script)
+			require.True(t, ok, "%s ends inside a record", s.name)
 		}
 		if s.wantErr {
 			require.ErrorIs(t, err, ErrProtocol, s.name)
@@ -215,7 +274,7 @@ func TestRingHello(t *testing.T) {
 		return b
 	}
 	st := newRingState(DefaultRingSize)
-	require.NoError(t, st.onHello(streamImm(opHello, 0), true, good()))
+	require.NoError(t, st.onHello(streamImm(opHello, 0), good()))
 	require.Equal(t, uint64(DefaultRingSize), st.wsize)
 	for name, mutate := range map[string]func([]byte){
 		"magic":    func(b []byte) { b[0] = 'X' },
@@ -236,6 +295,6 @@ func TestRingHello(t *testing.T) {
 			mutate(b)
 		}
 		st := newRingState(DefaultRingSize)
-		require.ErrorIs(t, st.onHello(imm, true, b), ErrProtocol, name)
+		require.ErrorIs(t, st.onHello(imm, b), ErrProtocol, name)
 	}
 }

@@ -73,10 +73,12 @@ func dial(ctx context.Context, eng *rdma.Engine, address string, ringSize int, o
 // streamOptions are the caller's options after the stream's defaults,
 // which they override, and before the stream's protocol name, which they
 // cannot. The default depths leave room for the few messages a stream
-// has in flight: its WRITEs gather behind one another.
+// has in flight: its WRITEs gather behind one another. Its messages
+// carry at most a header and a hello (its bytes go by WRITE into the
+// ring), so its receives are that small, not the async API's 64 KiB.
 func streamOptions(opts []rdma.Option) []rdma.Option {
-	all := make([]rdma.Option, 0, len(opts)+2)
-	all = append(all, rdma.WithQueueDepth(64, 32))
+	all := make([]rdma.Option, 0, len(opts)+3)
+	all = append(all, rdma.WithQueueDepth(64, 32), rdma.WithMaxMessage(maxMessage))
 	all = append(all, opts...)
 	return append(all, rdma.WithProtocol(Protocol))
 }
@@ -85,6 +87,17 @@ func streamOptions(opts []rdma.Option) []rdma.Option {
 // messages: for the credit and fin messages that must never wait behind
 // data.
 const streamReserve = 2
+
+// maxMessage is the size of a stream's receives: its largest message,
+// header mode's hello (44 bytes), rounded up to the smallest the async
+// API takes.
+const maxMessage = 64
+
+var _ [maxMessage - hdrSize - helloSize]struct{} // the hello fits
+
+// minWindow is the smallest receive window of the peer's a stream in
+// header mode works with: half of it for data, the rest for credits.
+const minWindow = 4
 
 // checkDepths refuses queue depths too small for a stream.
 func checkDepths(send, recv int) error {

@@ -17,7 +17,6 @@ import (
 	"golang.org/x/net/nettest"
 
 	"github.com/go-rdma/rdma"
-	"github.com/go-rdma/rdma/rdmatest"
 	"github.com/go-rdma/rdma/stream"
 )
 
@@ -28,9 +27,9 @@ func inVM() bool { return os.Getenv("RDMA_VM") == "1" }
 // makeStreamPipe makes stream pairs for nettest, which calls it in
 // subtests of its own with no t to give rdmatest.StreamPair, and closes
 // each pair at the end of its subtest.
-func makeStreamPipe(opts []rdma.Option) nettest.MakePipe {
+func makeStreamPipe(addr string, opts []rdma.Option) nettest.MakePipe {
 	return func() (c1, c2 net.Conn, stop func(), err error) {
-		ln, err := stream.Listen("rdma", "127.0.0.1:0", opts...)
+		ln, err := stream.Listen("rdma", addr, opts...)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -68,7 +67,7 @@ func makeStreamPipe(opts []rdma.Option) nettest.MakePipe {
 // TestStreamNettest runs x/net/nettest's conformance suite for net.Conn.
 func TestStreamNettest(t *testing.T) {
 	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
-		nettest.TestConn(t, makeStreamPipe(opts))
+		nettest.TestConn(t, makeStreamPipe(listenAddr(t), opts))
 	})
 }
 
@@ -77,7 +76,7 @@ func TestStreamNettest(t *testing.T) {
 func TestStreamBasic(t *testing.T) { eachProvider(t, testStreamBasic) }
 
 func testStreamBasic(t *testing.T, opts []rdma.Option) {
-	c, s := rdmatest.StreamPair(t, opts...)
+	c, s := streamPair(t, opts...)
 	size := 8 << 20
 	if inVM() {
 		size = 1 << 20
@@ -173,7 +172,7 @@ func TestStreamSmallWindow(t *testing.T) {
 		for _, depth := range []int{7, 8, 11} {
 			t.Run(fmt.Sprint("depth", depth), func(t *testing.T) {
 				o := append(opts[:len(opts):len(opts)], rdma.WithQueueDepth(depth, depth), rdma.WithMaxMessage(64))
-				c, s := rdmatest.StreamPair(t, o...)
+				c, s := streamPair(t, o...)
 				size := 200 << 10
 				if inVM() {
 					size = 8 << 10

@@ -105,7 +105,7 @@ func peerName(t *testing.T, state func() (tls.ConnectionState, bool)) string {
 
 // Rule: the stream runs over TLS too: net/http over it, with each side
 // seeing the other's verified certificate on its stream.Conn.
-func TestTLSStreamHTTP(t *testing.T) { eachProvider(t, testTLSStreamHTTP) }
+func TestTLSStreamHTTP(t *testing.T) { eachTCPSetup(t, testTLSStreamHTTP) }
 
 func testTLSStreamHTTP(t *testing.T, opts []rdma.Option) {
 	p := newTestPKI(t)
