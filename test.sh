@@ -47,7 +47,11 @@ if command -v aarch64-linux-gnu-gcc >/dev/null; then
   GOOS=linux GOARCH=arm64 CGO_ENABLED=1 CC=aarch64-linux-gnu-gcc go build ./...
   GOOS=linux GOARCH=arm64 CGO_ENABLED=1 CC=aarch64-linux-gnu-gcc go vet ./internal/ibv
 else
-  echo "no aarch64-linux-gnu-gcc (ensure_host_deps installs it on amd64): linux/arm64 cgo build skipped"
+  if [ "$(uname -m)" = x86_64 ] && [ "$(id -u)" = 0 ]; then
+    echo "no aarch64-linux-gnu-gcc: ensure_host_deps should have installed it"
+    exit 1
+  fi
+  echo "no aarch64-linux-gnu-gcc (ensure_host_deps installs it as root on amd64): linux/arm64 cgo build skipped"
 fi
 # staticcheck is in go.mod's tool block. Without cgo, internal/ibv is the
 # purego binding, so what is unused (U1000) differs: check both builds.
