@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"time"
 
@@ -64,6 +65,7 @@ type params struct {
 	qps      int    // -q: queue pairs (connections) of the bw tests
 	progress bool   // the progress line on stderr (--no_progress clears it)
 	cpuProf  string // --cpuprofile: pprof CPU profile of the whole run
+	trace    string // --trace: execution trace of the whole run
 	setFlags map[string]bool
 	isLat    bool
 	stdout   io.Writer
@@ -135,7 +137,20 @@ func main() {
 		defer f.Close()
 		defer pprof.StopCPUProfile()
 	}
+	if p.trace != "" {
+		f, err := os.Create(p.trace)
+		if err == nil {
+			err = trace.Start(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "rdmaperf: --trace:", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		defer trace.Stop()
+	}
 	if err := run(ctx, p); err != nil {
+		trace.Stop()
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "rdmaperf:", err)
 		os.Exit(1)
@@ -186,6 +201,7 @@ func parseArgs(args []string, errw io.Writer) (*params, error) {
 	fs.BoolVar(&p.events, "e", false, "wait for completion events instead of busy polling (verbs: CQ completion channel; async, stream: --poll event)")
 	fs.IntVar(&p.qps, "q", 1, "queue pairs for the bw tests, traffic round robin, tx depth each (async API: connections)")
 	fs.StringVar(&p.cpuProf, "cpuprofile", "", "write a pprof CPU profile of the run to this file (go tool pprof)")
+	fs.StringVar(&p.trace, "trace", "", "write an execution trace of the run to this file (go tool trace)")
 	noProgress := fs.Bool("no_progress", false, "no progress line on stderr (shown once per second with -D, or once a size has run 2 s)")
 	fs.Usage = func() { usage(errw, fs) }
 	rest := args[1:]
