@@ -63,7 +63,7 @@ type config struct {
 	provider string
 	device   string
 	timeout  time.Duration
-	msg      int
+	ring     int
 	depth    int
 	cpuprof  string
 }
@@ -82,8 +82,8 @@ func parse(args []string, stderr io.Writer) (cfg config, ok bool) {
 	fs.StringVar(&cfg.provider, "provider", "", "provider: auto, verbs or soft (default $RDMA_PROVIDER, else auto)")
 	fs.StringVar(&cfg.device, "device", "", "RDMA device name (default: by address)")
 	fs.DurationVar(&cfg.timeout, "w", 30*time.Second, "connect timeout (with -l: no limit)")
-	fs.IntVar(&cfg.msg, "msg", 0, "bytes per message (default 64 KiB)")
-	fs.IntVar(&cfg.depth, "depth", 0, "messages kept posted per direction (default 32)")
+	fs.IntVar(&cfg.ring, "ring", 0, "bytes of the receive ring each side exposes (default 1 MiB)")
+	fs.IntVar(&cfg.depth, "depth", 0, "receive depth; the send depth is twice it (default 32)")
 	fs.StringVar(&cfg.cpuprof, "cpuprofile", "", "write a CPU profile to this file")
 	if err := fs.Parse(args); err != nil {
 		return cfg, false
@@ -103,9 +103,6 @@ func (cfg config) options() []rdma.Option {
 	}
 	if cfg.device != "" {
 		opts = append(opts, rdma.WithDevice(cfg.device))
-	}
-	if cfg.msg != 0 {
-		opts = append(opts, rdma.WithMaxMessage(cfg.msg))
 	}
 	if cfg.depth != 0 {
 		opts = append(opts, rdma.WithQueueDepth(2*cfg.depth, cfg.depth))
@@ -220,9 +217,11 @@ func connect(ctx context.Context, cfg config, logf func(string, ...any)) (net.Co
 	if !cfg.listen {
 		dctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 		defer cancel()
-		return stream.Dial(dctx, "rdma", cfg.addr, cfg.options()...)
+		d := stream.Dialer{Options: cfg.options(), RingSize: cfg.ring}
+		return d.DialContext(dctx, "rdma", cfg.addr)
 	}
-	ln, err := stream.Listen("rdma", cfg.addr, cfg.options()...)
+	lc := stream.ListenConfig{Options: cfg.options(), RingSize: cfg.ring}
+	ln, err := lc.Listen(ctx, "rdma", cfg.addr)
 	if err != nil {
 		return nil, err
 	}

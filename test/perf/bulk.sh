@@ -12,7 +12,7 @@
 #   -o DIR    keep the binaries, logs and profiles in DIR (default: a temp dir, removed)
 #   -p        CPU profiles of both processes of every transfer in DIR/pprof
 #             (rdmacat and datamover -cpuprofile); read them with go tool pprof
-#   -x ARGS   extra flags for rdmacat (both ends), e.g. "-msg 1048576"
+#   -x ARGS   extra flags for rdmacat (both ends), e.g. "-ring 4194304"
 #   -y ARGS   extra flags for datamover (both ends), e.g. "-j 8 -chunk 4MiB"
 #   KIND      tcp, rdmacat, datamover, datamover-crc32c (datamover -sum crc32c:
 #             a CRC-32C instead of SHA-256 at both ends) (default all four)
