@@ -45,8 +45,8 @@ const (
 
 // Drive polls the CQ from the calling goroutine, dispatching every
 // completion to the handler, until *flag is not zero, ctx ends, the
-// poller stops, or goroutines wait for a P (see "More goroutines than
-// cores" in docs/poller.md). It reports whether it drove at all: it
+// poller stops, or goroutines wait for a P even after it yielded to them
+// once (see "More goroutines than cores" in docs/poller.md). It reports whether it drove at all: it
 // does not when the poller is not Busy, has stopped, is holding after a
 // backlog, or another goroutine drives. Whenever *flag is still zero
 // after Drive, the caller should block as it would otherwise (after
@@ -59,6 +59,7 @@ func (p *Poller) Drive(ctx context.Context, flag *atomic.Uint32) bool {
 	}
 	p.st.drives.Add(1)
 	done := ctx.Done()
+	yielded := false // the last probe found goroutines waiting for a P, and this one yielded
 	for i := 1; flag.Load() == 0; i++ {
 		if p.mu.TryLock() {
 			if p.ended.Load() || p.stop.Load() {
@@ -74,14 +75,26 @@ func (p *Poller) Drive(ctx context.Context, flag *atomic.Uint32) bool {
 				runtime.Gosched()
 			}
 		}
-		if i%clockEvery == 0 && !p.cfg.noCrowdCut && p.crowd(&p.dsched) {
-			// Goroutines wait for a P: more of them than cores. Spinning
-			// on would keep them, the ones that answer this very
-			// request among them, off the CPU, and every other waiter
-			// is blocked on this drive. Block like them instead; the
-			// poller resumes, and parks if the CPU is still wanted.
-			p.st.drivesCut.Add(1)
-			break
+		if i%clockEvery == 0 && !p.cfg.noCrowdCut {
+			if !p.crowd(&p.dsched) {
+				yielded = false
+			} else if !yielded {
+				// Goroutines wait for a P. Those queued behind this
+				// goroutine on its own P (one a timer readied here,
+				// the peer this drive's dispatch woke) run now, and
+				// the drive goes on.
+				yielded = true
+				runtime.Gosched()
+			} else {
+				// They still wait: more of them than cores. Spinning
+				// on would keep them, the ones that answer this very
+				// request among them, off the CPU, and every other
+				// waiter is blocked on this drive. Block like them
+				// instead; the poller resumes, and parks if the CPU is
+				// still wanted.
+				p.st.drivesCut.Add(1)
+				break
+			}
 		}
 		if done != nil && i%driveCheckEvery == 0 {
 			select {
