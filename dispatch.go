@@ -94,7 +94,7 @@ func (c *Conn) handle() {
 // never blocks the poller.
 func (e *engine) dispatch(c *Conn) {
 	e.dmu.Lock()
-	e.runq = append(e.runq, c)
+	e.runq.push(c)
 	if e.maxWorkers == 0 {
 		// Here rather than at open: GOMAXPROCS takes the scheduler's
 		// lock, and most engines have no handler.
@@ -117,14 +117,12 @@ func (e *engine) worker() {
 	defer e.dwg.Done()
 	for {
 		e.dmu.Lock()
-		if len(e.runq) == 0 {
+		if e.runq.len() == 0 {
 			e.workers--
 			e.dmu.Unlock()
 			return
 		}
-		c := e.runq[0]
-		e.runq[0] = nil
-		e.runq = e.runq[1:]
+		c := e.runq.pop()
 		e.dmu.Unlock()
 		c.handle()
 	}

@@ -43,7 +43,7 @@ type engine struct {
 
 	// RecvHandler dispatch (dispatch.go)
 	dmu        sync.Mutex
-	runq       []*Conn
+	runq       fifo[*Conn]
 	workers    int            // running
 	maxWorkers int            // WithHandlerWorkers, set at the first dispatch
 	dwg        sync.WaitGroup // the workers
