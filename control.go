@@ -312,7 +312,7 @@ func (c *Conn) quiesce(why error, drain bool) {
 		defer cancel()
 		c.sq.postMu.Lock()
 		c.sq.quiescing = true
-		for drain && len(c.sq.pending) > 0 {
+		for drain && c.sq.pending.len() > 0 {
 			if c.sq.progress == nil {
 				c.sq.progress = make(chan struct{})
 			}

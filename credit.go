@@ -163,8 +163,8 @@ func (c *Conn) askCredits() {
 	c.pullLocked()
 	c.drainLocked()
 	want, seen := -c.cr.credits, c.cr.cw.seen
-	for i := range c.sq.pending {
-		if want += needCredits(c.sq.pending[i].wrs); want >= maxAsk {
+	for _, q := range c.sq.pending.items() {
+		if want += needCredits(q.wrs); want >= maxAsk {
 			break
 		}
 	}
@@ -213,7 +213,7 @@ func (c *Conn) idleCredits() {
 	switch {
 	case c.cr.credits <= 0 || c.err() != nil || c.closing.Load():
 		c.cr.idleArmed = false
-	case c.sq.posted == c.cr.idleSeen && len(c.sq.pending) == 0:
+	case c.sq.posted == c.cr.idleSeen && c.sq.pending.len() == 0:
 		c.cr.creditBack.Add(int64(c.cr.credits))
 		c.cr.credits, c.cr.idleArmed = 0, false
 		c.cr.backNow = true
@@ -240,7 +240,7 @@ func (c *Conn) onRecall() {
 	defer c.postUnlock()
 	c.pullLocked()
 	c.drainLocked()
-	if c.cr.credits > 0 && len(c.sq.pending) == 0 && c.err() == nil {
+	if c.cr.credits > 0 && c.sq.pending.len() == 0 && c.err() == nil {
 		c.cr.creditBack.Add(int64(c.cr.credits))
 		c.cr.credits = 0
 		c.cr.backNow = true

@@ -34,7 +34,7 @@ type sendQueue struct {
 	postMu     sync.Mutex    // orders posts, so sent matches the send queue
 	sqFree     int           // room in the send queue; given back under postMu by settle, after completed (docs/performance.md)
 	beacon     bool          // the beacon is posted (postBeacon)
-	pending    []queuedPost  // chains waiting for room, oldest first
+	pending    fifo[*queuedPost] // chains waiting for room, oldest first
 	pendingWRs int           // the WRs of pending
 	queuedSeq  uint64        // seq of the last chain queued
 	drainedSeq uint64        // seq of the last chain that left pending
@@ -92,12 +92,39 @@ func WithSendQueueLimit(n int) Option {
 }
 
 // queuedPost is a chain waiting for room, with copies of its WRs, SGEs
-// and ops (the caller reuses its own).
+// and ops (the caller reuses its own). Drained ones go back to
+// queuedPool, their arrays with them: queuing allocates nothing in a
+// steady state, and the garbage collector may free what load left.
 type queuedPost struct {
 	seq  uint64
 	wrs  []verbs.SendWR
 	sges []verbs.SGE
 	ops  []op
+}
+
+var queuedPool = sync.Pool{New: func() any { return new(queuedPost) }}
+
+// newQueued copies the chain wrs, ops into a queuedPost.
+func newQueued(wrs []verbs.SendWR, ops []op) *queuedPost {
+	q := queuedPool.Get().(*queuedPost)
+	q.wrs = append(q.wrs[:0], wrs...)
+	q.ops = append(q.ops[:0], ops...)
+	q.sges = slices.Grow(q.sges[:0], len(wrs))[:len(wrs)]
+	for i := range q.wrs {
+		if len(q.wrs[i].SGL) > 0 {
+			q.sges[i] = q.wrs[i].SGL[0] // one SGE per WR in this package
+			q.wrs[i].SGL = q.sges[i : i+1]
+		}
+	}
+	return q
+}
+
+// free gives q, drained or failed, back to queuedPool, without what it
+// referenced.
+func (q *queuedPost) free() {
+	clear(q.ops)
+	clear(q.wrs)
+	queuedPool.Put(q)
 }
 
 // submitLocked posts the chain now, or queues it behind the chains that
@@ -108,7 +135,7 @@ func (c *Conn) submitLocked(wrs []verbs.SendWR, ops []op) error {
 		c.dropAll(ops)
 		return err
 	}
-	if len(c.sq.pending) == 0 && c.roomLocked(wrs) {
+	if c.sq.pending.len() == 0 && c.roomLocked(wrs) {
 		c.stampLatency(ops)
 		return c.postLocked(wrs, ops)
 	}
@@ -126,16 +153,10 @@ func (c *Conn) submitLocked(wrs []verbs.SendWR, ops []op) error {
 		c.st.creditWaits.Add(1)
 	}
 	c.stampLatency(ops)
-	q := queuedPost{wrs: slices.Clone(wrs), sges: make([]verbs.SGE, len(wrs)), ops: slices.Clone(ops)}
-	for i := range q.wrs {
-		if len(q.wrs[i].SGL) > 0 {
-			q.sges[i] = q.wrs[i].SGL[0] // one SGE per WR in this package
-			q.wrs[i].SGL = q.sges[i : i+1]
-		}
-	}
+	q := newQueued(wrs, ops)
 	c.sq.queuedSeq++
 	q.seq = c.sq.queuedSeq
-	c.sq.pending = append(c.sq.pending, q)
+	c.sq.pending.push(q)
 	c.sq.pendingWRs += len(q.wrs)
 	return nil
 }
@@ -151,14 +172,9 @@ func (c *Conn) sendQueueLimit() int {
 // drainLocked posts the queued chains that fit, oldest first. Caller
 // holds postMu.
 func (c *Conn) drainLocked() {
-	for len(c.sq.pending) > 0 && c.roomLocked(c.sq.pending[0].wrs) {
-		q := c.sq.pending[0]
-		c.sq.pending[0] = queuedPost{}
-		c.sq.pending = c.sq.pending[1:]
+	for c.sq.pending.len() > 0 && c.roomLocked(c.sq.pending.items()[0].wrs) {
+		q := c.sq.pending.pop()
 		c.sq.pendingWRs -= len(q.wrs)
-		if len(c.sq.pending) == 0 {
-			c.sq.pending = nil // let the backing array go
-		}
 		c.sq.drainedSeq = q.seq
 		err := c.postable(q.wrs, q.ops, true)
 		if err != nil {
@@ -169,6 +185,7 @@ func (c *Conn) drainLocked() {
 		if err != nil {
 			resolveAll(q.ops, err)
 		}
+		q.free()
 	}
 	c.sq.notifyLocked()
 }
@@ -184,12 +201,13 @@ func (c *Conn) failPending() {
 // failPendingLocked fails every queued chain with err. Caller holds
 // postMu.
 func (c *Conn) failPendingLocked(err error) {
-	for _, q := range c.sq.pending {
+	for _, q := range c.sq.pending.take() {
 		c.dropAll(q.ops)
 		resolveAll(q.ops, err)
 		c.sq.drainedSeq = q.seq
+		q.free()
 	}
-	c.sq.pending, c.sq.pendingWRs = nil, 0
+	c.sq.pendingWRs = 0
 	c.sq.notifyLocked()
 }
 
