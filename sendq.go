@@ -31,19 +31,19 @@ import (
 // sendQueue is a connection's send queue: postMu and the state it
 // guards. Conn holds it as c.sq.
 type sendQueue struct {
-	postMu     sync.Mutex    // orders posts, so sent matches the send queue
-	sqFree     int           // room in the send queue; given back under postMu by settle, after completed (docs/performance.md)
-	beacon     bool          // the beacon is posted (postBeacon)
+	postMu     sync.Mutex        // orders posts, so sent matches the send queue
+	sqFree     int               // room in the send queue; given back under postMu by settle, after completed (docs/performance.md)
+	beacon     bool              // the beacon is posted (postBeacon)
 	pending    fifo[*queuedPost] // chains waiting for room, oldest first
-	pendingWRs int           // the WRs of pending
-	queuedSeq  uint64        // seq of the last chain queued
-	drainedSeq uint64        // seq of the last chain that left pending
-	posted     uint64        // send WRs the QP accepted
-	completed  atomic.Uint64 // send WRs completed
-	quiescing  bool          // Close waits for what was issued: nothing new
-	progress   chan struct{} // closed at the next completion or drain, for waitSent
-	failAfter  error         // a post under postMu failed the QP: fail at unlock
-	latencySeq uint64        // send-side ops submitted, for latency sampling (latency.go)
+	pendingWRs int               // the WRs of pending
+	queuedSeq  uint64            // seq of the last chain queued
+	drainedSeq uint64            // seq of the last chain that left pending
+	posted     uint64            // send WRs the QP accepted
+	completed  atomic.Uint64     // send WRs completed
+	quiescing  bool              // Close waits for what was issued: nothing new
+	progress   chan struct{}     // closed at the next completion or drain, for waitSent
+	failAfter  error             // a post under postMu failed the QP: fail at unlock
+	latencySeq uint64            // send-side ops submitted, for latency sampling (latency.go)
 	wr         [1]verbs.SendWR
 	sge        [1]verbs.SGE
 	op         [1]op
