@@ -750,28 +750,38 @@ func (s *Conn) flusher() {
 	defer s.flushers.Done()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for {
+	s.fctx.ch = s.closed // Close posts what is left before its fin
+	s.sendOwedLocked(&s.fctx)
+	s.flushing = false
+}
+
+// sendOwedLocked posts what waits, as far as it may go, and waits for
+// what holds the rest back (blockerLocked), until nothing waits, the
+// stream's sends fail, nothing more comes from the peer, or ctx ends.
+// Caller holds mu.
+func (s *Conn) sendOwedLocked(ctx *chanCtx) {
+	for !isClosedChan(ctx.ch) {
 		s.reapLocked()
 		if s.hdr {
 			s.pumpLocked() // the peer's count of our messages taken
 		}
 		if s.done || s.serr != nil {
-			break
+			return
 		}
 		s.postOwedLocked()
 		if !s.owesLocked() {
-			break
+			return
 		}
 		f := s.blockerLocked()
 		if f == nil {
-			break // nothing more comes from the peer
+			return
 		}
-		s.waitLocked(f, &s.fctx, nil)
-		if isClosedChan(s.closed) {
-			break // Close posts what is left before its fin
-		}
+		s.waiting++
+		s.mu.Unlock()
+		f.Wait(ctx)
+		s.mu.Lock()
+		s.waiting--
 	}
-	s.flushing = false
 }
 
 // writeEndedLocked is the error of a write after Close or CloseWrite.
@@ -847,26 +857,7 @@ func (s *Conn) drainOwed() {
 	defer t.Stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for !isClosedChan(ctx.ch) {
-		s.reapLocked()
-		s.pumpLocked()
-		if s.serr != nil {
-			return
-		}
-		s.postOwedLocked()
-		if !s.owesLocked() {
-			return
-		}
-		f := s.blockerLocked()
-		if f == nil {
-			return
-		}
-		s.waiting++
-		s.mu.Unlock()
-		f.Wait(&ctx)
-		s.mu.Lock()
-		s.waiting--
-	}
+	s.sendOwedLocked(&ctx)
 }
 
 // Close closes the stream. Pending and later Reads and Writes fail with
