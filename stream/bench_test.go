@@ -19,12 +19,17 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/go-rdma/rdma/internal/testchild"
 	"github.com/go-rdma/rdma/rdmatest"
@@ -222,22 +227,28 @@ func BenchmarkStreamPingPong(b *testing.B) {
 	}
 }
 
-// streamSinkChild is the child of BenchmarkStreamCrossProcess: it
-// listens for TCP and for the stream on loopback, prints both addresses,
-// and serves every connection until its stdin closes: with sink when its
-// first byte is 's', with echo when it is 'e'.
+// streamSinkChild is the child of BenchmarkStreamCrossProcess and
+// BenchmarkGRPCCrossProcess: it listens for TCP and for the stream on
+// loopback, twice each, prints the four addresses, and serves every
+// connection until its stdin closes. On the first two, with sink when
+// its first byte is 's', with echo when it is 'e'; on the last two with
+// a gRPC server of echoDesc.
 func streamSinkChild() int {
-	tl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Println("listen:", err)
-		return 1
+	var ls []net.Listener
+	for range 2 {
+		tl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			fmt.Println("listen:", err)
+			return 1
+		}
+		sl, err := stream.Listen("rdma", "127.0.0.1:0", benchOptions()...)
+		if err != nil {
+			fmt.Println("listen:", err)
+			return 1
+		}
+		ls = append(ls, tl, sl)
 	}
-	sl, err := stream.Listen("rdma", "127.0.0.1:0", benchOptions()...)
-	if err != nil {
-		fmt.Println("listen:", err)
-		return 1
-	}
-	for _, l := range []net.Listener{tl, sl} {
+	for _, l := range ls[:2] {
 		go func() {
 			for {
 				c, err := l.Accept()
@@ -248,8 +259,14 @@ func streamSinkChild() int {
 			}
 		}()
 	}
-	fmt.Println(tl.Addr(), sl.Addr())
+	srv := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}))
+	srv.RegisterService(&echoDesc, echoServer{})
+	for _, l := range ls[2:] {
+		go srv.Serve(l)
+	}
+	fmt.Println(ls[0].Addr(), ls[1].Addr(), ls[2].Addr(), ls[3].Addr())
 	io.Copy(io.Discard, os.Stdin)
+	srv.Stop()
 	return 0
 }
 
@@ -298,15 +315,18 @@ func sink(c net.Conn) {
 	}
 }
 
-// startSink starts the sink child and returns its TCP and stream
-// addresses; it is killed when b ends.
-func startSink(b *testing.B) (tcpAddr, streamAddr string) {
+// sinkAddrs are the addresses the sink child serves on.
+type sinkAddrs struct{ tcp, stream, grpcTCP, grpcStream string }
+
+// startSink starts the sink child and returns its addresses; it is
+// killed when b ends.
+func startSink(b *testing.B) sinkAddrs {
 	b.Helper()
 	child := testchild.Start(context.Background(), b, "stream-sink")
 	line := child.ReadLine(b)
 	f := strings.Fields(line)
-	require.Len(b, f, 2, "sink child said %q", line)
-	return f[0], f[1]
+	require.Len(b, f, 4, "sink child said %q", line)
+	return sinkAddrs{f[0], f[1], f[2], f[3]}
 }
 
 // sinkRound sends n messages of size bytes spread over cs to the sink
@@ -352,7 +372,8 @@ func sinkRound(cs []net.Conn, n, size int) error {
 // the child has read everything and answered. On soft, the stream
 // crosses the processes over the soft provider's TCP transport.
 func BenchmarkStreamCrossProcess(b *testing.B) {
-	tcpAddr, streamAddr := startSink(b)
+	addrs := startSink(b)
+	tcpAddr, streamAddr := addrs.tcp, addrs.stream
 	dial := func(b *testing.B, mode byte) (tcp, strm net.Conn) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -409,3 +430,98 @@ func pingPongRound(c net.Conn, n, size int) error {
 	}
 	return nil
 }
+
+// BenchmarkGRPCCrossProcess makes unary gRPC calls of 1 KiB (an echo)
+// from this process to a server in a child process, over the stream and
+// over TCP loopback, one at a time and from 16 goroutines at once,
+// alternating rounds; it reports each transport's best round as calls a
+// second, their ratio, and the stream's median and 99th percentile call
+// time over all its rounds.
+func BenchmarkGRPCCrossProcess(b *testing.B) {
+	addrs := startSink(b)
+	d := &stream.Dialer{Options: benchOptions()}
+	client := func(addr string, viaStream bool) *grpc.ClientConn {
+		opts := []grpc.DialOption{
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})),
+		}
+		if viaStream {
+			opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+				return d.DialContext(ctx, "rdma", a)
+			}))
+		}
+		cc, err := grpc.NewClient("passthrough:///"+addr, opts...)
+		require.NoError(b, err)
+		b.Cleanup(func() { cc.Close() })
+		return cc
+	}
+	tcp, strm := client(addrs.grpcTCP, false), client(addrs.grpcStream, true)
+	for _, par := range []int{1, 16} {
+		b.Run(fmt.Sprintf("%s/unary/1KiB/par%d", benchProvider(), par), func(b *testing.B) {
+			m := max(b.N/rounds, 64)
+			var lat []time.Duration
+			round := func(cc *grpc.ClientConn, keep bool) func() error {
+				return func() error {
+					times, err := unaryRound(cc, m, par, 1<<10)
+					if keep {
+						lat = append(lat, times...)
+					}
+					return err
+				}
+			}
+			// Warm both: connections, gRPC's windows.
+			require.NoError(b, round(tcp, false)())
+			require.NoError(b, round(strm, false)())
+			var bestTCP, bestStream time.Duration
+			best := func(dst *time.Duration, r func() error) {
+				start := time.Now()
+				require.NoError(b, r())
+				if t := time.Since(start); *dst == 0 || t < *dst {
+					*dst = t
+				}
+			}
+			b.ResetTimer()
+			for range rounds {
+				b.StopTimer()
+				best(&bestTCP, round(tcp, false))
+				b.StartTimer()
+				best(&bestStream, round(strm, true))
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(m)/bestStream.Seconds(), "stream-calls/s")
+			b.ReportMetric(float64(m)/bestTCP.Seconds(), "tcp-calls/s")
+			b.ReportMetric(bestTCP.Seconds()/bestStream.Seconds(), "stream/tcp")
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "stream-p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "stream-p99-µs")
+		})
+	}
+}
+
+// unaryRound makes n unary Echo calls of size bytes on cc from par
+// goroutines and returns each call's time.
+func unaryRound(cc *grpc.ClientConn, n, par, size int) ([]time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	times := make([]time.Duration, n)
+	var next atomic.Int64
+	g, ctx := errgroup.WithContext(ctx)
+	for range par {
+		g.Go(func() error {
+			in, out := make([]byte, size), make([]byte, 0, size)
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return nil
+				}
+				start := time.Now()
+				if err := cc.Invoke(ctx, "/gordma.test.Echo/Echo", &in, &out); err != nil {
+					return err
+				}
+				times[i] = time.Since(start)
+			}
+		})
+	}
+	return times, g.Wait()
+}
+
