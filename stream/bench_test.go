@@ -524,4 +524,3 @@ func unaryRound(cc *grpc.ClientConn, n, par, size int) ([]time.Duration, error) 
 	}
 	return times, g.Wait()
 }
-
