@@ -267,6 +267,9 @@ func (c *Conn) fail(err error) {
 	if c.qp != nil {
 		c.qp.ToError()
 		c.postBeacon()
+		if c.eng.lacks(verbs.FeatureFlushInError) != nil {
+			time.AfterFunc(abandonAfter, c.abandonPosted)
+		}
 	}
 	// Receives still posted complete (messages that arrived) or flush,
 	// in order; the first flush fails the waiters left then (onRecv).
@@ -284,6 +287,44 @@ func (c *Conn) fail(err error) {
 	c.failRequests(err)
 	c.failPending()
 	c.tellPeer(err)
+}
+
+// abandonAfter is how long after a failure a connection on a device
+// that never completes WRs posted to a QP in ERR (siw) waits for the
+// flushes of those it posted before giving up on the rest.
+const abandonAfter = time.Second
+
+// abandonPosted gives up on the WRs the device will never complete. On
+// such a device a WR posted after the device moved the QP to ERR on its
+// own (the peer's reset), before this side knew, waits for ever; the
+// ones posted before were flushed when fail moved the QP to ERR, and
+// their completions are handled well within abandonAfter. So the Recvs
+// still waiting fail now rather than at Close, and the operations left
+// resolve with the connection's error; their buffers go back, as the
+// device will not touch them.
+func (c *Conn) abandonPosted() {
+	c.rq.rmu.Lock()
+	c.rq.abandoned = true
+	ws := c.rq.takeWaitersLocked()
+	c.endIfDeliveredLocked()
+	c.rq.rmu.Unlock()
+	err := c.err()
+	for _, f := range ws {
+		f.resolve(err, 0, 0, false, nil, 0)
+	}
+	for _, id := range c.ops.ids() {
+		if o, ok := c.ops.take(id); ok {
+			switch o.kind {
+			case opBeacon, opCredit:
+			case opRecv:
+				o.buf.Release()
+			default:
+				o.resolveOp(c.closedErr(), 0, 0)
+				c.dropBuf(&o)
+			}
+			c.opDone()
+		}
+	}
 }
 
 // closedErr is the error of an operation on a closed or failed

@@ -15,15 +15,16 @@ import (
 // the messages that arrived and the Recvs that wait for them. Conn holds
 // it as c.rq.
 type receives struct {
-	rmu      sync.Mutex
-	rposted  int // receives posted (without an SRQ)
-	ready    fifo[message]
-	waiters  fifo[*Future]
-	rwrs     []verbs.RecvWR
-	rsges    []verbs.SGE
-	recvSize int
-	handling bool // a worker runs the RecvHandler (dispatch.go)
-	ended    bool // done is closed
+	rmu       sync.Mutex
+	rposted   int // receives posted (without an SRQ)
+	ready     fifo[message]
+	waiters   fifo[*Future]
+	rwrs      []verbs.RecvWR
+	rsges     []verbs.SGE
+	recvSize  int
+	handling  bool // a worker runs the RecvHandler (dispatch.go)
+	ended     bool // done is closed
+	abandoned bool // the receives left will never complete (abandonPosted)
 
 	beaconDone atomic.Bool // the beacon flushed: every message that came is delivered
 }
@@ -198,9 +199,10 @@ func (c *Conn) withdraw(f *Future) bool {
 // message before the failure, then flushes, which fail the waiters left
 // (onRecv). With an SRQ, the beacon's flush comes after every message
 // that arrived (postBeacon). After a local Close, or once the poller
-// has stopped, nothing more comes. Caller holds rmu.
+// has stopped, or the receives left were abandoned (abandonPosted),
+// nothing more comes. Caller holds rmu.
 func (c *Conn) moreToComeLocked() bool {
-	if c.closing.Load() || c.unit == nil || isClosedChan(c.unit.p.Done()) {
+	if c.closing.Load() || c.rq.abandoned || c.unit == nil || isClosedChan(c.unit.p.Done()) {
 		return false
 	}
 	if c.srq != nil {

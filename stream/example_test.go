@@ -16,8 +16,13 @@ func ExampleDial() {
 		fmt.Println(err)
 		return
 	}
-	defer ln.Close()
+	served := make(chan struct{})
+	defer func() {
+		ln.Close()
+		<-served // the server has closed its conn
+	}()
 	go func() {
+		defer close(served)
 		c, err := ln.Accept()
 		if err != nil {
 			return

@@ -1,6 +1,9 @@
 package stream
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 // ForceHeaderMode makes the streams that t's test opens use header mode
 // (ring.go) although their connections have credits, so that the mode
@@ -12,3 +15,15 @@ func ForceHeaderMode(t testing.TB) {
 
 // SetHeaderMode is ForceHeaderMode for a test's child process.
 func SetHeaderMode(on bool) { forceHeaderMode.Store(on) }
+
+// DebugState describes s's receive side, for a test's failure message.
+func DebugState(s *Conn) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rf := "nil"
+	if s.rf != nil {
+		rf = fmt.Sprintf("resolved=%v err=%v", s.rf.Resolved(), s.rf.Err())
+	}
+	return fmt.Sprintf("rf{%s} rerr=%v serr=%v waiting=%d flushing=%v hdr=%v rcvd=%d read=%d msgs=%d peerTook=%d took=%d sends=%d finOwed=%v credOwed=%v",
+		rf, s.rerr, s.serr, s.waiting, s.flushing, s.hdr, s.st.rcvd, s.st.read, s.st.msgs, s.st.peerTook, s.st.took, len(s.sends), s.finOwed, s.credOwed)
+}
