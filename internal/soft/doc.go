@@ -53,18 +53,19 @@
 // numbers measured on soft are software numbers.
 //
 // PostSend runs in-process work at once, in the caller's goroutine, and
-// leaves what needs the network or a timer (TCP traffic, RNR retries) to
-// a per-QP worker goroutine. A completion may therefore already be in the
-// CQ when PostSend returns; as on hardware, nothing may rely on either
-// order.
+// writes small WRs (up to 16 KiB) to a connected peer itself, as a TCP
+// Write would; it leaves the rest (large WRs, the first WR to a peer,
+// which dials, RNR retries) and the timing of outstanding WRs to a per-QP
+// worker goroutine. A completion may therefore already be in the CQ when
+// PostSend returns; as on hardware, nothing may rely on either order.
 //
 // A provider sends its requests to a peer on up to four TCP connections,
 // a QP on the one its QPN picks, dialed when first needed; responses go
-// back on the connection of the request. The worker writes the frames of
-// all the WRs it finds runnable with one writev (up to 1 MiB), straight
-// from registered memory. Each connection has a reader goroutine, which
-// reads headers through a small buffer and payloads straight into their
-// target memory (on Linux with readv, so that the read of a payload also
+// back on the connection of the request. Whoever runs the send queue
+// writes the frames of all the WRs it finds runnable with one writev (up
+// to 1 MiB), straight from registered memory. Each connection has a
+// reader goroutine, which reads headers through a small buffer and
+// payloads straight into their target memory (on Linux with readv, so that the read of a payload also
 // takes the next header), and writes the ACKs it owes, coalesced, when
 // it has caught up with the stream; a writer goroutine sends READ
 // responses. A goroutine that busy-polls a CQ with only runtime.Gosched

@@ -79,8 +79,11 @@ func (q *qp) pump() time.Duration {
 }
 
 // pumpLocked runs the send queue. One goroutine at a time does so: the
-// worker, or PostSend itself (inline), which runs in-process WRs at once
-// and hands the worker what needs the network or a timer (handoff).
+// worker, or PostSend itself (inline), which runs in-process WRs at once,
+// writes small WRs to a connected peer itself (see postsRemote), and
+// hands the worker the rest: large WRs, dials, RNR waits (handoff).
+// Outstanding RC WRs are timed by the worker; a poster that leaves some
+// arms the watchdog, which wakes the worker once their time could be up.
 // Whoever pumps keeps going until the queue is empty, so WRs posted
 // meanwhile by others are not left behind. The worker stages WRs for the
 // network in q.tx and writes them together, before it waits or runs
@@ -92,11 +95,7 @@ func (q *qp) pumpLocked(inline bool) (wait time.Duration, handoff bool) {
 	q.pumping = true
 	for q.state == verbs.StateRTS {
 		var now time.Time
-		if q.typ == verbs.RC && q.head != q.sent && q.respBusy == 0 {
-			if inline {
-				handoff = true
-				break
-			}
+		if !inline && q.typ == verbs.RC && q.head != q.sent && q.respBusy == 0 {
 			now = time.Now()
 			if now.Sub(q.lastProgress) >= q.tmo {
 				q.failHead(verbs.WCRetryExcErr, VendorErrTimeout, fmt.Errorf("soft: no response from %s within %v: peer gone or stalled", q.peer, q.tmo))
@@ -141,7 +140,7 @@ func (q *qp) pumpLocked(inline bool) (wait time.Duration, handoff bool) {
 			q.runLocal(s)
 			continue
 		}
-		if inline {
+		if inline && !q.postsRemote(s) {
 			handoff = true
 			break
 		}
@@ -154,8 +153,36 @@ func (q *qp) pumpLocked(inline bool) (wait time.Duration, handoff bool) {
 	if q.tx.n > 0 {
 		q.flushTx() // the QP left RTS: the batch is dropped
 	}
+	if inline && q.typ == verbs.RC && q.head != q.sent && !q.watchArmed {
+		q.watchArmed = true
+		q.watch.Reset(q.tmo)
+	}
 	q.pumping = false
 	return wait, handoff
+}
+
+// postRemoteMax is the largest WR a poster writes to the network itself:
+// one that costs about as much as waking the worker. Larger WRs go to the
+// worker, so that the poster can prepare the next while it writes.
+const postRemoteMax = 16 << 10
+
+// postsRemote reports whether a poster (pumpLocked inline) writes the WR
+// at slot s to the network itself: a small WR on a connected RC or UC QP,
+// while the batch staged so far is small too. Writing it saves waking the
+// worker, a goroutine hand-off on the way of every message; a poster that
+// finds the connection busy waits for it, as a TCP Write would.
+func (q *qp) postsRemote(s *sendSlot) bool {
+	return q.typ != verbs.UD && q.conn != nil && !q.conn.isDead() &&
+		s.length <= postRemoteMax && q.tx.bytes < postRemoteMax
+}
+
+// onWatch is the watchdog's: it wakes the worker to time the
+// outstanding WRs a poster left.
+func (q *qp) onWatch() {
+	q.mu.Lock()
+	q.watchArmed = false
+	q.mu.Unlock()
+	q.wake()
 }
 
 // timeLeft is the time until the outstanding WRs time out, or 0.

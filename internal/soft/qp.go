@@ -85,14 +85,18 @@ type qp struct {
 	rdOut        int  // READs and atomics in flight (TCP)
 	stalled      bool // the worker waits for a response
 	lastProgress time.Time
-	conn         *conn
-	tx           txBatch // the worker's staged frames
+	// watch wakes the worker to time WRs a poster wrote (see pumpLocked).
+	watch      *time.Timer
+	watchArmed bool
+	handoffs   uint64 // posts that woke the worker to run their WRs
+	conn       *conn
+	tx         txBatch // frames staged by whoever pumps
 
 	rq     []recvSlot
 	rqHead uint64
 	rqTail uint64
 
-	// Worker scratch.
+	// Scratch of whoever pumps (see pumpLocked).
 	wsrc  sgl
 	wdata sglSource
 	wresp respScratch
@@ -175,6 +179,8 @@ func (p *pd) CreateQP(attr verbs.QPInit) (verbs.QP, error) {
 	}
 	q.wsrc = newSGL(g.MaxSendSGE)
 	q.wresp = newRespScratch()
+	q.watch = time.AfterFunc(time.Hour, q.onWatch)
+	q.watch.Stop()
 	addQP(q)
 	go q.worker()
 	return q, nil
@@ -364,6 +370,7 @@ func (q *qp) Close() error {
 		q.refs.drain()
 		close(q.stop)
 		<-q.done
+		q.watch.Stop()
 		q.mu.Lock()
 		q.reset()
 		q.mu.Unlock()
@@ -471,6 +478,9 @@ func (q *qp) PostSend(wrs []verbs.SendWR) (int, error) {
 		// In-process WRs run now, in the caller's goroutine; the rest
 		// goes to the worker.
 		_, handoff = q.pumpLocked(true)
+		if handoff {
+			q.handoffs++
+		}
 	}
 	q.mu.Unlock()
 	q.lt.Exit()

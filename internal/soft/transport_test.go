@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-rdma/rdma/internal/verbs"
+	"github.com/stretchr/testify/require"
 )
 
 // fakePeer is a hand-written peer on the wire, to send what a correct
@@ -349,4 +350,54 @@ func (streamConn) SetWriteDeadline(time.Time) error { return nil }
 func newStreamConn(r io.Reader, peer netip.AddrPort) *conn {
 	c := newConn(streamConn{bufio.NewReader(r)}, peer)
 	return c
+}
+
+// TestPosterWritesSmallWRs: a small WR on a connected QP goes to the
+// network from PostSend's goroutine, without waking the worker (a
+// goroutine hand-off on the way of every message); a large one, or the
+// first, which dials, goes to the worker; and a WR the poster wrote still
+// times out when the peer never answers.
+func TestPosterWritesSmallWRs(t *testing.T) {
+	a, f := fakeResponder(t, 10) // 4 ms × 2 tries: the 2 s floor
+	q := a.qp.(*qp)
+	handoffs := func() uint64 {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.handoffs
+	}
+	write := func(id uint64, n int) {
+		a.post(verbs.SendWR{ID: id, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.sge(0, n)}, RemoteAddr: 4096, RKey: 5})
+	}
+	answer := func(nc net.Conn, id uint64, n int) {
+		req, p := readRaw(t, nc)
+		require.Equal(t, uint8(frameRequest), req.typ)
+		require.Len(t, p, n)
+		writeRaw(t, nc, header{typ: frameAck, dst: req.src, src: fakeQPN, psn: req.psn}, nil)
+		wc := pollOK(t, a.scq)
+		require.Equal(t, id, wc.WRID)
+	}
+
+	write(1, 8) // dials: the worker's
+	nc := f.accept(wireVersion)
+	answer(nc, 1, 8)
+	require.EqualValues(t, 1, handoffs())
+
+	for id := uint64(2); id < 22; id++ {
+		write(id, 8)
+		answer(nc, id, 8)
+	}
+	require.EqualValues(t, 1, handoffs(), "small WRs on a connected QP woke the worker")
+
+	write(22, postRemoteMax+1)
+	answer(nc, 22, postRemoteMax+1)
+	require.EqualValues(t, 2, handoffs(), "a large WR is the worker's")
+
+	start := time.Now()
+	write(23, 8)
+	req, _ := readRaw(t, nc)
+	require.Equal(t, uint8(frameRequest), req.typ)
+	wc := poll(t, a.scq, 1)[0] // never answered
+	require.Equal(t, verbs.WCRetryExcErr, wc.Status)
+	require.Equal(t, uint32(VendorErrTimeout), wc.VendorErr)
+	require.Less(t, time.Since(start), 6*time.Second)
 }
