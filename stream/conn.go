@@ -599,17 +599,18 @@ func (s *Conn) reserve(n int) ([]byte, error) {
 			s.mu.Unlock()
 			return nil, s.opError("write", err)
 		}
-		if s.st.free() > 0 && len(s.sends) < s.sqLimit {
-			off, k := s.st.writable(n)
+		off, k := s.st.writable(n)
+		if k > 0 && len(s.sends) < s.sqLimit {
 			s.filling = true
 			piece := s.stageMem[off : off+k]
 			s.mu.Unlock()
 			return piece, nil
 		}
-		// Wait for credits (or the hello), or for a message in flight
-		// to complete: what frees staging.
+		// Wait for credits (or the hello, or in header mode the peer's
+		// count of messages taken), or for a message in flight to
+		// complete: what frees staging.
 		f := s.rf
-		if len(s.sends) >= s.sqLimit || (s.st.wsize > 0 && s.st.acked > s.st.completed) {
+		if len(s.sends) >= s.sqLimit || (s.st.free() == 0 && s.st.acked > s.st.completed) {
 			f = s.sends[0].f
 		}
 		if err := s.wait(f, &s.wctx, &s.wdl); err != nil {

@@ -27,3 +27,13 @@ func DebugState(s *Conn) string {
 	return fmt.Sprintf("rf{%s} rerr=%v serr=%v waiting=%d flushing=%v hdr=%v rcvd=%d read=%d msgs=%d peerTook=%d took=%d sends=%d finOwed=%v credOwed=%v",
 		rf, s.rerr, s.serr, s.waiting, s.flushing, s.hdr, s.st.rcvd, s.st.read, s.st.msgs, s.st.peerTook, s.st.took, len(s.sends), s.finOwed, s.credOwed)
 }
+
+// WriteBlocked says whether s can stage no more bytes now: a Write
+// waits for the peer (its credits, or in header mode its count of
+// messages taken) or for its own WRITEs to complete.
+func WriteBlocked(s *Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, k := s.st.writable(1)
+	return k == 0 && !s.filling && s.st.wsize > 0
+}

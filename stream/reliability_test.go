@@ -136,12 +136,15 @@ func testStreamCloseUnblocks(t *testing.T, opts []rdma.Option) {
 		n, err := c.Write(payload)
 		wrote <- res{n, err}
 	}()
-	// The writer is blocked for credits once the peer's first bytes
-	// are in (the window is far smaller than the payload).
+	// The writer blocks for credits (in header mode, for the peer's
+	// count of messages taken) once the peer's first bytes are in: the
+	// ring is far smaller than the payload, and the peer reads no more.
+	// Whatever Write reports written must still reach the peer.
 	first := make([]byte, 1)
 	if _, err := io.ReadFull(s, first); err != nil {
 		t.Fatal(err)
 	}
+	require.Eventually(t, func() bool { return stream.WriteBlocked(c) }, 20*time.Second, time.Millisecond, "the writer never blocked")
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}

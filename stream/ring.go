@@ -51,12 +51,17 @@ import (
 //
 // A data message is a WRITE of its bytes followed by that SEND (RC
 // places the WRITE before the SEND completes at the peer). The counts
-// of messages taken bound what is in flight: a side sends data or a fin
-// only while fewer than half of the peer's receive window
-// (rdma.Conn.SendWindow) are untaken, and credits on their own only
-// while fewer than all, so that credits can always go out to reopen a
-// window that data filled. A side that has taken a quarter of its own
-// window since it last said so sends its count on its own.
+// of messages taken bound what is in flight, against the peer's receive
+// window (rdma.Conn.SendWindow). A writer stages bytes only while the
+// messages that will carry them, with those of the bytes staged and not
+// yet posted, fit in half the window less the messages untaken: so data
+// never fills more than half, and credits can always go out to reopen a
+// window that data filled; and bytes a Write took never wait for the
+// peer's application to take messages, so Close can send them and the
+// fin whether the peer reads or not. Data goes while fewer than all but
+// one of the window are untaken, a fin or credits while fewer than all.
+// A side that has taken a quarter of its own window since it last said
+// so sends its count on its own.
 const (
 	opHello  = 1
 	opData   = 2
@@ -160,16 +165,41 @@ func (st *ringState) header(b []byte, op uint8, n int) {
 
 // canSend says whether a message of op may go now: always with credits
 // of the library's; in header mode while the peer's receive window has
-// room for it (data and fin: half of it, credits: all of it).
+// room for it (data, staged under stageRoom: all of it but the fin's
+// slot; a fin or credits: all of it).
 func (st *ringState) canSend(op uint8) bool {
 	if !st.hdr {
 		return true
 	}
-	limit := st.window / 2
-	if op == opCredit {
-		limit = st.window
+	limit := st.window
+	if op == opData {
+		limit--
 	}
 	return st.msgs-st.peerTook < limit
+}
+
+// stageRoom is, in header mode, how many more bytes may be staged: as
+// many as fit in the messages that half the peer's window has left
+// (less the messages untaken), counting from the bytes staged and not
+// posted yet. Posted together, as flushLocked posts them, those take at
+// most two messages: they cross the end of the ring at most once.
+func (st *ringState) stageRoom() int {
+	if !st.hdr {
+		return int(st.wsize)
+	}
+	untaken := st.msgs - st.peerTook
+	if untaken >= st.window/2 {
+		return 0
+	}
+	end := st.sent
+	for range min(st.window/2-untaken, 2) {
+		end += st.wsize - end%st.wsize
+	}
+	end = min(end, st.sent+st.wsize)
+	if end <= st.queued {
+		return 0
+	}
+	return int(end - st.queued)
 }
 
 // tookDue says whether we have taken enough of the peer's messages since
@@ -231,10 +261,13 @@ func (st *ringState) free() int {
 }
 
 // writable is where the next k (at most n) bytes go in staging: a
-// contiguous piece of what is free.
+// contiguous piece of what is free. k is 0 when nothing is.
 func (st *ringState) writable(n int) (off, k int) {
+	if st.wsize == 0 {
+		return 0, 0
+	}
 	pos := st.queued % st.wsize
-	return int(pos), min(n, st.free(), int(st.wsize-pos), st.cork())
+	return int(pos), min(n, st.free(), int(st.wsize-pos), st.cork(), st.stageRoom())
 }
 
 // cork is how many bytes may gather behind a WRITE in flight.

@@ -116,6 +116,10 @@ func ringStep(t testing.TB, st *ringState, script []byte) (rest []byte, ok bool,
 		off, k := st.writable(int(binary.BigEndian.Uint16(b)))
 		require.LessOrEqual(t, off+k, fuzzRing, "staging past its end")
 		st.queued += uint64(k)
+		if st.hdr && k > 0 {
+			require.LessOrEqual(t, piecesOf(st), st.window/2-(st.msgs-st.peerTook),
+				"bytes staged that half the peer's window cannot carry")
+		}
 		for st.sent < st.queued && st.canSend(opData) {
 			off, n := st.nextWrite()
 			require.Positive(t, n)
@@ -129,6 +133,16 @@ func ringStep(t testing.TB, st *ringState, script []byte) (rest []byte, ok bool,
 		st.completed = st.sent
 	}
 	return script, true, nil
+}
+
+// piecesOf is how many WRITEs the bytes staged and not posted take when
+// posted together, as flushLocked posts them.
+func piecesOf(st *ringState) uint32 {
+	n := uint32(0)
+	for p := st.sent; p < st.queued; n++ {
+		p += min(st.queued-p, st.wsize-p%st.wsize)
+	}
+	return n
 }
 
 func runRingScript(t testing.TB, script []byte) {
