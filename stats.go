@@ -308,6 +308,10 @@ type PollerStats struct {
 	// KicksSkipped counts the kicks that left a parked Adaptive poller
 	// parked because it could not have spun.
 	KicksSkipped uint64
+	// Direct counts completions handled in the provider's goroutine that
+	// raised their event rather than by a woken poller (the soft
+	// provider's connection readers; also in Completions).
+	Direct uint64
 	// With PollBusy, a Future.Wait polls the CQ itself ("drives" it).
 	Drives   uint64 // Waits that polled the CQ
 	Driven   uint64 // completions those Waits polled (also in Completions)
@@ -427,6 +431,7 @@ func (t *PollerStats) add(s PollerStats) {
 	t.Wakeups += s.Wakeups
 	t.Kicks += s.Kicks
 	t.KicksSkipped += s.KicksSkipped
+	t.Direct += s.Direct
 	t.Drives += s.Drives
 	t.Driven += s.Driven
 	t.Standbys += s.Standbys

@@ -225,13 +225,11 @@ func takeSpinSlot() bool {
 const spinPolls = 32
 
 // poll polls (up to spins times, until something comes) and hands what
-// it got to the handler. In Busy mode it takes the poll lock, which it
-// shares with drivers (drive.go).
+// it got to the handler. It takes the poll lock, which it shares with
+// drivers (drive.go) and with a channel's direct handling (direct).
 func (p *Poller) poll(ls *loopState, spins int) (int, error) {
-	if p.cfg.Mode == Busy {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	n, err := verbs.PollSpin(p.cq, p.wc, spins)
 	if n > 0 {
 		p.h.Completions(p.wc[:n:n])

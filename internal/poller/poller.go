@@ -69,7 +69,8 @@ const (
 // Handler receives the completions of one CQ.
 //
 // Completions is called on the poller's goroutine, one batch at a time,
-// in CQ order. It must not block, must not call Close on its own poller,
+// in CQ order; or, one batch at a time still, on a driver's (drive.go)
+// or on the provider's goroutine that raised an event (direct). It must not block, must not call Close on its own poller,
 // and must not keep wc (or any part of it) after it returns: the poller
 // reuses the array for the next batch. The handler is library code whose
 // only job is to complete futures (close a channel, store a result,
@@ -343,6 +344,9 @@ func New(cq verbs.CQ, ch verbs.CompChannel, h Handler, cfg Config) (*Poller, err
 		standbyFor: StandbyFor,
 		holdFor:    int64(crowdHold),
 	}
+	if d, ok := ch.(verbs.DirectChannel); ok && cfg.Mode != Busy {
+		d.SetDirect(p.direct)
+	}
 	p.standby = time.AfterFunc(time.Hour, p.standbyExpired)
 	p.standby.Stop()
 	p.ctx, p.cancel = context.WithCancel(context.Background())
@@ -388,6 +392,9 @@ func (p *Poller) ThreadID() int { return int(p.tid.Load()) }
 // tells why the loop ended.
 func (p *Poller) Close() error {
 	p.closeOnce.Do(func() {
+		if d, ok := p.ch.(verbs.DirectChannel); ok && p.cfg.Mode != Busy {
+			d.SetDirect(nil)
+		}
 		p.stop.Store(true)
 		p.cancel()
 		if p.state.CompareAndSwap(stateNew, stateClosed) {
@@ -451,4 +458,42 @@ func (p *Poller) waitCtx() context.Context {
 		p.kctx, p.kcancel = context.WithCancel(p.ctx)
 	}
 	return p.kctx
+}
+
+// direct is a DirectChannel's handling of an event of the poller's CQ, in
+// the provider's goroutine that raised it, while the poller is parked
+// (the CQ is armed only then): it polls and hands the completions to the
+// handler as a woken poller would, and re-arms the CQ, so that the
+// completion reaches its waiter without waking the poller's goroutine
+// first. For the soft provider between processes that is one goroutine
+// hand-off fewer on the way of every message (docs/poller.md).
+func (p *Poller) direct(verbs.CQ) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for !p.stop.Load() && !p.ended.Load() {
+		n, err := verbs.PollSpin(p.cq, p.wc, 1)
+		if err == nil && n == 0 {
+			// Arm, then poll again: a completion that came before the
+			// arm raised no event.
+			if err = p.cq.ReqNotify(false); err == nil {
+				n, err = verbs.PollSpin(p.cq, p.wc, 1)
+			}
+			if err == nil && n == 0 {
+				return
+			}
+		}
+		if err != nil {
+			// The poller's goroutine meets it too at its next poll, and
+			// stops: wake it.
+			p.kick.Store(true)
+			p.kmu.Lock()
+			p.kcancel()
+			p.kmu.Unlock()
+			return
+		}
+		p.h.Completions(p.wc[:n:n])
+		p.st.batches.Add(1)
+		p.st.completions.Add(uint64(n))
+		p.st.direct.Add(uint64(n))
+	}
 }

@@ -30,6 +30,9 @@ type Stats struct {
 	// KicksSkipped counts the Kick calls that left a parked Adaptive
 	// poller parked because it could not have spun.
 	KicksSkipped uint64
+	// Direct counts completions handled in the provider's goroutine
+	// that raised their event (a DirectChannel; also in Completions).
+	Direct uint64
 	// Run to completion (Busy mode, drive.go).
 	Drives   uint64 // Drive calls that drove
 	Driven   uint64 // completions a driver polled (also in Completions)
@@ -58,6 +61,7 @@ type counters struct {
 	wakeups      atomic.Uint64
 	kicks        atomic.Uint64
 	kicksSkipped atomic.Uint64
+	direct       atomic.Uint64
 	drives       atomic.Uint64
 	driven       atomic.Uint64
 	standbys     atomic.Uint64
@@ -84,6 +88,7 @@ func (p *Poller) Stats() Stats {
 		Wakeups:      c.wakeups.Load(),
 		Kicks:        c.kicks.Load(),
 		KicksSkipped: c.kicksSkipped.Load(),
+		Direct:       c.direct.Load(),
 		Drives:       c.drives.Load(),
 		Driven:       c.driven.Load(),
 		Standbys:     c.standbys.Load(),

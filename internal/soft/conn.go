@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,6 +62,7 @@ type conn struct {
 	h       header
 	rdl     time.Time
 	rscr    respScratch
+	events  []*cq // CQ events of the frame being served (see cq.push)
 	rsrc    streamSource
 	rdead   atomic.Bool
 	rflush  []respEntry // the reader's scratch for writing responses
@@ -99,6 +101,7 @@ func newConn(nc net.Conn, peer netip.AddrPort) *conn {
 	}
 	c.rx = rx{nc: nc, sr: newScatterReader(nc), buf: make([]byte, rbufSize), idle: c.flushIdle, pending: c.hasResp}
 	c.rsrc = streamSource{c: c}
+	c.rscr.events = &c.events
 	return c
 }
 
@@ -205,8 +208,28 @@ func (c *conn) readFrame() error {
 			err = c.onResponse(h)
 		}
 	}
+	c.raiseEvents()
 	handleOverflows()
 	return err
+}
+
+// raiseEvents raises the CQ events of the frame just served, holding no
+// lock: a channel's direct handler takes a completion to its waiter from
+// here, without waking the poller's goroutine first.
+func (c *conn) raiseEvents() {
+	if len(c.events) == 0 {
+		return
+	}
+	for i, q := range c.events {
+		raise(q)
+		c.events[i] = nil
+	}
+	c.events = c.events[:0]
+	// A waiter the handler woke sits in this P's runnext slot, where
+	// another P takes it only after a sleep of up to 100 µs (see
+	// internal/poller's doc), while this goroutine may go on to write
+	// ACKs: let it run now.
+	runtime.Gosched()
 }
 
 // readHeader reads one header from the stream. The prefix is checked
@@ -289,7 +312,15 @@ func (c *conn) onResponse(h *header) error {
 		return src.discard() // the QP is gone; its WRs went with it
 	}
 	defer q.refs.release()
-	if err := q.onResponse(c, h, &c.rscr.sgl, src); err != nil {
+	q.events.Store(&c.events)
+	err := q.onResponse(c, h, &c.rscr.sgl, src)
+	q.events.Store(nil)
+	// Whoever loaded events before the Store holds mu while it appends:
+	// once mu is free, c.events is the reader's alone again.
+	q.mu.Lock()
+	//lint:ignore SA2001 the critical section is empty: it waits for the appends
+	q.mu.Unlock()
+	if err != nil {
 		return err
 	}
 	return src.discard()

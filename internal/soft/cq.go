@@ -93,7 +93,12 @@ func (c *cq) AckEvents(n int) {
 
 // push adds one completion. solicited marks a receive of a solicited
 // message; errors always count as solicited for notification.
-func (c *cq) push(wc verbs.WorkCompletion, solicited bool) {
+//
+// events is where a connection reader collects the events of the frame
+// it serves (qp.events), nil elsewhere: an event for a channel with a
+// direct handler goes there, and the reader raises it at the frame's end
+// (conn.raiseEvents), in its own goroutine, holding no lock.
+func (c *cq) push(wc verbs.WorkCompletion, solicited bool, events *[]*cq) {
 	c.mu.Lock()
 	if c.n == len(c.ring) {
 		if !c.ovf {
@@ -119,6 +124,10 @@ func (c *cq) push(wc verbs.WorkCompletion, solicited bool) {
 	}
 	c.mu.Unlock()
 	if notify {
+		if events != nil && c.ch.direct.Load() != nil {
+			*events = append(*events, c)
+			return
+		}
 		c.ch.post(c)
 	}
 }
@@ -180,10 +189,43 @@ type compChannel struct {
 	lt  verbs.Lifetime
 	ctx *devContext
 
+	// direct takes the events that connection readers raise, instead of
+	// GetEvent (verbs.DirectChannel).
+	direct atomic.Pointer[func(verbs.CQ)]
+
 	mu   sync.Mutex
 	q    []*cq
 	wake chan struct{}
 	done chan struct{}
+}
+
+// SetDirect makes f take the events that connection readers raise (see
+// verbs.DirectChannel); nil removes it.
+func (ch *compChannel) SetDirect(f func(verbs.CQ)) {
+	if f == nil {
+		ch.direct.Store(nil)
+		return
+	}
+	ch.direct.Store(&f)
+}
+
+// directRunning counts the direct handlers running. While one runs, a
+// PostSend leaves the network to the QP's worker (postsRemote): the
+// handler runs in a connection reader, which must never block writing to
+// a peer whose own reader may be blocked writing to it.
+var directRunning atomic.Int32
+
+// raise delivers the event of CQ c: to the channel's direct handler if it
+// has one, else to GetEvent. Only connection readers call it, holding no
+// lock.
+func raise(c *cq) {
+	if f := c.ch.direct.Load(); f != nil {
+		directRunning.Add(1)
+		(*f)(c)
+		directRunning.Add(-1)
+		return
+	}
+	c.ch.post(c)
 }
 
 func (ch *compChannel) post(c *cq) {

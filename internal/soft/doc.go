@@ -65,13 +65,17 @@
 // writes the frames of all the WRs it finds runnable with one writev (up
 // to 1 MiB), straight from registered memory. Each connection has a
 // reader goroutine, which reads headers through a small buffer and
-// payloads straight into their target memory (on Linux with readv, so that the read of a payload also
-// takes the next header), and writes the ACKs it owes, coalesced, when
-// it has caught up with the stream; a writer goroutine sends READ
-// responses. A goroutine that busy-polls a CQ with only runtime.Gosched
-// between polls can keep the Go scheduler from polling the network,
-// which delays those goroutines by up to 10 ms; poll briefly, then wait
-// on the completion channel.
+// payloads straight into their target memory (on Linux with readv, so
+// that the read of a payload also takes the next header), and writes the
+// ACKs it owes, coalesced, when it has caught up with the stream; a
+// writer goroutine sends READ responses. The completion channel is a
+// verbs.DirectChannel: the events of the completions a reader produces
+// go, at the end of the frame, to the channel's direct handler in the
+// reader's goroutine (the poller takes them there, without waking its
+// own goroutine first); other events go to GetEvent. A goroutine that
+// busy-polls a CQ with only runtime.Gosched between polls can keep the
+// Go scheduler from polling the network, which delays those goroutines
+// by up to 10 ms; poll briefly, then wait on the completion channel.
 //
 // # Failures
 //

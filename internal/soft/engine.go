@@ -170,9 +170,11 @@ const postRemoteMax = 16 << 10
 // at slot s to the network itself: a small WR on a connected RC or UC QP,
 // while the batch staged so far is small too. Writing it saves waking the
 // worker, a goroutine hand-off on the way of every message; a poster that
-// finds the connection busy waits for it, as a TCP Write would.
+// finds the connection busy waits for it, as a TCP Write would. While a
+// direct handler runs (raise), the worker writes: the poster may be a
+// connection reader.
 func (q *qp) postsRemote(s *sendSlot) bool {
-	return q.typ != verbs.UD && q.conn != nil && !q.conn.isDead() &&
+	return directRunning.Load() == 0 && q.typ != verbs.UD && q.conn != nil && !q.conn.isDead() &&
 		s.length <= postRemoteMax && q.tx.bytes < postRemoteMax
 }
 
@@ -714,6 +716,10 @@ var (
 func (r *qp) respond(req *request, src source, sc *respScratch) response {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if sc.events != nil {
+		r.events.Store(sc.events)
+		defer r.events.Store(nil) // before mu is unlocked
+	}
 	if r.typ == verbs.UD {
 		return r.respondUD(req, src, sc)
 	}
@@ -847,7 +853,7 @@ func (r *qp) accessErr(rc bool) response {
 // lostRecv completes a receive whose message never fully arrived.
 func (r *qp) lostRecv(id uint64, err error) response {
 	if r.state != verbs.StateReset {
-		r.recvCQ.push(verbs.WorkCompletion{WRID: id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPN: r.qpn}, false)
+		r.recvCQ.push(verbs.WorkCompletion{WRID: id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPN: r.qpn}, false, r.events.Load())
 	}
 	if err != nil {
 		r.enterErr(err)
@@ -907,7 +913,7 @@ func (r *qp) pushRecv(id uint64, st verbs.WCStatus, op verbs.WCOpcode, n uint64,
 			wc.Flags |= verbs.WCWithImm
 		}
 	}
-	r.recvCQ.push(wc, req.solicited)
+	r.recvCQ.push(wc, req.solicited, r.events.Load())
 }
 
 // respondUD delivers a datagram: the 40-byte GRH, then the data. Every
@@ -944,7 +950,7 @@ func (r *qp) respondUD(req *request, src source, sc *respScratch) response {
 	same, err := r.fillUnlocked(s, verbs.GRHSize, req.length, src)
 	if err != nil || !same {
 		if r.state != verbs.StateReset {
-			r.recvCQ.push(verbs.WorkCompletion{WRID: rs.id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPN: r.qpn}, false)
+			r.recvCQ.push(verbs.WorkCompletion{WRID: rs.id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPN: r.qpn}, false, r.events.Load())
 		}
 		return response{kind: respDrop, err: err}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-rdma/rdma/internal/verbs"
@@ -89,8 +90,11 @@ type qp struct {
 	watch      *time.Timer
 	watchArmed bool
 	handoffs   uint64 // posts that woke the worker to run their WRs
-	conn       *conn
-	tx         txBatch // frames staged by whoever pumps
+	// events is set, while a connection reader serves a frame for this
+	// QP, to where the reader collects its CQ events (see cq.push).
+	events atomic.Pointer[[]*cq]
+	conn   *conn
+	tx     txBatch // frames staged by whoever pumps
 
 	rq     []recvSlot
 	rqHead uint64
@@ -106,6 +110,9 @@ type qp struct {
 type respScratch struct {
 	sgl  sgl
 	recv recvSlot
+	// events collects the CQ events of a connection reader's frame (see
+	// cq.push); nil for the in-process requester's scratch.
+	events *[]*cq
 }
 
 func newRespScratch() respScratch {
@@ -414,7 +421,7 @@ func (q *qp) enterErr(reason error) {
 	q.rnrUntil = time.Time{}
 	for ; q.rqHead != q.rqTail; q.rqHead++ {
 		r := &q.rq[q.rqHead%uint64(len(q.rq))]
-		q.recvCQ.push(verbs.WorkCompletion{WRID: r.id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPN: q.qpn}, false)
+		q.recvCQ.push(verbs.WorkCompletion{WRID: r.id, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPN: q.qpn}, false, q.events.Load())
 	}
 	if q.srq != nil {
 		q.ctx().event(verbs.EventQPLastWQEReached, q.qpn)
@@ -440,7 +447,7 @@ func (q *qp) completeSend(s *sendSlot, st verbs.WCStatus, vendor uint32) {
 	if st == verbs.WCSuccess {
 		wc.ByteLen = uint32(s.length)
 	}
-	q.sendCQ.push(wc, false)
+	q.sendCQ.push(wc, false, q.events.Load())
 }
 
 // completeHead completes the oldest WR successfully.
@@ -502,7 +509,7 @@ func (q *qp) postSend(wrs []verbs.SendWR) (int, error) {
 			return i, postErr("post_send", i, err)
 		}
 		if q.state == verbs.StateError {
-			q.sendCQ.push(verbs.WorkCompletion{WRID: wr.ID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCOpcodeOf(wr.Opcode), QPN: q.qpn}, false)
+			q.sendCQ.push(verbs.WorkCompletion{WRID: wr.ID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCOpcodeOf(wr.Opcode), QPN: q.qpn}, false, nil)
 			continue
 		}
 		if q.sq == nil {
@@ -623,7 +630,7 @@ func (q *qp) postRecv(wrs []verbs.RecvWR) (int, error) {
 			return i, postErr("post_recv", i, fmt.Errorf("%w: WR %d has %d SGEs, the QP allows %d", verbs.ErrInvalid, wr.ID, len(wr.SGL), q.caps.MaxRecvSGE))
 		}
 		if q.state == verbs.StateError {
-			q.recvCQ.push(verbs.WorkCompletion{WRID: wr.ID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPN: q.qpn}, false)
+			q.recvCQ.push(verbs.WorkCompletion{WRID: wr.ID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPN: q.qpn}, false, nil)
 			continue
 		}
 		if q.rqTail-q.rqHead == uint64(len(q.rq)) {

@@ -81,6 +81,20 @@ type CompChannel interface {
 	Close() error
 }
 
+// DirectChannel is a CompChannel that can hand its events to a function
+// instead of its waiter (GetEvent). Where the provider produces a
+// completion in a goroutine of its own (the soft provider's connection
+// readers), it calls f there, at a point where it holds none of its
+// locks, and the completion skips the hand-off to the waiter's goroutine.
+// f receives the CQ of the event, which counts as taken and acknowledged:
+// f polls the CQ, re-arms it (ReqNotify) and polls it again, as a woken
+// waiter does. Events the provider produces elsewhere still go to
+// GetEvent. SetDirect(nil) removes f.
+type DirectChannel interface {
+	CompChannel
+	SetDirect(f func(CQ))
+}
+
 // CQ is a completion queue.
 type CQ interface {
 	// Poll fills wc with up to len(wc) completions and returns how many.

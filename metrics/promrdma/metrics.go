@@ -262,6 +262,7 @@ var pollerCounters = []pollerCounter{
 	{newMetric("poller", "wakeups_total", "Waits that ended without an event.", counter, engineLabels), func(e rdma.EngineStats) uint64 { return e.Pollers.Wakeups }},
 	{newMetric("poller", "kicks_total", "Kicks that found a poller parked.", counter, engineLabels), func(e rdma.EngineStats) uint64 { return e.Pollers.Kicks }},
 	{newMetric("poller", "kicks_skipped_total", "Kicks that left a parked poller parked.", counter, engineLabels), func(e rdma.EngineStats) uint64 { return e.Pollers.KicksSkipped }},
+	{newMetric("poller", "direct_total", "Completions handled where their event was raised, without waking a poller (also in completions_total).", counter, engineLabels), func(e rdma.EngineStats) uint64 { return e.Pollers.Direct }},
 	{newMetric("poller", "drives_total", "Drive calls that drove (busy mode).", counter, engineLabels), func(e rdma.EngineStats) uint64 { return e.Pollers.Drives }},
 	{newMetric("poller", "driven_total", "Completions a driver polled (busy mode; also in completions_total).", counter, engineLabels), func(e rdma.EngineStats) uint64 { return e.Pollers.Driven }},
 	{newMetric("poller", "standbys_total", "Times a poller blocked while a driver drove (busy mode).", counter, engineLabels), func(e rdma.EngineStats) uint64 { return e.Pollers.Standbys }},
