@@ -289,6 +289,25 @@ func (c *Conn) fail(err error) {
 	c.tellPeer(err)
 }
 
+// resolveLeft resolves the operations still in the table, for which no
+// completion will come: each once (take), a receive's buffer back to the
+// pool, every other operation failed with the connection's error.
+func (c *Conn) resolveLeft() {
+	for _, id := range c.ops.ids() {
+		if o, ok := c.ops.take(id); ok {
+			switch o.kind {
+			case opBeacon, opCredit:
+			case opRecv:
+				o.buf.Release()
+			default:
+				o.resolveOp(c.closedErr(), 0, 0)
+				c.dropBuf(&o)
+			}
+			c.opDone()
+		}
+	}
+}
+
 // abandonAfter is how long after a failure a connection on a device
 // that never completes WRs posted to a QP in ERR (siw) waits for the
 // flushes of those it posted before giving up on the rest.
@@ -312,19 +331,7 @@ func (c *Conn) abandonPosted() {
 	for _, f := range ws {
 		f.resolve(err, 0, 0, false, nil, 0)
 	}
-	for _, id := range c.ops.ids() {
-		if o, ok := c.ops.take(id); ok {
-			switch o.kind {
-			case opBeacon, opCredit:
-			case opRecv:
-				o.buf.Release()
-			default:
-				o.resolveOp(c.closedErr(), 0, 0)
-				c.dropBuf(&o)
-			}
-			c.opDone()
-		}
-	}
+	c.resolveLeft()
 }
 
 // closedErr is the error of an operation on a closed or failed
@@ -742,20 +749,8 @@ func (c *Conn) teardown() error {
 	}
 	c.unlockPost()
 	// The QP is gone, so no completion can arrive for what is left:
-	// resolve it here. take makes sure each op is resolved once.
-	for _, id := range c.ops.ids() {
-		if o, ok := c.ops.take(id); ok {
-			switch o.kind {
-			case opBeacon, opCredit:
-			case opRecv:
-				o.buf.Release()
-			default:
-				o.resolveOp(c.closedErr(), 0, 0)
-				c.dropBuf(&o)
-			}
-			c.opDone()
-		}
-	}
+	// resolve it here.
+	c.resolveLeft()
 	c.rq.rmu.Lock()
 	for _, m := range c.rq.ready.take() {
 		if m.pb != nil {
