@@ -26,6 +26,7 @@ import (
 	"runtime/pprof"
 	"runtime/trace"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-rdma/rdma/internal/verbs"
@@ -125,35 +126,40 @@ func main() {
 	p.stderr, p.tty = os.Stderr, isTerminal(os.Stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if p.cpuProf != "" {
-		f, err := os.Create(p.cpuProf)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "rdmaperf: --cpuprofile:", err)
-			os.Exit(1)
-		}
-		defer f.Close()
-		defer pprof.StopCPUProfile()
-	}
-	if p.trace != "" {
-		f, err := os.Create(p.trace)
-		if err == nil {
-			err = trace.Start(f)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "rdmaperf: --trace:", err)
-			os.Exit(1)
-		}
-		defer f.Close()
-		defer trace.Stop()
-	}
+	stopProf := record("--cpuprofile", p.cpuProf, pprof.StartCPUProfile, pprof.StopCPUProfile)
+	defer stopProf()
+	stopTrace := record("--trace", p.trace, trace.Start, trace.Stop)
+	defer stopTrace()
 	if err := run(ctx, p); err != nil {
-		trace.Stop()
-		pprof.StopCPUProfile()
+		stopTrace()
+		stopProf()
 		fmt.Fprintln(os.Stderr, "rdmaperf:", err)
 		os.Exit(1)
+	}
+}
+
+// record starts a recording of the run (a CPU profile, an execution
+// trace) into the file at path, if one is given, and returns what ends
+// it; a second call of that does nothing. A file that cannot be written
+// ends the program.
+func record(flag, path string, start func(io.Writer) error, stop func()) func() {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = start(f)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "rdmaperf: %s: %v\n", flag, err)
+		os.Exit(1)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			stop()
+			f.Close()
+		})
 	}
 }
 
