@@ -263,13 +263,22 @@ func (s *sharedRecv) await(ctx context.Context, p *withdrawPair, sends, taken, n
 // takeWithdrawn releases the buffer of a receive the pair consumed, and
 // its reservation: an SRQ receive completion, failed or not, took its
 // receive. At once, so that a refill meanwhile (the limit event comes
-// as the receives go) counts what is posted and not reserved right.
+// as the receives go) counts what is posted and not reserved right; and
+// both under mu, which refills and grants hold: between take's
+// decrement of posted and the reservation's, a refill saw one receive
+// short and posted one more, which an idle queue then kept for good
+// (TestReceivesFollowLoad failed so in 1 of 6 runs of the test suite),
+// and in the other order a grant would see one receive too many.
 func (s *sharedRecv) takeWithdrawn(wc *verbs.WorkCompletion) int {
+	s.mu.Lock()
 	pb := s.take(wc.WRID)
+	if pb != nil {
+		s.withdrawing.Add(-1)
+	}
+	s.mu.Unlock()
 	if pb == nil {
 		return 0
 	}
-	s.withdrawing.Add(-1)
 	s.withdrawn.Add(1)
 	pb.Release()
 	return 1
