@@ -158,3 +158,55 @@ func testConcurrentPosts(t *testing.T, opts []rdma.Option) {
 	t.Logf("%d sends in %d doorbells", st.Sends, st.Doorbells)
 	assert.Equal(t, uint64(goroutines*each), st.Sends)
 }
+
+// Rule: an operation left in the combining queue was issued when its
+// call returned. When a close begins before anyone posted it, it fares
+// as a posted one would: on the peer's close it fails with
+// ErrPeerClosed; on our own Close it goes out and completes. (Both
+// failed with a bare ErrClosed: the close's quiesce refused it as a new
+// post. Seen in CI as TestPeerCloseErrors/verbs, once.)
+func TestCombinedAcrossClose(t *testing.T) {
+	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
+		for _, peer := range []bool{true, false} {
+			name := map[bool]string{true: "peer-closes", false: "we-close"}[peer]
+			t.Run(name, func(t *testing.T) { testCombinedAcrossClose(t, opts, peer) })
+		}
+	})
+}
+
+func testCombinedAcrossClose(t *testing.T, opts []rdma.Option, peerCloses bool) {
+	c, s := rdmatest.Pair(t, opts...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const size = 128 // past the inline size: inline posts wait for the lock
+	target, err := s.Alloc(size)
+	require.NoError(t, err)
+	defer target.Release()
+	region, err := s.Expose(target, rdma.RemoteWrite)
+	require.NoError(t, err)
+	src, err := c.Alloc(size)
+	require.NoError(t, err)
+	defer src.Release()
+	copy(src.Bytes(), "combined before the close")
+
+	release := rdma.HoldPostBare(c)
+	f := c.Write(src, region)
+	require.False(t, f.Resolved(), "the write went to the combining queue")
+	closed := make(chan error, 1)
+	if peerCloses {
+		go func() { closed <- s.Close() }()
+		require.Eventually(t, func() bool { return rdma.PeerCloseHeard(c) }, 10*time.Second, time.Millisecond, "c did not hear the close")
+	} else {
+		go func() { closed <- c.Close() }()
+		require.Eventually(t, func() bool { return rdma.CloseCalled(c) }, 10*time.Second, time.Millisecond)
+	}
+	release() // the close's quiesce is the next holder
+	err = f.Wait(ctx)
+	if peerCloses {
+		require.ErrorIs(t, err, rdma.ErrPeerClosed)
+	} else {
+		require.NoError(t, err, "issued before Close: it completes as it would have")
+		assert.Equal(t, "combined before the close", string(target.Bytes()[:25]))
+	}
+	require.NoError(t, <-closed)
+}

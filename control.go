@@ -311,6 +311,12 @@ func (c *Conn) quiesce(why error, drain bool) {
 		ctx, cancel := context.WithTimeout(c.ctx, revokeBound)
 		defer cancel()
 		c.sq.postMu.Lock()
+		// Operations left in the combining queue were issued before
+		// the close: they go out (or queue) as issued, not refused as
+		// new ones.
+		if c.sq.cq.n.Load() > 0 {
+			c.postCombinedLocked()
+		}
 		c.sq.quiescing = true
 		for drain && c.sq.pending.len() > 0 {
 			if c.sq.progress == nil {

@@ -135,6 +135,20 @@ func HoldPost(c *Conn) (release func()) {
 	return c.postUnlock
 }
 
+// HoldPostBare is HoldPost whose release only unlocks: it leaves what
+// the combining queue holds to the next holder, as a holder between its
+// unlock and its second look at the queue does (postUnlock).
+func HoldPostBare(c *Conn) (release func()) {
+	c.sq.postMu.Lock()
+	return c.sq.postMu.Unlock
+}
+
+// PeerCloseHeard reports whether c has heard its peer close.
+func PeerCloseHeard(c *Conn) bool { return c.peerClosed.Load() }
+
+// CloseCalled reports whether c's Close has begun.
+func CloseCalled(c *Conn) bool { return c.closeCalled.Load() }
+
 // CreditIdleArmed reports whether c's idle give-back of credits
 // (idleCredits) still runs.
 func CreditIdleArmed(c *Conn) bool {

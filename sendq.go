@@ -381,11 +381,16 @@ func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 // chain was issued before Close began, so Close lets it go out. Caller
 // holds postMu.
 func (c *Conn) postable(wrs []verbs.SendWR, ops []op, queued bool) error {
-	if c.closing.Load() || c.err() != nil || (c.sq.quiescing && !queued) {
+	if c.closing.Load() || c.err() != nil {
 		return c.closedErr()
 	}
+	// The peer's close quiesces too: a post then fails as the peer's
+	// doing, not as a close of ours.
 	if c.peerClosed.Load() {
 		return c.peerGone()
+	}
+	if c.sq.quiescing && !queued {
+		return c.closedErr()
 	}
 	for i := range wrs {
 		if ops[i].kind != opSend && c.isRevoked(wrs[i].RKey) {
