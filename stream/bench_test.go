@@ -29,6 +29,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/benchmark"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/go-rdma/rdma/internal/testchild"
@@ -229,13 +230,14 @@ func BenchmarkStreamPingPong(b *testing.B) {
 
 // streamSinkChild is the child of BenchmarkStreamCrossProcess and
 // BenchmarkGRPCCrossProcess: it listens for TCP and for the stream on
-// loopback, twice each, prints the four addresses, and serves every
-// connection until its stdin closes. On the first two, with sink when
-// its first byte is 's', with echo when it is 'e'; on the last two with
-// a gRPC server of echoDesc.
+// loopback, three times each, prints the six addresses, and serves
+// every connection until its stdin closes. On the first two, with sink
+// when its first byte is 's', with echo when it is 'e'; on the next two
+// with a gRPC server of echoDesc; on the last two with gRPC's own
+// benchmark service (BenchmarkGRPCService).
 func streamSinkChild() int {
 	var ls []net.Listener
-	for range 2 {
+	for range 3 {
 		tl, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			fmt.Println("listen:", err)
@@ -261,10 +263,13 @@ func streamSinkChild() int {
 	}
 	srv := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}))
 	srv.RegisterService(&echoDesc, echoServer{})
-	for _, l := range ls[2:] {
+	for _, l := range ls[2:4] {
 		go srv.Serve(l)
 	}
-	fmt.Println(ls[0].Addr(), ls[1].Addr(), ls[2].Addr(), ls[3].Addr())
+	for _, l := range ls[4:] {
+		defer benchmark.StartServer(benchmark.ServerInfo{Type: "protobuf", Listener: l})()
+	}
+	fmt.Println(ls[0].Addr(), ls[1].Addr(), ls[2].Addr(), ls[3].Addr(), ls[4].Addr(), ls[5].Addr())
 	io.Copy(io.Discard, os.Stdin)
 	srv.Stop()
 	return 0
@@ -316,7 +321,7 @@ func sink(c net.Conn) {
 }
 
 // sinkAddrs are the addresses the sink child serves on.
-type sinkAddrs struct{ tcp, stream, grpcTCP, grpcStream string }
+type sinkAddrs struct{ tcp, stream, grpcTCP, grpcStream, serviceTCP, serviceStream string }
 
 // startSink starts the sink child and returns its addresses; it is
 // killed when b ends.
@@ -325,8 +330,8 @@ func startSink(b *testing.B) sinkAddrs {
 	child := testchild.Start(context.Background(), b, "stream-sink")
 	line := child.ReadLine(b)
 	f := strings.Fields(line)
-	require.Len(b, f, 4, "sink child said %q", line)
-	return sinkAddrs{f[0], f[1], f[2], f[3]}
+	require.Len(b, f, 6, "sink child said %q", line)
+	return sinkAddrs{f[0], f[1], f[2], f[3], f[4], f[5]}
 }
 
 // sinkRound sends n messages of size bytes spread over cs to the sink
