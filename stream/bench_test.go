@@ -110,17 +110,15 @@ func BenchmarkStreamThroughput(b *testing.B) {
 	})
 }
 
-// rounds is how many rounds of each side bestOf runs.
+// rounds is how many rounds of each side bestRounds runs.
 const rounds = 8
 
-// bestOf runs rounds of tcp and of stream alternately, each moving ops
-// messages of size bytes, and reports the best round of each (stream-Gb/s, tcp-Gb/s) and their
-// ratio (stream/tcp): on a shared machine other load comes in phases of
-// seconds and only ever slows a round down. Only the stream's rounds
+// bestRounds runs rounds of tcp and of stream alternately and returns
+// the best round of each: on a shared machine other load comes in phases
+// of seconds and only ever slows a round down. Only the stream's rounds
 // count for ns/op and allocs/op.
-func bestOf(b *testing.B, size, ops int, tcp, strm func() error) {
+func bestRounds(b *testing.B, tcp, strm func() error) (bestTCP, bestStream time.Duration) {
 	b.Helper()
-	var bestTCP, bestStream time.Duration
 	best := func(d *time.Duration, round func() error) {
 		start := time.Now()
 		if err := round(); err != nil {
@@ -130,8 +128,6 @@ func bestOf(b *testing.B, size, ops int, tcp, strm func() error) {
 			*d = t
 		}
 	}
-	b.SetBytes(int64(size))
-	b.ReportAllocs()
 	b.ResetTimer()
 	for range rounds {
 		b.StopTimer()
@@ -140,6 +136,17 @@ func bestOf(b *testing.B, size, ops int, tcp, strm func() error) {
 		best(&bestStream, strm)
 	}
 	b.StopTimer()
+	return bestTCP, bestStream
+}
+
+// bestOf runs bestRounds of tcp and of stream, each moving ops messages
+// of size bytes, and reports the best round of each (stream-Gb/s,
+// tcp-Gb/s) and their ratio (stream/tcp).
+func bestOf(b *testing.B, size, ops int, tcp, strm func() error) {
+	b.Helper()
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	bestTCP, bestStream := bestRounds(b, tcp, strm)
 	gbps := func(d time.Duration) float64 { return float64(ops*size) * 8 / d.Seconds() / 1e9 }
 	b.ReportMetric(gbps(bestStream), "stream-Gb/s")
 	b.ReportMetric(gbps(bestTCP), "tcp-Gb/s")
@@ -477,22 +484,7 @@ func BenchmarkGRPCCrossProcess(b *testing.B) {
 			// Warm both: connections, gRPC's windows.
 			require.NoError(b, round(tcp, false)())
 			require.NoError(b, round(strm, false)())
-			var bestTCP, bestStream time.Duration
-			best := func(dst *time.Duration, r func() error) {
-				start := time.Now()
-				require.NoError(b, r())
-				if t := time.Since(start); *dst == 0 || t < *dst {
-					*dst = t
-				}
-			}
-			b.ResetTimer()
-			for range rounds {
-				b.StopTimer()
-				best(&bestTCP, round(tcp, false))
-				b.StartTimer()
-				best(&bestStream, round(strm, true))
-			}
-			b.StopTimer()
+			bestTCP, bestStream := bestRounds(b, round(tcp, false), round(strm, true))
 			slices.Sort(lat)
 			b.ReportMetric(float64(m)/bestStream.Seconds(), "stream-calls/s")
 			b.ReportMetric(float64(m)/bestTCP.Seconds(), "tcp-calls/s")

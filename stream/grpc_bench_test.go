@@ -70,22 +70,7 @@ func BenchmarkGRPCService(b *testing.B) {
 			// Warm both: connections, gRPC's windows.
 			require.NoError(b, round(tcp, nil)())
 			require.NoError(b, round(strm, nil)())
-			var bestTCP, bestStream time.Duration
-			best := func(dst *time.Duration, r func() error) {
-				start := time.Now()
-				require.NoError(b, r())
-				if t := time.Since(start); *dst == 0 || t < *dst {
-					*dst = t
-				}
-			}
-			b.ResetTimer()
-			for range rounds {
-				b.StopTimer()
-				best(&bestTCP, round(tcp, &lat[0]))
-				b.StartTimer()
-				best(&bestStream, round(strm, &lat[1]))
-			}
-			b.StopTimer()
+			bestTCP, bestStream := bestRounds(b, round(tcp, &lat[0]), round(strm, &lat[1]))
 			b.ReportMetric(float64(m)/bestStream.Seconds(), "stream-calls/s")
 			b.ReportMetric(float64(m)/bestTCP.Seconds(), "tcp-calls/s")
 			b.ReportMetric(bestTCP.Seconds()/bestStream.Seconds(), "stream/tcp")
