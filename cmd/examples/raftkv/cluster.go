@@ -165,22 +165,26 @@ func waitLeader(nodes []*node, limit time.Duration) (*node, error) {
 	}
 }
 
-// converge waits until every node applied what the leader committed,
-// then checks that their stores are the leader's.
+// converge waits until every node's store applied what the leader's
+// did, then checks that their stores are the leader's. It asks the
+// stores, not raft: raft's AppliedIndex counts the entries it handed to
+// a store, which may not have applied them yet.
 func converge(nodes []*node, leader *node, limit time.Duration) error {
+	// The leader's store has applied everything before the barrier
+	// once it resolves.
 	if err := leader.r.Barrier(limit).Error(); err != nil {
 		return fmt.Errorf("barrier: %w", err)
 	}
-	want := leader.r.AppliedIndex()
+	want := leader.fsm.appliedIndex()
 	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
 	timeout := time.After(limit)
 	for _, n := range nodes {
-		for n.r.AppliedIndex() < want {
+		for n.fsm.appliedIndex() < want {
 			select {
 			case <-t.C: // followers apply on their own: look again
 			case <-timeout:
-				return fmt.Errorf("%s applied %d of %d entries", n.id, n.r.AppliedIndex(), want)
+				return fmt.Errorf("%s applied up to entry %d of %d", n.id, n.fsm.appliedIndex(), want)
 			}
 		}
 		if n != leader && !n.fsm.equal(leader.fsm) {

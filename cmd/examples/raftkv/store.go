@@ -14,8 +14,11 @@ import (
 // store is the replicated state: raft applies each committed put to
 // every node's store in log order.
 type store struct {
-	mu sync.Mutex
-	kv map[string][]byte
+	mu      sync.Mutex
+	kv      map[string][]byte
+	applied uint64 // the log index of the last put applied
+
+	gate chan struct{} // tests: Apply waits until it is closed; nil: no wait
 }
 
 func newStore() *store { return &store{kv: make(map[string][]byte)} }
@@ -31,6 +34,15 @@ func encodePut(key string, value []byte) []byte {
 // Apply applies a committed put. A malformed entry is an error result
 // (raft's ApplyFuture.Response), not a panic.
 func (s *store) Apply(l *raft.Log) any {
+	s.mu.Lock()
+	gate := s.gate
+	s.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	s.mu.Lock()
+	s.applied = l.Index
+	s.mu.Unlock()
 	d := l.Data
 	if len(d) < 2 || len(d) < 2+(int(d[0])<<8|int(d[1])) {
 		return fmt.Errorf("raftkv: malformed put of %d bytes at index %d", len(d), l.Index)
@@ -52,6 +64,15 @@ func (s *store) equal(o *store) bool {
 	return maps.EqualFunc(s.kv, o.kv, bytes.Equal)
 }
 
+// appliedIndex is the log index of the last put the store applied. Raft's
+// own AppliedIndex counts what it handed to the store, which may not have
+// applied it yet.
+func (s *store) appliedIndex() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.applied
+}
+
 func (s *store) len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -61,26 +82,32 @@ func (s *store) len() int {
 func (s *store) Snapshot() (raft.FSMSnapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return snapshot(maps.Clone(s.kv)), nil
+	return snapshot{KV: maps.Clone(s.kv), Applied: s.applied}, nil
 }
 
 func (s *store) Restore(r io.ReadCloser) error {
 	defer r.Close()
-	kv := make(map[string][]byte)
-	if err := gob.NewDecoder(r).Decode(&kv); err != nil {
+	var sn snapshot
+	if err := gob.NewDecoder(r).Decode(&sn); err != nil {
 		return fmt.Errorf("raftkv: restore: %w", err)
 	}
+	if sn.KV == nil {
+		sn.KV = make(map[string][]byte)
+	}
 	s.mu.Lock()
-	s.kv = kv
+	s.kv, s.applied = sn.KV, sn.Applied
 	s.mu.Unlock()
 	return nil
 }
 
 // snapshot is a copy of the store taken under its lock.
-type snapshot map[string][]byte
+type snapshot struct {
+	KV      map[string][]byte
+	Applied uint64
+}
 
 func (sn snapshot) Persist(sink raft.SnapshotSink) error {
-	if err := gob.NewEncoder(sink).Encode(map[string][]byte(sn)); err != nil {
+	if err := gob.NewEncoder(sink).Encode(sn); err != nil {
 		sink.Cancel()
 		return fmt.Errorf("raftkv: snapshot: %w", err)
 	}
