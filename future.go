@@ -116,6 +116,10 @@ func collectedCell(cell *atomic.Pointer[pool.Buffer]) {
 }
 
 // Done is closed when the future resolves.
+//
+// With a Busy poller, Done wakes the poller, since whoever selects on the
+// channel does not poll the CQ: to look without blocking, use Resolved,
+// and to block, Wait, which polls from the calling goroutine.
 func (f *Future) Done() <-chan struct{} {
 	if f.state.Load() == 1 {
 		return closedChan

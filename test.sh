@@ -119,6 +119,9 @@ for p in "${VM_PKGS[@]}"; do
   go test -c -o "$bindir/$b" "./$p"
   specs+=("$p=$b")
 done
+# Of cmd/rdmaperf's tests, those that need a device (the rest use soft).
+go test -c -o "$bindir/cmd_rdmaperf.test" ./cmd/rdmaperf
+specs+=("cmd/rdmaperf=cmd_rdmaperf.test@Verbs")
 # cmd/rdmacat's tests run the command; the guest cannot build it.
 go build -o "$bindir/rdmacat" ./cmd/rdmacat
 # The purego binding (CGO_ENABLED=0): internal/ibv and the conformance

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"reflect"
 	"strconv"
@@ -136,6 +137,9 @@ func (ac *asyncConn) exchange(ctx context.Context, half int) error {
 }
 
 func (s *asyncSide) close() {
+	if s.p.stats && s.p.stderr != nil {
+		s.printStats(s.p.stderr)
+	}
 	for _, ac := range s.conns {
 		if ac.pending != nil && ac.pending.Resolved() {
 			if b := ac.pending.Buffer(); b != nil {
@@ -146,6 +150,25 @@ func (s *asyncSide) close() {
 		if ac.buf != nil {
 			ac.buf.Release()
 		}
+	}
+}
+
+// printStats writes --stats: the counters of the engines' pollers (all
+// of the process's engines, summed per engine) and of each connection.
+func (s *asyncSide) printStats(w io.Writer) {
+	for _, es := range rdma.AllStats() {
+		ps := es.Pollers
+		fmt.Fprintf(w, "rdmaperf: pollers: polls %d empty %d completions %d yields %d spins-cut %d parks %d events %d kicks %d "+
+			"drives %d driven %d standbys %d drives-cut %d backlogs %d\n",
+			ps.Polls, ps.EmptyPolls, ps.Completions, ps.Yields, ps.SpinsCut, ps.Parks, ps.Events, ps.Kicks,
+			ps.Drives, ps.Driven, ps.Standbys, ps.DrivesCut, ps.Backlogs)
+	}
+	for i, ac := range s.conns {
+		st := ac.c.Stats()
+		fmt.Fprintf(w, "rdmaperf: conn %d: sends %d writes %d reads %d recvs %d completions %d failed %d recv-failed %d "+
+			"credit-waits %d queue-waits %d credits-out %d credit-writes %d control-frames %d doorbells %d\n",
+			i, st.Sends, st.Writes, st.Reads, st.Recvs, st.Completions, st.Failed, st.RecvFailed,
+			st.CreditWaits, st.QueueWaits, st.CreditsOut, st.CreditWrites, st.ControlFrames, st.Doorbells)
 	}
 }
 
@@ -322,12 +345,13 @@ func (ac *asyncConn) takeRecv() error {
 func (s *asyncSide) waitRecv(ctx context.Context, stop *stopper) (int, error) {
 	n := len(s.conns)
 	for k := range n {
+		// Resolved, not a select on Done: Done wakes a Busy poller for
+		// whoever will block on the channel, a wake and a second thread
+		// spinning per message (issue 18: send_bw at 0.52x perftest).
 		i := (s.rr + k) % n
-		select {
-		case <-s.conns[i].recvFuture().Done():
+		if s.conns[i].recvFuture().Resolved() {
 			s.rr = i + 1
 			return i, nil
-		default:
 		}
 	}
 	if n == 1 {

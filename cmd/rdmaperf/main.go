@@ -67,6 +67,7 @@ type params struct {
 	progress bool   // the progress line on stderr (--no_progress clears it)
 	cpuProf  string // --cpuprofile: pprof CPU profile of the whole run
 	trace    string // --trace: execution trace of the whole run
+	stats    bool   // --stats: each async connection's counters at the end, on stderr
 	setFlags map[string]bool
 	isLat    bool
 	stdout   io.Writer
@@ -208,6 +209,7 @@ func parseArgs(args []string, errw io.Writer) (*params, error) {
 	fs.IntVar(&p.qps, "q", 1, "queue pairs for the bw tests, traffic round robin, tx depth each (async API: connections)")
 	fs.StringVar(&p.cpuProf, "cpuprofile", "", "write a pprof CPU profile of the run to this file (go tool pprof)")
 	fs.StringVar(&p.trace, "trace", "", "write an execution trace of the run to this file (go tool trace)")
+	fs.BoolVar(&p.stats, "stats", false, "print each async connection's counters (rdma.ConnStats) to stderr at the end")
 	noProgress := fs.Bool("no_progress", false, "no progress line on stderr (shown once per second with -D, or once a size has run 2 s)")
 	fs.Usage = func() { usage(errw, fs) }
 	rest := args[1:]
