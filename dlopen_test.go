@@ -74,7 +74,7 @@ func TestWithoutRDMACore(t *testing.T) {
 			case rdma.ProviderVerbs:
 				hidden = append(hidden, d.Name)
 				assert.False(t, d.Usable, "verbs device %s is usable without libibverbs", d.Name)
-				assert.Contains(t, d.Why, "libibverbs could not be loaded: "+noVerbs, "device %s", d.Name)
+				assert.Contains(t, d.Why, "libibverbs could not be loaded from "+noVerbs, "device %s", d.Name)
 			case rdma.ProviderSoft:
 				soft0 = soft0 || d.Name == "soft0" && d.Usable
 			}
@@ -113,7 +113,7 @@ func TestWithoutRDMACore(t *testing.T) {
 		assert.True(t, r.CMUnsupported, "rdma_cm: listen %q, dial %q, want ErrNotSupported", r.CMListenErr, r.CMDialErr)
 		// rdma_cm needs libibverbs first: on a machine without rdma-core
 		// (a fresh CI host) that is the library the error names.
-		why := "librdmacm could not be loaded: " + noCM
+		why := "librdmacm could not be loaded from " + noCM
 		if ibv.Available() != nil {
 			why = "libibverbs could not be loaded"
 		}

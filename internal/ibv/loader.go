@@ -10,12 +10,7 @@ package ibv
 */
 import "C"
 
-import (
-	"fmt"
-	"unsafe"
-
-	"github.com/go-rdma/rdma/internal/verbs"
-)
+import "unsafe"
 
 // The libraries are loaded at their first use rather than linked, so
 // that one binary runs with and without rdma-core installed (loader.h);
@@ -35,8 +30,7 @@ func load(lib, path, env string, open func(path, msg *C.char, n C.size_t) C.int)
 	defer C.free(unsafe.Pointer(cpath))
 	var msg [512]C.char
 	if open(cpath, &msg[0], C.size_t(len(msg))) != 0 {
-		return fmt.Errorf("ibv: %w: %s could not be loaded: %s (install rdma-core's %s, or name the file in $%s)",
-			verbs.ErrNotSupported, lib, C.GoString(&msg[0]), lib, env)
+		return loadFailed(lib, path, env, C.GoString(&msg[0]))
 	}
 	return nil
 }

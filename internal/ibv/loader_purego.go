@@ -10,8 +10,6 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
-
-	"github.com/go-rdma/rdma/internal/verbs"
 )
 
 // The purego binding: a CGO_ENABLED=0 build calls libibverbs through
@@ -43,18 +41,15 @@ var (
 )
 
 func loadVerbsFrom(path string) error {
-	return loadFailed("libibverbs", EnvLibibverbs, loadIBV(path))
+	if err := loadIBV(path); err != nil {
+		return loadFailed("libibverbs", path, EnvLibibverbs, err.Error())
+	}
+	return nil
 }
 
 func loadCMFrom(path string) error {
-	return loadFailed("librdmacm", EnvLibrdmacm, loadRDMACM(path))
-}
-
-// loadFailed explains a failed load of lib as the cgo build does.
-func loadFailed(lib, env string, err error) error {
-	if err != nil {
-		return fmt.Errorf("ibv: %w: %s could not be loaded: %v (install rdma-core's %s, or name the file in $%s)",
-			verbs.ErrNotSupported, lib, err, lib, env)
+	if err := loadRDMACM(path); err != nil {
+		return loadFailed("librdmacm", path, EnvLibrdmacm, err.Error())
 	}
 	return nil
 }

@@ -2,7 +2,12 @@
 
 package ibv
 
-import "sync"
+import (
+	"fmt"
+	"sync"
+
+	"github.com/go-rdma/rdma/internal/verbs"
+)
 
 // The libraries are loaded at their first use rather than linked, so
 // that one binary runs with and without rdma-core installed: loader.go
@@ -32,3 +37,14 @@ func Available() error { return loadVerbs() }
 // CMAvailable is Available for librdmacm (and libibverbs, which it
 // needs). Without it CMListen and CMDial fail; the rest works.
 func CMAvailable() error { return loadCM() }
+
+// loadFailed explains a failed load of lib from path, with the loader's
+// reason (dlerror's text, which names the file as a rule, but once in
+// CI was empty).
+func loadFailed(lib, path, env, reason string) error {
+	if reason == "" {
+		reason = "no reason given by the dynamic loader"
+	}
+	return fmt.Errorf("ibv: %w: %s could not be loaded from %s: %s (install rdma-core's %s, or name the file in $%s)",
+		verbs.ErrNotSupported, lib, path, reason, lib, env)
+}
