@@ -3,7 +3,8 @@
 # (test/vm/run.sh): server on rxe0/10.99.0.1, client on rxe1/10.99.0.2, the
 # tools back to back with the same parameters, RUNS rounds interleaved.
 # Tools: perftest, rdmaperf --api verbs, --api async (latency also with
-# --poller_lock=false: async_unlocked), and --api stream for send_bw and
+# --poller_lock=false: async_unlocked; bandwidth also with --poll adaptive,
+# the library's default: async_adaptive), and --api stream for send_bw and
 # send_lat (the net.Conn stream; its target is 0.8x the async API's send_bw
 # at 64 KiB).
 # Prints the ratio table (medians over the runs) and writes, under OUT:

@@ -21,7 +21,7 @@ var (
 	// spareColors in toolOrder.
 	toolColors = map[string]color.RGBA{
 		"perftest": {110, 110, 110, 255}, "verbs": {40, 90, 200, 255}, "async": {240, 140, 20, 255},
-		"stream": {20, 160, 70, 255}, "async_unlocked": {170, 70, 190, 255},
+		"stream": {20, 160, 70, 255}, "async_unlocked": {170, 70, 190, 255}, "async_adaptive": {200, 170, 0, 255},
 	}
 	spareColors = []color.RGBA{{200, 40, 40, 255}, {0, 160, 170, 255}, {150, 110, 60, 255}, {230, 80, 160, 255}}
 )

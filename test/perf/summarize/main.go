@@ -27,7 +27,7 @@ var tools = []string{"perftest", "verbs", "async"}
 
 // toolOrder orders the tools in the charts and the variant rows; tools not
 // named here come after them, by name.
-var toolOrder = []string{"perftest", "verbs", "async", "stream", "async_unlocked"}
+var toolOrder = []string{"perftest", "verbs", "async", "stream", "async_unlocked", "async_adaptive"}
 
 func toolRank(t string) int {
 	if i := slices.Index(toolOrder, t); i >= 0 {
