@@ -239,9 +239,9 @@ func (s *sharedRecv) refillLocked(cause int) {
 // armed twice as deep, so that it fires only when the check falls
 // behind, and armed again only once it fired or for another depth:
 // arming it is a system call on a kernel device, and firing it a device
-// event that wakes the engine's event reader. At the watermark, every
-// eighth message of a ping-pong paid both (send_lat on rxe: 62-87 µs
-// typical, 43-73 µs without them). Caller holds mu.
+// event that wakes the engine's event reader. Armed at the watermark,
+// both came about every eighth message of a ping-pong
+// (docs/performance.md). Caller holds mu.
 func (s *sharedRecv) setLowLocked() {
 	p := s.posted.Load() - s.withdrawing.Load()
 	low := max(1, p-max(1, (p-s.granted.Load()-s.held.Load())/2))

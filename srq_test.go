@@ -82,8 +82,8 @@ func testSRQRefill(t *testing.T, opts []rdma.Option) {
 // limit event stays quiet. It was armed at the check's own watermark, so
 // in a ping-pong both fired about once every eighth message: the event
 // woke the engine's event reader, and each refill armed the limit again
-// with a system call on rxe (send_lat 62-87 µs typical, 43-73 µs
-// without them). It is armed deeper now, and only once it fired.
+// with a system call on rxe. It is armed deeper now, and only again once
+// it fired.
 func TestSRQLimitQuiet(t *testing.T) { eachProvider(t, testSRQLimitQuiet) }
 
 func testSRQLimitQuiet(t *testing.T, opts []rdma.Option) {
