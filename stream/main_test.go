@@ -192,6 +192,7 @@ func benchSendRecv(b *testing.B, size, qd int) {
 				return
 			}
 			f.Buffer().Release()
+			f.Release()
 		}
 		done <- nil
 	}()
@@ -206,6 +207,7 @@ func benchSendRecv(b *testing.B, size, qd int) {
 			if err := f.Wait(ctx); err != nil {
 				b.Fatal(err)
 			}
+			f.Release()
 			window[slot] = nil
 		}
 		if i < b.N {

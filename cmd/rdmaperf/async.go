@@ -13,6 +13,8 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/go-rdma/rdma"
 )
 
@@ -211,6 +213,9 @@ func (s *asyncSide) client(ctx context.Context, o *oob, size int) (result, error
 	if p.isLat {
 		return s.clientLat(ctx, o, size)
 	}
+	if p.posters > 1 {
+		return s.clientPosters(ctx, o, size)
+	}
 	nc := len(s.conns)
 	per := p.postList
 	if p.test == "atomic_bw" && per > 1 {
@@ -312,6 +317,74 @@ func (s *asyncSide) client(ctx context.Context, o *oob, size int) (result, error
 		r.QPs, r.PerQP = nc, perConn
 	}
 	return r, nil
+}
+
+// clientPosters is the bandwidth client of -g: that many goroutines post
+// the operations as Futures, one call each, every goroutine keeping tx
+// depth/g of them in flight over the connections in turn. Their posts
+// meet on the connections' send queues, where the async API combines
+// concurrent posts into one WR chain and one doorbell (the Conn's
+// Stats count the doorbells); the single-goroutine client, with -l 1,
+// rings one per Future.
+func (s *asyncSide) clientPosters(ctx context.Context, o *oob, size int) (result, error) {
+	p := s.p
+	nc := len(s.conns)
+	wctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	m := newBWMeter(p, size)
+	total := p.iters * nc
+	depth := max(1, p.txDepth*nc/p.posters)
+	var done atomic.Int64
+	g, gctx := errgroup.WithContext(wctx)
+	start := time.Now()
+	m.begin(start)
+	for w := range p.posters {
+		n := total / p.posters
+		if w < total%p.posters {
+			n++
+		}
+		g.Go(func() error {
+			window := make([]*rdma.Future, depth)
+			for i := 0; i < n+depth; i++ {
+				slot := i % depth
+				if f := window[slot]; f != nil {
+					if err := f.Wait(gctx); err != nil {
+						return err
+					}
+					f.Release()
+					window[slot] = nil
+					done.Add(1)
+				}
+				if i < n {
+					ac := s.conns[(w+i)%nc]
+					src, dst := s.src(ac, size), s.dst(ac, size)
+					switch p.test {
+					case "write_bw":
+						window[slot] = ac.c.Write(src, dst)
+					case "read_bw":
+						window[slot] = ac.c.Read(src, dst)
+					case "atomic_bw":
+						atom, _ := ac.region.Slice(s.half, 8)
+						window[slot] = ac.c.FetchAdd(atom, 1)
+					default:
+						window[slot] = ac.c.Send(src)
+					}
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return result{}, err
+	}
+	end := time.Now()
+	if err := o.send(uint64(done.Load())); err != nil {
+		return result{}, err
+	}
+	if _, err := o.recv(); err != nil {
+		return result{}, err
+	}
+	return m.result(p, size, int(done.Load()), end), nil
 }
 
 func (ac *asyncConn) recvFuture() *rdma.Future {

@@ -64,6 +64,8 @@ type params struct {
 	inline   int    // -I: largest message sent inline (verbs API)
 	events   bool   // -e: wait for completion events instead of polling
 	qps      int    // -q: queue pairs (connections) of the bw tests
+	posters  int    // -g: goroutines posting Futures (async API bw tests)
+	floor    bool   // --floor: measure a call into the provider, print it, exit
 	progress bool   // the progress line on stderr (--no_progress clears it)
 	cpuProf  string // --cpuprofile: pprof CPU profile of the whole run
 	trace    string // --trace: execution trace of the whole run
@@ -206,6 +208,8 @@ func parseArgs(args []string, errw io.Writer) (*params, error) {
 	fs.DurationVar(&p.timeout, "timeout", 2*time.Minute, "give up when the peer does not answer for this long")
 	fs.IntVar(&p.inline, "I", 0, "send and write messages up to this size inline (verbs API; the QP is created with this much inline data)")
 	fs.BoolVar(&p.events, "e", false, "wait for completion events instead of busy polling (verbs: CQ completion channel; async, stream: --poll event)")
+	fs.IntVar(&p.posters, "g", 1, "goroutines posting the operations as Futures, each tx depth/g deep (async API bw tests, -l 1): concurrent posts, which the async API combines into one doorbell")
+	fs.BoolVar(&p.floor, "floor", false, "print what one call into the provider (a cgo call with the verbs provider) and one empty poll inside it take on the device, and exit: the floor under the raw verbs path's figures (no peer)")
 	fs.IntVar(&p.qps, "q", 1, "queue pairs for the bw tests, traffic round robin, tx depth each (async API: connections)")
 	fs.StringVar(&p.cpuProf, "cpuprofile", "", "write a pprof CPU profile of the run to this file (go tool pprof)")
 	fs.StringVar(&p.trace, "trace", "", "write an execution trace of the run to this file (go tool trace)")
@@ -282,6 +286,8 @@ func parseArgs(args []string, errw io.Writer) (*params, error) {
 		return nil, fmt.Errorf("-I %d: want bytes >= 0", p.inline)
 	case p.qps < 1 || p.qps > 256:
 		return nil, fmt.Errorf("-q %d: want 1..256", p.qps)
+	case p.posters < 1 || p.posters > 256:
+		return nil, fmt.Errorf("-g %d: want 1..256", p.posters)
 	}
 	if err := p.checkCombinations(); err != nil {
 		return nil, err
@@ -304,6 +310,16 @@ func parseArgs(args []string, errw io.Writer) (*params, error) {
 func (p *params) checkCombinations() error {
 	if p.isLat && p.qps > 1 {
 		return fmt.Errorf("-q %d: latency tests run on one QP (as perftest's)", p.qps)
+	}
+	if p.posters > 1 {
+		switch {
+		case p.api != "async" || p.isLat:
+			return fmt.Errorf("-g %d: concurrent posters are for the async API's bandwidth tests", p.posters)
+		case p.postList > 1:
+			return fmt.Errorf("-g %d: each poster posts Futures one by one; -l %d asks for Batches", p.posters, p.postList)
+		case p.setFlags["D"]:
+			return fmt.Errorf("-g %d: posters run -n operations, not -D seconds", p.posters)
+		}
 	}
 	if p.inline > 0 {
 		switch {
@@ -359,6 +375,9 @@ func (p *params) maxSize() int {
 }
 
 func run(ctx context.Context, p *params) error {
+	if p.floor {
+		return runFloor(p)
+	}
 	var results []result
 	var err error
 	switch p.api {

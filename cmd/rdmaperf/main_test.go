@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -569,6 +572,27 @@ func TestQPs(t *testing.T) {
 	}
 }
 
+// TestPosters runs the async API's bandwidth tests with -g: goroutines
+// posting Futures at once, over two connections. Every operation is
+// counted once, and a SEND reaches the server once.
+func TestPosters(t *testing.T) {
+	for _, name := range []string{"write_bw", "send_bw", "read_bw"} {
+		t.Run(name, func(t *testing.T) {
+			js := filepath.Join(t.TempDir(), "out.json")
+			r := pairWith(t, nil, name, "--api", "async", "-g", "4", "-q", "2", "-n", "25", "-s", "64", "-t", "8", "--out_json", js)
+			checkRows(t, r.cout, r.cp) // 2 × 25 operations
+			res := readJSON(t, js)
+			require.Len(t, res, 1)
+			assert.Equal(t, 50, res[0].Iters)
+			if name == "send_bw" {
+				rows := parseTable(r.sout)
+				require.Len(t, rows, 1, r.sout)
+				assert.Equal(t, 50.0, rows[0][1], "messages the server received")
+			}
+		})
+	}
+}
+
 func TestStream(t *testing.T) {
 	for _, size := range []int{4096, 100000} {
 		t.Run(fmt.Sprintf("send_bw/%d", size), func(t *testing.T) {
@@ -703,6 +727,10 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"send_bw", "--api", "async", "-e", "--poll", "busy"}, "-e asks for the event poll mode"},
 		{[]string{"write_lat", "-e"}, "spinning on memory"},
 		{[]string{"write_bw", "-q", "0"}, "-q 0"},
+		{[]string{"write_bw", "-g", "2"}, "async API's bandwidth tests"},
+		{[]string{"write_lat", "--api", "async", "-g", "2"}, "async API's bandwidth tests"},
+		{[]string{"write_bw", "--api", "async", "-g", "2", "-l", "4"}, "asks for Batches"},
+		{[]string{"write_bw", "--api", "async", "-g", "0"}, "-g 0"},
 		{[]string{"write_bw", "-I", "-1"}, "-I -1"},
 	} {
 		cmd := exec.Command(os.Args[0], c.args...)
@@ -718,4 +746,16 @@ func TestExitCodes(t *testing.T) {
 			t.Errorf("%q said %q, want %q", c.args, stderr.String(), c.want)
 		}
 	}
+}
+
+// TestFloor: --floor measures a call into the provider and an empty poll
+// inside one, with no peer, and prints both.
+func TestFloor(t *testing.T) {
+	p, err := parseArgs([]string{"send_lat", "--floor", "--provider", "soft"}, os.Stderr)
+	require.NoError(t, err)
+	var out bytes.Buffer
+	p.stdout = &out
+	require.NoError(t, run(context.Background(), p))
+	m := regexp.MustCompile(`^floor: soft soft0: a call into the provider ([0-9.]+) usec, an empty poll inside one ([0-9.]+) usec\n$`).FindStringSubmatch(out.String())
+	require.NotNil(t, m, "output %q", out.String())
 }

@@ -123,5 +123,15 @@ if grep -q '^S ' "$OUT/raw.txt"; then
         else printf "| bandwidth [Gb/s] | %d B | %.3f | %.3f | %.2f× | ≥1.00× |\n", f[3], s, r, s / r } }
     }' "$OUT/raw.txt" | tee -a "$OUT/table.md"
 fi
+# The floor under the raw verbs path (rdmaperf --floor): medians of the F
+# lines.
+if grep -q '^F ' "$OUT/raw.txt"; then
+  awk '$1 == "F" {c[++n] = $3; p[n] = $4}
+    function median(a, n,   i, j, t) {
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    END { printf "\nFloor (rdmaperf --floor, medians of %d runs): a call into the provider %.3f usec, an empty poll inside one %.3f usec\n", n, median(c, n), median(p, n) }' "$OUT/raw.txt" | tee -a "$OUT/table.md"
+fi
 rm -f "$OUT/rdmaperf" "$OUT/rdmaperf.base" "$OUT/rdmaperf.purego" "$OUT/summarize"
 exit "$rc"

@@ -7,12 +7,15 @@
 # BW_SIZES: write_bw, send_bw and read_bw run at each (bytes).
 # TESTS: any of write_bw send_bw read_bw write_mr send_lat write_lat
 # (default all). LAT_SIZES: send_lat and write_lat run at each (default 8).
-# Prints one line per measurement:
+# Prints one line per measurement, and per run the floor (rdmaperf --floor):
+#   F RUN CALL_USEC POLL_USEC
 #   R RUN TEST TOOL SIZE peak avg mpps                          (bandwidth)
 #   R RUN TEST TOOL SIZE min max typical avg stdev p99 p999     (latency)
 # TOOL is perftest, verbs (rdmaperf --api=verbs), async (--api=async),
 # async_unlocked (--api=async --poller_lock=false, latency tests only),
-# async_adaptive (--api=async --poll adaptive, bandwidth tests only), or
+# async_adaptive (--api=async --poll adaptive, bandwidth tests only),
+# async_futures and async_futures_g4 (write_mr through Futures, from 1
+# and 4 goroutines: rdmaperf -l 1 -g N, Adaptive pollers), or
 # stream (--api=stream, the net.Conn of stream.Dial: send_bw and
 # send_lat only, with the stream's own window: no -t/-l/-Q/-r). With
 # /job/rdmaperf.base (compare.sh -B), async@base and stream@base are the
@@ -90,6 +93,19 @@ bw() {
   pair "$run" "$name" async_adaptive "$size" \
     "$PERF ${t}_bw --api async --poll adaptive -d rxe0 -p 18600 -s $size -n $n --report_gbits $x" \
     "$PERF ${t}_bw --api async --poll adaptive -d rxe1 -p 18600 -s $size -n $n --report_gbits $x $IP0"
+  # the message rate through Futures rather than Batches: one goroutine
+  # posting each WRITE as a Future, tx depth deep (async_futures), and 4
+  # goroutines posting at once on the connection, whose posts the async
+  # API combines into chains (async_futures_g4)
+  if [ "$name" = write_mr ]; then
+    for g in 1 4; do
+      local tool=async_futures
+      [ "$g" -gt 1 ] && tool=async_futures_g$g
+      pair "$run" "$name" "$tool" "$size" \
+        "$PERF write_bw --api async --poll adaptive -d rxe0 -p 18600 -s $size -n $n --report_gbits" \
+        "$PERF write_bw --api async --poll adaptive -d rxe1 -p 18600 -s $size -n $n --report_gbits -l 1 -g $g $IP0"
+    done
+  fi
   # the stream: its figures are the reader's (the server's), as for every
   # tool of send_bw (see pair)
   [ "$name" = send_bw ] && pair "$run" "$name" stream "$size" \
@@ -176,6 +192,9 @@ echo "params: runs=$RUNS n_bw=$N_BW n_lat=$N_LAT n_mr=$N_MR sizes=$BW_SIZES lat_
 echo "load: $(cat /proc/loadavg)"
 T0=$SECONDS
 for ((r = 1; r <= RUNS; r++)); do
+  # the floor under the raw verbs path's figures: one call into the
+  # provider (cgo) and one empty poll inside it, on the client's device
+  $PERF send_lat --floor -d rxe1 | awk -v run="$r" '$1 == "floor:" {print "F", run, $9, $16}'
   for s in $BW_SIZES; do
     n=$N_BW
     [ "$s" -ge 1048576 ] && n=$((N_BW / 10 > 10 ? N_BW / 10 : 10))

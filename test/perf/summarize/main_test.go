@@ -142,6 +142,9 @@ func TestMultiSizeAndStream(t *testing.T) {
 	if p := byName["send_lat 8 B"]; p.Target["verbs"] != 1.15 || !p.Met["verbs"] || p.Met["async"] == (p.Ratio["async"] > 1.5) {
 		t.Errorf("send_lat 8 B: target %v met %v ratio %v", p.Target, p.Met, p.Ratio)
 	}
+	if p := byName["send_lat 8 B"]; p.TargetAsync["stream"] != 1.5 || p.Met["stream"] {
+		t.Errorf("send_lat 8 B stream: %+v", p)
+	}
 	for _, n := range []string{"send_lat 64 B", "write_lat 4 KiB", "send_bw 4 KiB"} {
 		if p := byName[n]; p.Target != nil || p.TargetAsync != nil || p.Met != nil {
 			t.Errorf("%s has targets %v %v %v", n, p.Target, p.TargetAsync, p.Met)
@@ -150,9 +153,10 @@ func TestMultiSizeAndStream(t *testing.T) {
 	if p := byName["send_lat 64 B"]; p.Ratio["verbs"] != 1.5 || p.Ratio["stream"] != 3 || p.RatioAsync["stream"] != 0.6 || p.P99["stream"] != 150 {
 		t.Errorf("send_lat 64 B: ratios %v, to async %v, p99 %v", p.Ratio, p.RatioAsync, p.P99)
 	}
-	// The stream: median 0.24 Gb/s against the async API's 0.30 = 0.8x.
+	// The stream: median 0.24 Gb/s against the async API's 0.30 = 0.8x,
+	// short of issue 19's 0.9x.
 	sb := byName["send_bw 64 KiB"]
-	if sb.Median["stream"] != 0.24 || sb.Runs["stream"] != 2 || sb.TargetAsync["stream"] != 0.8 || !sb.Met["stream"] {
+	if sb.Median["stream"] != 0.24 || sb.Runs["stream"] != 2 || sb.TargetAsync["stream"] != 0.9 || sb.Met["stream"] {
 		t.Errorf("send_bw 64 KiB stream: %+v", sb)
 	}
 	if r := sb.RatioAsync["stream"]; r < 0.7999 || r > 0.8001 {
@@ -171,10 +175,10 @@ func TestMultiSizeAndStream(t *testing.T) {
 		"| test | size | 99% percentile [usec] (median) | perftest | rdmaperf verbs | rdmaperf async | rdmaperf stream |",
 		"| send_lat | 64 B | | 40 | 60 | 200 | 150 |",
 		"| write_lat | 8 B | | 20 | 24 | – | – |",
-		"| send_bw | 64 KiB | stream | BW average [Gb/s] | 0.24 | 0.60× | 0.80× | stream/async ≥0.80 | met |",
+		"| send_bw | 64 KiB | stream | BW average [Gb/s] | 0.24 | 0.60× | 0.80× | stream/async ≥0.90 | missed |",
 		"| send_bw | 4 KiB | stream | BW average [Gb/s] | 0.06 | 0.60× | 1.20× | – | – |",
-		"| send_lat | 8 B | stream | t_typical [usec] | 40 | 4.00× | 2.86× | – | – |",
-		"stream/async, send_bw 64 KiB (BW average [Gb/s]): 0.80×, target ≥0.80×: met",
+		"| send_lat | 8 B | stream | t_typical [usec] | 40 | 4.00× | 2.86× | stream/async ≤1.50 | missed |",
+		"stream/async, send_bw 64 KiB (BW average [Gb/s]): 0.80×, target ≥0.90×: missed",
 		"Runs per point: up to 2",
 	} {
 		if !strings.Contains(out.String(), want) {
@@ -218,5 +222,31 @@ func TestAxes(t *testing.T) {
 		Figures: map[string][][]float64{"perftest": nil, "verbs": nil}}}, isBW)
 	if len(ss) != 1 || ss[0].tool != "verbs" {
 		t.Errorf("series %+v", ss)
+	}
+}
+
+// TestVariantTargets: the message rate through Futures has issue 18's
+// target where it ran, and none where it did not.
+func TestVariantTargets(t *testing.T) {
+	in := `R 1 write_mr perftest 2 0.001 0.001 0.030
+R 1 write_mr verbs 2 0.001 0.001 0.027
+R 1 write_mr async_futures 2 0.001 0.001 0.009
+`
+	order, data, _ := parse(strings.NewReader(in))
+	pts := summarize(order, data)
+	if len(pts) != 1 {
+		t.Fatalf("%d points", len(pts))
+	}
+	p := pts[0]
+	if p.Target["async_futures"] != 0.8 || p.Met["async_futures"] || !p.Met["verbs"] {
+		t.Errorf("targets %v, met %v", p.Target, p.Met)
+	}
+	if _, ok := p.Target["async_futures_g4"]; ok {
+		t.Errorf("a target for a variant that did not run: %v", p.Target)
+	}
+	var b bytes.Buffer
+	table(&b, pts)
+	if want := "| write_mr | 2 B | async_futures | MsgRate [Mpps] | 0.009 | 0.30× | – | async_futures/perftest ≥0.80 | missed |"; !strings.Contains(b.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, b.String())
 	}
 }
