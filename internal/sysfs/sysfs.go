@@ -4,6 +4,7 @@
 package sysfs
 
 import (
+	"bytes"
 	"errors"
 	"io/fs"
 	"net/netip"
@@ -160,12 +161,19 @@ func read(dir string, elem ...string) string {
 	return readFile(filepath.Join(append([]string{dir}, elem...)...))
 }
 
-func readFile(path string) string {
+// readFileWhole is readFile through os.ReadFile, for any length.
+func readFileWhole(path string) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return ""
 	}
-	return strings.TrimSpace(string(b))
+	return trim(b)
+}
+
+// trim is the attribute's text without its surrounding space, in a
+// string of its own.
+func trim(b []byte) string {
+	return string(bytes.TrimSpace(b))
 }
 
 // parseGUID parses "0011:2233:4455:6677".

@@ -4,7 +4,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 
 	"github.com/go-rdma/rdma/internal/verbs"
 )
@@ -99,5 +103,25 @@ func TestNoDevices(t *testing.T) {
 		if _, err := Device(name); !errors.Is(err, verbs.ErrNoDevice) {
 			t.Errorf("Device(%q) = %v, want ErrNoDevice", name, err)
 		}
+	}
+}
+
+// readFile gives an attribute's trimmed text whatever its length, "" for
+// one that cannot be read, and reading one allocates only its string:
+// listing a RoCE device reads a file per GID entry, over a thousand.
+func TestReadFile(t *testing.T) {
+	dir := t.TempDir()
+	short := filepath.Join(dir, "short")
+	write(t, short, "  4: ACTIVE ")
+	long := filepath.Join(dir, "long")
+	text := strings.Repeat("0123456789abcdef", 40) // longer than one read's buffer
+	write(t, long, text)
+	assert.Equal(t, "4: ACTIVE", readFile(short))
+	assert.Equal(t, text, readFile(long))
+	assert.Equal(t, "", readFile(filepath.Join(dir, "missing")))
+	assert.Equal(t, "", readFile(dir), "a directory")
+	if runtime.GOOS == "linux" {
+		allocs := testing.AllocsPerRun(100, func() { readFile(short) })
+		assert.LessOrEqual(t, allocs, 2.0, "allocations per read")
 	}
 }
