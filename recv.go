@@ -288,7 +288,7 @@ func (c *Conn) repostLocked(k int) error {
 		return nil
 	}
 	for i := 0; i < k; i++ {
-		pb, err := c.eng.pool.Get(c.rq.recvSize)
+		pb, err := c.eng.pool.GetReceive(c.rq.recvSize)
 		if err != nil {
 			c.unpost(i)
 			return fmt.Errorf("rdma: receive buffers: %w", err)

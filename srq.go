@@ -299,7 +299,7 @@ func (s *sharedRecv) postLocked(k int) int {
 			if !ok {
 				break
 			}
-			pb, err := s.e.pool.Get(s.size)
+			pb, err := s.e.pool.GetReceive(s.size)
 			if err != nil {
 				s.free.push(idx)
 				break

@@ -26,6 +26,7 @@ type Buffer struct {
 	state atomic.Uint64 // ownedBit | operation references
 	n     int           // length, <= len(mem)
 	dirty int           // mem[dirty:] is all zero; see Pool.Get
+	stale bool          // from GetReceive, not Filled yet: mem[:dirty] may hold earlier owners' bytes, mem[:n] the device's
 	mem   []byte        // the whole chunk, off-heap
 	addr  uint64
 	lkey  uint32
@@ -80,15 +81,22 @@ func (b *Buffer) SetLen(n int) error {
 
 // Filled sets Len to n, the byte count of a completed receive: the
 // device wrote the first n bytes, and nothing else wrote the buffer since
-// Get. The bytes past n are then still zero, so the next Get clears only
-// n bytes instead of the whole receive buffer. It must not race with
-// other uses of b.
+// Get or GetReceive. A buffer from GetReceive has the bytes of earlier
+// owners past n cleared now; one from Get is zero there already. Either
+// way the next Get clears only n bytes instead of the whole receive
+// buffer. It must not race with other uses of b.
 func (b *Buffer) Filled(n int) error {
 	if !b.Live() {
 		return ErrReleased
 	}
 	if n < 0 || n > len(b.mem) {
 		return fmt.Errorf("pool: Filled(%d): %w: out of range [0, %d]", n, verbs.ErrInvalid, len(b.mem))
+	}
+	if b.stale {
+		if b.dirty > n {
+			clear(b.mem[n:b.dirty])
+		}
+		b.stale = false
 	}
 	b.n, b.dirty = n, n
 	return nil

@@ -223,6 +223,36 @@ func classOf(n int) int {
 // what Filled reported), not the whole capacity. Requests up to SlabSize come from the size classes;
 // larger ones get a dedicated registered mapping. n must be positive.
 func (p *Pool) Get(n int) (*Buffer, error) {
+	b, err := p.get(n)
+	if err != nil {
+		return nil, err
+	}
+	b.reset(n)
+	return b, nil
+}
+
+// GetReceive is Get for the target of a receive: it does not clear the
+// memory, since the device writes its first bytes, and Filled clears
+// what is left of earlier owners' bytes past the count it is given.
+// Until Filled the buffer may hold them: the caller must not let anyone
+// read it, and a receive that fails is released unread (the next Get
+// clears it). A SEND of the size of the last one into a buffer so costs
+// no clearing at all, where Get cleared the last message's bytes.
+func (p *Pool) GetReceive(n int) (*Buffer, error) {
+	if n > p.slabSize {
+		return p.Get(n)
+	}
+	b, err := p.get(n)
+	if err != nil {
+		return nil, err
+	}
+	b.n, b.stale = n, true // dirty stays: the earlier owners' extent
+	b.state.Store(ownedBit)
+	return b, nil
+}
+
+// get takes a buffer of at least n bytes, not yet reset for its owner.
+func (p *Pool) get(n int) (*Buffer, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("pool: Get(%d): %w: length must be positive", n, verbs.ErrInvalid)
 	}
@@ -236,18 +266,14 @@ func (p *Pool) Get(n int) (*Buffer, error) {
 	if b == nil && err == nil {
 		b, err = p.grow(c)
 	}
-	if err != nil {
-		return nil, err
-	}
-	b.reset(n)
-	return b, nil
+	return b, err
 }
 
 // reset readies a buffer taken from the free list or a cache for a new
 // owner of n bytes.
 func (b *Buffer) reset(n int) {
 	clear(b.mem[:b.dirty])
-	b.n, b.dirty = n, n
+	b.n, b.dirty, b.stale = n, n, false
 	b.state.Store(ownedBit)
 }
 
@@ -427,7 +453,6 @@ func (p *Pool) getLarge(n int) (*Buffer, error) {
 		p.largeMu.Unlock()
 		p.slabMu.Unlock()
 	}
-	b.reset(n)
 	return b, nil
 }
 
@@ -460,6 +485,11 @@ func (p *Pool) put(b *Buffer) {
 	if c == nil {
 		p.putLarge(b)
 		return
+	}
+	if b.stale {
+		// A receive that failed, or was taken back, unread: the device
+		// may have written any of its n bytes.
+		b.dirty, b.stale = max(b.dirty, b.n), false
 	}
 	s := b.slab
 	c.mu.Lock()

@@ -898,6 +898,64 @@ func TestZeroToCapacity(t *testing.T) {
 	}
 }
 
+// Rule: a receive buffer from GetReceive shows no earlier owner's byte
+// once Filled: the bytes past the count the device wrote read as zero to
+// the capacity, whether the earlier message was longer or shorter; a
+// receive released unread (failed, taken back) leaves nothing for the
+// next Get either. Small and large sizes alike.
+func TestGetReceiveZeroPastFill(t *testing.T) {
+	p, _ := newPool(t, pool.Options{SlabSize: 64 << 10})
+	dirty := func(b *pool.Buffer, n int) {
+		require.NoError(t, b.SetLen(n))
+		for i := range b.Bytes() {
+			b.Bytes()[i] = 0xee
+		}
+	}
+	for _, size := range []int{100, 64 << 10, 200 << 10} {
+		for _, c := range []struct{ before, fill int }{{size, 10}, {10, size}, {size, 0}, {size, size}} {
+			b := mustGet(t, p, size)
+			dirty(b, c.before) // an earlier owner's message
+			mustRelease(t, b)
+			b, err := p.GetReceive(size)
+			require.NoError(t, err)
+			dirty(b, c.fill) // the device writes the new one
+			require.NoError(t, b.Filled(c.fill))
+			require.NoError(t, b.SetLen(b.Cap()))
+			got := b.Bytes()
+			require.Equal(t, bytes.Repeat([]byte{0xee}, c.fill), got[:c.fill], "size %d: the message", size)
+			require.Equal(t, b.Cap()-c.fill, bytes.Count(got[c.fill:], []byte{0}), "size %d, %d bytes before, %d filled: an earlier owner's bytes show", size, c.before, c.fill)
+			mustRelease(t, b)
+		}
+		// Released unread after the device wrote it whole.
+		b, err := p.GetReceive(size)
+		require.NoError(t, err)
+		dirty(b, size)
+		mustRelease(t, b)
+		b = mustGet(t, p, size)
+		require.NoError(t, b.SetLen(b.Cap()))
+		require.Equal(t, b.Cap(), bytes.Count(b.Bytes(), []byte{0}), "size %d: Get after an unread receive shows its bytes", size)
+		mustRelease(t, b)
+	}
+}
+
+// GetReceive leaves the memory as it was (the device overwrites it, and
+// Filled clears what it does not): a 64 KiB SEND into a receive buffer
+// whose last message was 64 KiB long clears nothing, where Get cleared
+// 64 KiB. Before GetReceive, every re-posted receive was cleared.
+func TestGetReceiveSkipsClear(t *testing.T) {
+	p, _ := newPool(t, pool.Options{SlabSize: 64 << 10})
+	b := mustGet(t, p, 64<<10)
+	for i := range b.Bytes() {
+		b.Bytes()[i] = 0xee
+	}
+	mustRelease(t, b)
+	b, err := p.GetReceive(64 << 10)
+	require.NoError(t, err)
+	require.Equal(t, 64<<10, bytes.Count(b.Bytes(), []byte{0xee}), "GetReceive cleared the buffer")
+	require.NoError(t, b.Filled(64<<10))
+	mustRelease(t, b)
+}
+
 // Rule: with Decay, memory follows the load down. A slab idle from one
 // look to the next and a cached large buffer not reused are freed; a
 // slab in use stays, and so does one idle slab while buffers are in
