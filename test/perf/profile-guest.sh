@@ -57,4 +57,9 @@ for p in $POINTS; do
       "$PERF ${t}_${kind} --api $api -d rxe0 -p 18600 $args" \
       "$PERF ${t}_${kind} --api $api -d rxe1 -p 18600 $args $IP0"
   done
+  # the message rate through Futures, one post each (compare.sh's
+  # async_futures)
+  [ "$p" = write_mr ] && prof "$p" async_futures rdmaperf \
+    "$PERF write_bw --api async --poll adaptive -d rxe0 -p 18600 -s 2 -n 1280" \
+    "$PERF write_bw --api async --poll adaptive -d rxe1 -p 18600 -s 2 -n 1280 -l 1 $IP0"
 done
