@@ -100,15 +100,27 @@ func TestSendQueueLimitBatch(t *testing.T) {
 	require.NoError(t, err)
 	defer b.Release()
 	inUse := c.PoolStats().BuffersInUse
+	// The peer never reads: its receive depth of 8 go out with the
+	// credits and the rest wait. The 8 hold room under the limit until
+	// they complete, which on a slow machine is after the first fill, so
+	// they are waited for and the queue filled again: then nothing can
+	// complete before the Batch.
 	var pending []*rdma.Future
-	for range limit + 8 { // 8 go out with the credits; the rest wait
-		f := c.Send(b)
-		if f.Resolved() && f.Err() != nil {
-			require.ErrorIs(t, f.Err(), rdma.ErrQueueFull)
-			continue
+	fill := func() {
+		for range limit + 8 {
+			f := c.Send(b)
+			if f.Resolved() && f.Err() != nil {
+				require.ErrorIs(t, f.Err(), rdma.ErrQueueFull)
+				continue
+			}
+			pending = append(pending, f)
 		}
-		pending = append(pending, f)
 	}
+	fill()
+	for _, f := range pending[:8] {
+		require.NoError(t, f.Wait(ctx))
+	}
+	fill()
 	batch := c.NewBatch()
 	for range 8 {
 		batch.Send(b)
