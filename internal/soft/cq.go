@@ -24,6 +24,7 @@ type cq struct {
 
 	mu     sync.Mutex
 	ring   []verbs.WorkCompletion
+	owner  []*qp // of each ring entry, the QP whose unpolled counts it (push)
 	head   int
 	n      int
 	armed  uint8 // 0 not armed, armAny, armSolicited
@@ -53,6 +54,10 @@ func (c *cq) Poll(wc []verbs.WorkCompletion) (int, error) {
 	k := min(len(wc), c.n)
 	for i := 0; i < k; i++ {
 		wc[i] = c.ring[c.head]
+		if q := c.owner[c.head]; q != nil {
+			q.unpolled.Add(-1)
+			c.owner[c.head] = nil
+		}
 		c.head++
 		if c.head == len(c.ring) {
 			c.head = 0
@@ -99,6 +104,12 @@ func (c *cq) AckEvents(n int) {
 // direct handler goes there, and the reader raises it at the frame's end
 // (conn.raiseEvents), in its own goroutine, holding no lock.
 func (c *cq) push(wc verbs.WorkCompletion, solicited bool, events *[]*cq) {
+	c.pushOwned(wc, solicited, events, nil)
+}
+
+// pushOwned is push of a send completion of q, counted in q.unpolled
+// until it is polled.
+func (c *cq) pushOwned(wc verbs.WorkCompletion, solicited bool, events *[]*cq, q *qp) {
 	c.mu.Lock()
 	if c.n == len(c.ring) {
 		if !c.ovf {
@@ -116,6 +127,10 @@ func (c *cq) push(wc verbs.WorkCompletion, solicited bool, events *[]*cq) {
 		i -= len(c.ring)
 	}
 	c.ring[i] = wc
+	if q != nil {
+		c.owner[i] = q
+		q.unpolled.Add(1)
+	}
 	c.n++
 	c.avail.Store(int32(c.n))
 	notify := c.armed == armAny || (c.armed == armSolicited && (solicited || wc.Status != verbs.WCSuccess))

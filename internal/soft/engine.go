@@ -25,12 +25,15 @@ func (q *qp) worker() {
 	spin := runtime.GOMAXPROCS(0) > 1
 	var lastWait time.Duration
 	for {
-		d := q.pump()
+		d, remote := q.pump()
 		handleOverflows()
-		// While posts come densely, look for the next one a moment
-		// before parking: waking a parked goroutine costs more than the
-		// copy of a small message.
-		if d == 0 && spin && lastWait < spinWindow && q.spinForKick() {
+		// While posts for the network come densely, look for the next
+		// one a moment before parking: waking a parked goroutine costs
+		// more than writing a small message. A worker that only copied
+		// in-process WRs parks at once: its posters keep the CPUs busy
+		// with copies of their own, and a spinning worker per QP would
+		// take their time.
+		if d == 0 && remote && spin && lastWait < spinWindow && q.spinForKick() {
 			continue
 		}
 		if d > 0 {
@@ -70,18 +73,22 @@ func (q *qp) spinForKick() bool {
 }
 
 // pump runs WRs until none is runnable and returns how long to sleep
-// before the next deadline (0: until kicked).
-func (q *qp) pump() time.Duration {
+// before the next deadline (0: until kicked), and whether it ran any WR
+// over the network.
+func (q *qp) pump() (time.Duration, bool) {
 	q.mu.Lock()
+	q.pumpedRemote = false
 	d, _ := q.pumpLocked(false)
+	remote := q.pumpedRemote
 	q.mu.Unlock()
-	return d
+	return d, remote
 }
 
 // pumpLocked runs the send queue. One goroutine at a time does so: the
-// worker, or PostSend itself (inline), which runs in-process WRs at once,
-// writes small WRs to a connected peer itself (see postsRemote), and
-// hands the worker the rest: large WRs, dials, RNR waits (handoff).
+// worker, or PostSend itself (inline), which runs in-process WRs at once
+// (large ones unless the worker should copy them: overlaps), writes small
+// WRs to a connected peer itself (see postsRemote), and hands the worker
+// the rest: large WRs, dials, RNR waits (handoff).
 // Outstanding RC WRs are timed by the worker; a poster that leaves some
 // arms the watchdog, which wakes the worker once their time could be up.
 // Whoever pumps keeps going until the queue is empty, so WRs posted
@@ -137,6 +144,10 @@ func (q *qp) pumpLocked(inline bool) (wait time.Duration, handoff bool) {
 				q.flushTx()
 				continue
 			}
+			if inline && s.length > postRemoteMax && q.overlaps() {
+				handoff = true
+				break
+			}
 			q.runLocal(s)
 			continue
 		}
@@ -148,6 +159,7 @@ func (q *qp) pumpLocked(inline bool) (wait time.Duration, handoff bool) {
 			q.flushTx()
 			continue
 		}
+		q.pumpedRemote = q.pumpedRemote || !inline
 		q.runRemote(s)
 	}
 	if q.tx.n > 0 {
@@ -161,9 +173,23 @@ func (q *qp) pumpLocked(inline bool) (wait time.Duration, handoff bool) {
 	return wait, handoff
 }
 
+// overlaps says whether the worker, rather than the poster, should copy
+// the large in-process WR the poster is posting: whether the poster
+// pipelines, posting before it has polled the completions of its earlier
+// large WRs. Then it prepares its next WR while the worker copies (a
+// stream's Write fills staging while the worker copies the previous
+// WRITE into the peer's ring, docs/stream.md). A poster that waits for
+// each completion (queue depth 1) would only wait for the worker to
+// wake: it copies itself. Caller holds mu.
+func (q *qp) overlaps() bool {
+	return q.unpolled.Load() > 0
+}
+
 // postRemoteMax is the largest WR a poster writes to the network itself:
 // one that costs about as much as waking the worker. Larger WRs go to the
-// worker, so that the poster can prepare the next while it writes.
+// worker, so that the poster can prepare the next while it writes. The
+// same goes for a larger in-process WR when the poster pipelines
+// (overlaps).
 const postRemoteMax = 16 << 10
 
 // postsRemote reports whether a poster (pumpLocked inline) writes the WR

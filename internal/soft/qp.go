@@ -54,9 +54,11 @@ type qp struct {
 	respBusy int
 	// pumping: a goroutine is running the send queue (see pumpLocked).
 	pumping bool
-	state   verbs.QPState
-	epoch   uint64 // bumped by ERR and RESET: work started before is void
-	err     error  // why the QP entered ERR
+	// pumpedRemote: the worker's pump ran a WR over the network.
+	pumpedRemote bool
+	state        verbs.QPState
+	epoch        uint64 // bumped by ERR and RESET: work started before is void
+	err          error  // why the QP entered ERR
 
 	// INIT
 	access verbs.Access
@@ -90,6 +92,11 @@ type qp struct {
 	watch      *time.Timer
 	watchArmed bool
 	handoffs   uint64 // posts that woke the worker to run their WRs
+	// unpolled counts this QP's completions of WRs over postRemoteMax
+	// in its send CQ, not yet polled: a poster that posts while some
+	// are pipelines (see pumpLocked). Small WRs are not counted: their
+	// count would cost an atomic per message, and they run inline anyway.
+	unpolled atomic.Int32
 	// events is set, while a connection reader serves a frame for this
 	// QP, to where the reader collects its CQ events (see cq.push).
 	events atomic.Pointer[[]*cq]
@@ -447,7 +454,11 @@ func (q *qp) completeSend(s *sendSlot, st verbs.WCStatus, vendor uint32) {
 	if st == verbs.WCSuccess {
 		wc.ByteLen = uint32(s.length)
 	}
-	q.sendCQ.push(wc, false, q.events.Load())
+	var owner *qp
+	if s.length > postRemoteMax {
+		owner = q // counted in unpolled: see pumpLocked
+	}
+	q.sendCQ.pushOwned(wc, false, q.events.Load(), owner)
 }
 
 // completeHead completes the oldest WR successfully.
