@@ -56,7 +56,11 @@
 // writes small WRs (up to 16 KiB) to a connected peer itself, as a TCP
 // Write would; it leaves the rest (large WRs, the first WR to a peer,
 // which dials, RNR retries) and the timing of outstanding WRs to a per-QP
-// worker goroutine. A completion may therefore already be in the CQ when
+// worker goroutine. A large in-process WR goes to the worker too when the
+// caller pipelines: it posts while completions of its earlier large WRs
+// are still unpolled, so it has work of its own to do while the worker
+// copies (a caller that waits for each completion copies itself, and
+// saves the worker's wake-up). A completion may therefore already be in the CQ when
 // PostSend returns; as on hardware, nothing may rely on either order.
 //
 // A provider sends its requests to a peer on up to four TCP connections,

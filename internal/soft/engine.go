@@ -25,15 +25,15 @@ func (q *qp) worker() {
 	spin := runtime.GOMAXPROCS(0) > 1
 	var lastWait time.Duration
 	for {
-		d, remote := q.pump()
+		d, network := q.pump()
 		handleOverflows()
 		// While posts for the network come densely, look for the next
 		// one a moment before parking: waking a parked goroutine costs
-		// more than writing a small message. A worker that only copied
-		// in-process WRs parks at once: its posters keep the CPUs busy
-		// with copies of their own, and a spinning worker per QP would
-		// take their time.
-		if d == 0 && remote && spin && lastWait < spinWindow && q.spinForKick() {
+		// more than writing a small message. A worker that serves
+		// in-process WRs only parks at once: their posters keep the CPUs
+		// busy with copies of their own (see overlaps), and a spinning
+		// worker per QP would take their time.
+		if d == 0 && network && spin && lastWait < spinWindow && q.spinForKick() {
 			continue
 		}
 		if d > 0 {
@@ -73,15 +73,16 @@ func (q *qp) spinForKick() bool {
 }
 
 // pump runs WRs until none is runnable and returns how long to sleep
-// before the next deadline (0: until kicked), and whether it ran any WR
-// over the network.
+// before the next deadline (0: until kicked), and whether the QP works
+// over the network: it ran a WR over it, or it did not run an in-process
+// WR and its peer is not in this process (UD: any peer).
 func (q *qp) pump() (time.Duration, bool) {
 	q.mu.Lock()
-	q.pumpedRemote = false
+	q.pumpedLocal, q.pumpedRemote = false, false
 	d, _ := q.pumpLocked(false)
-	remote := q.pumpedRemote
+	network := q.pumpedRemote || !q.pumpedLocal && (q.typ == verbs.UD || !q.local)
 	q.mu.Unlock()
-	return d, remote
+	return d, network
 }
 
 // pumpLocked runs the send queue. One goroutine at a time does so: the
@@ -148,6 +149,7 @@ func (q *qp) pumpLocked(inline bool) (wait time.Duration, handoff bool) {
 				handoff = true
 				break
 			}
+			q.pumpedLocal = q.pumpedLocal || !inline
 			q.runLocal(s)
 			continue
 		}

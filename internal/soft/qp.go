@@ -54,11 +54,12 @@ type qp struct {
 	respBusy int
 	// pumping: a goroutine is running the send queue (see pumpLocked).
 	pumping bool
-	// pumpedRemote: the worker's pump ran a WR over the network.
-	pumpedRemote bool
-	state        verbs.QPState
-	epoch        uint64 // bumped by ERR and RESET: work started before is void
-	err          error  // why the QP entered ERR
+	// pumpedLocal and pumpedRemote: the worker's pump ran an
+	// in-process WR, a WR over the network.
+	pumpedLocal, pumpedRemote bool
+	state                     verbs.QPState
+	epoch                     uint64 // bumped by ERR and RESET: work started before is void
+	err                       error  // why the QP entered ERR
 
 	// INIT
 	access verbs.Access
