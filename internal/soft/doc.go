@@ -60,8 +60,9 @@
 // caller pipelines: it posts while completions of its earlier large WRs
 // are still unpolled, so it has work of its own to do while the worker
 // copies (a caller that waits for each completion copies itself, and
-// saves the worker's wake-up). A completion may therefore already be in the CQ when
-// PostSend returns; as on hardware, nothing may rely on either order.
+// saves the worker's wake-up). A completion may therefore already be in
+// the CQ when PostSend returns; as on hardware, nothing may rely on
+// either order.
 //
 // A provider sends its requests to a peer on up to four TCP connections,
 // a QP on the one its QPN picks, dialed when first needed; responses go
