@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -121,6 +122,8 @@ const (
 )
 
 func writeRefusal(w io.Writer, reason string) error {
+	// The dialer says "rdma" and "refused" itself (readAnswer).
+	reason = strings.TrimPrefix(strings.TrimPrefix(reason, "rdma: "), ErrRefused.Error()+": ")
 	if len(reason) > maxReason {
 		reason = reason[:maxReason]
 	}
@@ -150,7 +153,7 @@ func readAnswer(r *bufio.Reader) (*hello, error) {
 		if _, err := io.ReadFull(r, reason); err != nil {
 			return nil, fmt.Errorf("%w: malformed refusal", ErrNotRDMA)
 		}
-		return nil, fmt.Errorf("%w: %s", ErrRefused, reason)
+		return nil, fmt.Errorf("rdma: %w: the listener says: %s", ErrRefused, reason)
 	}
 	return nil, fmt.Errorf("%w: unknown handshake answer %#x", ErrNotRDMA, kind)
 }

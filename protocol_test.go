@@ -34,6 +34,8 @@ func TestProtocolMismatch(t *testing.T) {
 		_, err := rdma.Dial(ctx, "rdma", addr, append([]rdma.Option{soft}, tc.opts...)...)
 		require.ErrorIs(t, err, rdma.ErrRefused, tc.name)
 		assert.Contains(t, err.Error(), tc.want, tc.name)
+		// Said once, in the words a refusal over rdma_cm uses too.
+		assert.Equal(t, "dial rdma "+addr+": rdma: "+rdma.ErrRefused.Error()+": the listener says: "+tc.want, err.Error(), tc.name)
 	}
 	// The same protocol connects, and each side's windows agree.
 	c, s := connectPair(t, ctx, ln, soft, rdma.WithProtocol("kv/2"))
