@@ -250,7 +250,7 @@ func (s *Conn) pumpLocked() {
 		case err != nil:
 		case !s.st.hello:
 			if err = s.st.onHello(imm, body); err == nil {
-				s.staging, err = s.c.Alloc(s.st.peer.Len)
+				s.staging, err = s.c.Alloc(int(s.st.ssize))
 				if err == nil {
 					s.stageMem = s.staging.Bytes()
 				}
@@ -610,7 +610,7 @@ func (s *Conn) reserve(n int) ([]byte, error) {
 		// count of messages taken), or for a message in flight to
 		// complete: what frees staging.
 		f := s.rf
-		if len(s.sends) >= s.sqLimit || (s.st.free() == 0 && s.st.acked > s.st.completed) {
+		if len(s.sends) >= s.sqLimit || (s.st.free() == 0 && s.st.stagingFull()) {
 			f = s.sends[0].f
 		}
 		if err := s.wait(f, &s.wctx, &s.wdl); err != nil {
@@ -667,11 +667,11 @@ func (s *Conn) flushLocked() {
 				return // postOwedLocked goes on
 			}
 		}
-		off, k := s.st.nextWrite()
+		soff, roff, k := s.st.nextWrite()
 		var dst rdma.RemoteRegion
 		var err error
-		if s.src, err = s.staging.Slice(off, k); err == nil {
-			dst, err = s.st.peer.Slice(off, k)
+		if s.src, err = s.staging.Slice(soff, k); err == nil {
+			dst, err = s.st.peer.Slice(roff, k)
 		}
 		if err != nil {
 			s.serr = err

@@ -137,6 +137,41 @@ func TestStreamCloseDuringCopy(t *testing.T) {
 	})
 }
 
+// TestStreamStagingSmallerThanRing: a writer's staging is its peer's
+// ring up to 1 MiB, so that what a side holds does not grow with the
+// ring past what WRITEs in flight need. Here the rings are a little over
+// 2 MiB, which 1 MiB does not divide: WRITEs end at staging's end and at
+// the ring's, at different bytes, both ways at once, with every byte
+// arriving in order.
+func TestStreamStagingSmallerThanRing(t *testing.T) {
+	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
+		ctx := t.Context()
+		ring := 2<<20 + 12<<10
+		lc := stream.ListenConfig{Options: opts, RingSize: ring}
+		ln, err := lc.Listen(ctx, "rdma", listenAddr(t))
+		require.NoError(t, err)
+		defer ln.Close()
+		acc := make(chan net.Conn, 1)
+		go func() { c, _ := ln.Accept(); acc <- c }()
+		d := stream.Dialer{Options: opts, RingSize: ring}
+		c, err := d.DialContext(ctx, "rdma", ln.Addr().String())
+		require.NoError(t, err)
+		defer c.Close()
+		s := <-acc
+		require.NotNil(t, s)
+		defer s.Close()
+
+		size := 12 << 20
+		if inVM() {
+			size = 3 << 20
+		}
+		exchangeRandom(t, c, s, size, 200<<10, 150<<10, 4)
+		for _, x := range []net.Conn{c, s} {
+			assert.Equal(t, 1<<20, stream.StagingSize(x.(*stream.Conn)), "staging")
+		}
+	})
+}
+
 // TestStreamSmallRing: the smallest rings (4 KiB here, 8 KiB at the
 // peer), both ways at once with writes and reads of random sizes, so
 // that the ring wraps, corked bytes span its end, and credits gate the

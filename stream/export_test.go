@@ -37,3 +37,11 @@ func WriteBlocked(s *Conn) bool {
 	_, k := s.st.writable(1)
 	return k == 0 && !s.filling && s.st.wsize > 0
 }
+
+// StagingSize is the size of s's staging ring (0 before the peer's
+// hello).
+func StagingSize(s *Conn) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.stageMem)
+}

@@ -16,7 +16,8 @@ import (
 // The fuzz input is a script: a mode byte (odd: header mode, whose peer
 // takes fuzzWindow untaken messages), then records of one op byte and
 // its operands, run against a ringState whose ring and the peer's are
-// fuzzRing bytes.
+// fuzzRing bytes, and its staging fuzzStaging (which does not divide
+// the ring, so that WRITEs end at the ends of both).
 //
 //	op%4 == 0: a message arrives: imm u32, length u16, flags u8, took u16
 //	           (flags bit 0: written, no payload; bit 1: the other
@@ -30,8 +31,9 @@ import (
 //
 // The peer's hello has arrived: the script drives what follows it.
 const (
-	fuzzRing   = 8 << 10
-	fuzzWindow = 8
+	fuzzRing    = 8 << 10
+	fuzzStaging = 3 << 10
+	fuzzWindow  = 8
 )
 
 func fuzzState(t testing.TB, hdr bool) ringState {
@@ -41,6 +43,7 @@ func fuzzState(t testing.TB, hdr bool) ringState {
 		var h [hdrSize]byte
 		st.header(h[:], opHello, 0) // our hello is a message too
 	}
+	st.maxStage = fuzzStaging
 	var hello [helloSize]byte
 	marshalHello(hello[:], rdma.RemoteRegion{Addr: 1 << 20, Len: fuzzRing, RKey: 7})
 	require.NoError(t, st.onHello(streamImm(opHello, 0), hello[:]))
@@ -114,16 +117,17 @@ func ringStep(t testing.TB, st *ringState, script []byte) (rest []byte, ok bool,
 			break
 		}
 		off, k := st.writable(int(binary.BigEndian.Uint16(b)))
-		require.LessOrEqual(t, off+k, fuzzRing, "staging past its end")
+		require.LessOrEqual(t, off+k, fuzzStaging, "staging past its end")
 		st.queued += uint64(k)
 		if st.hdr && k > 0 {
 			require.LessOrEqual(t, piecesOf(st), st.window/2-(st.msgs-st.peerTook),
 				"bytes staged that half the peer's window cannot carry")
 		}
 		for st.sent < st.queued && st.canSend(opData) {
-			off, n := st.nextWrite()
+			soff, off, n := st.nextWrite()
 			require.Positive(t, n)
 			require.LessOrEqual(t, off+n, fuzzRing, "a WRITE past the peer's ring")
+			require.LessOrEqual(t, soff+n, fuzzStaging, "a WRITE past staging")
 			if st.hdr {
 				st.header(hdr[:], opData, n)
 			}
@@ -140,7 +144,7 @@ func ringStep(t testing.TB, st *ringState, script []byte) (rest []byte, ok bool,
 func piecesOf(st *ringState) uint32 {
 	n := uint32(0)
 	for p := st.sent; p < st.queued; n++ {
-		p += min(st.queued-p, st.wsize-p%st.wsize)
+		p += min(st.queued-p, st.piece(p))
 	}
 	return n
 }
@@ -167,7 +171,8 @@ func runRingScript(t testing.TB, script []byte) {
 		require.LessOrEqual(t, st.rcvd-st.read, uint64(fuzzRing), "more unread than the ring holds")
 		require.LessOrEqual(t, st.queued-st.acked, uint64(fuzzRing), "more unacked than the peer's ring holds")
 		require.LessOrEqual(t, st.acked, st.sent)
-		require.LessOrEqual(t, st.free(), fuzzRing)
+		require.LessOrEqual(t, st.queued-st.completed, uint64(fuzzStaging), "more uncompleted than staging holds")
+		require.LessOrEqual(t, st.free(), fuzzStaging)
 		if st.hdr {
 			require.LessOrEqual(t, st.msgs-st.peerTook, uint32(fuzzWindow), "more untaken messages than the peer's window")
 			require.LessOrEqual(t, st.peerTook-before.peerTook, st.msgs-before.peerTook, "the peer took more than we sent")
@@ -217,7 +222,9 @@ func ringFuzzSeeds() []ringSeed {
 		{"data-read-fin", cat(imm, data(100), u16(1, 60), u16(1, 60), msg(opFin, 0, 0, false)), false},
 		{"write-credit", cat(imm, u16(2, 3000), []byte{3}, msg(opCredit, 3000, 0, false), u16(2, 8000)), false},
 		{"wrap", cat(imm, data(8000), u16(1, 8000), data(192), data(500), u16(1, 9000), u16(1, 9000)), false},
-		{"write-wrap", cat(imm, u16(2, 4096), []byte{3}, msg(opCredit, 4096, 0, false), u16(2, 4096), []byte{3}, msg(opCredit, 8192, 0, false), u16(2, 100)), false},
+		// Staging (3 KiB) and the ring (8 KiB) wrap at different bytes.
+		{"write-wrap", cat(imm, u16(2, 3072), []byte{3}, msg(opCredit, 3072, 0, false), u16(2, 3072), []byte{3}, msg(opCredit, 6144, 0, false),
+			u16(2, 3072), []byte{3}, msg(opCredit, 9216, 0, false), u16(2, 3072), []byte{3}, msg(opCredit, 12288, 0, false), u16(2, 100)), false},
 		{"piggyback", cat(imm, u16(2, 100), data(10), msg(opData, 100, 5, true)), false},
 		{"overrun", cat(imm, data(8000), data(500)), true},
 		{"crosses-end", cat(imm, data(8000), u16(1, 8000), data(500)), true},
@@ -234,6 +241,8 @@ func ringFuzzSeeds() []ringSeed {
 		// Header mode: the header in a SEND's payload, messages counted.
 		{"hdr-data-read-fin", cat(hdr, data(100), u16(1, 100), msg(opFin, 0, 0, false)), false},
 		{"hdr-window", cat(hdr, u16(2, 10), []byte{3}, msgTook(opCredit, 10, 0, 0, 2), u16(2, 10), []byte{3}, u16(2, 10), u16(2, 10), u16(2, 10), u16(2, 10), msgTook(opCredit, 30, 0, 0, 3)), false},
+		{"hdr-write-wrap", cat(hdr, u16(2, 3072), []byte{3}, msgTook(opCredit, 3072, 0, 0, 1), u16(2, 3072), []byte{3}, msgTook(opCredit, 6144, 0, 0, 1),
+			u16(2, 3072), []byte{3}, msgTook(opCredit, 9216, 0, 0, 2), u16(2, 100)), false},
 		{"hdr-took-reported", cat(hdr, data(1), data(1), data(1), u16(1, 3)), false},
 		{"hdr-with-imm", cat(hdr, msgTook(opCredit, 0, 0, 2, 0)), true},
 		{"hdr-data-with-body", cat(hdr, msg(opData, 0, 10, false)), true},

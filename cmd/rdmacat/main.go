@@ -82,7 +82,7 @@ func parse(args []string, stderr io.Writer) (cfg config, ok bool) {
 	fs.StringVar(&cfg.provider, "provider", "", "provider: auto, verbs or soft (default $RDMA_PROVIDER, else auto)")
 	fs.StringVar(&cfg.device, "device", "", "RDMA device name (default: by address)")
 	fs.DurationVar(&cfg.timeout, "w", 30*time.Second, "connect timeout (with -l: no limit)")
-	fs.IntVar(&cfg.ring, "ring", 0, "bytes of the receive ring each side exposes (default 1 MiB)")
+	fs.IntVar(&cfg.ring, "ring", 0, "bytes of the receive ring each side exposes (default 2 MiB)")
 	fs.IntVar(&cfg.depth, "depth", 0, "receive depth; the send depth is twice it (default 32)")
 	fs.StringVar(&cfg.cpuprof, "cpuprofile", "", "write a CPU profile to this file")
 	if err := fs.Parse(args); err != nil {
