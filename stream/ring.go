@@ -131,7 +131,7 @@ type ringState struct {
 	hello    bool   // the peer's hello arrived
 	fin      bool   // the peer's fin arrived
 
-	// Send side: the peer's ring, and our staging buffer of its size.
+	// Send side: the peer's ring, and our staging ring.
 	peer      rdma.RemoteRegion
 	wsize     uint64 // its size; 0 until the peer's hello
 	ssize     uint64 // our staging ring's size: min(wsize, maxStage)
