@@ -137,6 +137,28 @@ func TestStreamCloseDuringCopy(t *testing.T) {
 	})
 }
 
+// ringPair is a connected pair of streams whose listener's ring is
+// lring bytes and dialer's dring; the listener stays open until the
+// test ends.
+func ringPair(t *testing.T, opts []rdma.Option, lring, dring int) (c, s net.Conn, ln net.Listener) {
+	t.Helper()
+	ctx := t.Context()
+	lc := stream.ListenConfig{Options: opts, RingSize: lring}
+	ln, err := lc.Listen(ctx, "rdma", listenAddr(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	acc := make(chan net.Conn, 1)
+	go func() { c, _ := ln.Accept(); acc <- c }()
+	d := stream.Dialer{Options: opts, RingSize: dring}
+	c, err = d.DialContext(ctx, "rdma", ln.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	s = <-acc
+	require.NotNil(t, s)
+	t.Cleanup(func() { s.Close() })
+	return c, s, ln
+}
+
 // TestStreamStagingSmallerThanRing: a writer's staging is its peer's
 // ring up to 1 MiB, so that what a side holds does not grow with the
 // ring past what WRITEs in flight need. Here the rings are a little over
@@ -145,21 +167,8 @@ func TestStreamCloseDuringCopy(t *testing.T) {
 // arriving in order.
 func TestStreamStagingSmallerThanRing(t *testing.T) {
 	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
-		ctx := t.Context()
 		ring := 2<<20 + 12<<10
-		lc := stream.ListenConfig{Options: opts, RingSize: ring}
-		ln, err := lc.Listen(ctx, "rdma", listenAddr(t))
-		require.NoError(t, err)
-		defer ln.Close()
-		acc := make(chan net.Conn, 1)
-		go func() { c, _ := ln.Accept(); acc <- c }()
-		d := stream.Dialer{Options: opts, RingSize: ring}
-		c, err := d.DialContext(ctx, "rdma", ln.Addr().String())
-		require.NoError(t, err)
-		defer c.Close()
-		s := <-acc
-		require.NotNil(t, s)
-		defer s.Close()
+		c, s, _ := ringPair(t, opts, ring, ring)
 
 		size := 12 << 20
 		if inVM() {
@@ -180,19 +189,7 @@ func TestStreamStagingSmallerThanRing(t *testing.T) {
 func TestStreamSmallRing(t *testing.T) {
 	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
 		ctx := t.Context()
-		lc := stream.ListenConfig{Options: opts, RingSize: stream.MinRingSize}
-		ln, err := lc.Listen(ctx, "rdma", listenAddr(t))
-		require.NoError(t, err)
-		defer ln.Close()
-		acc := make(chan net.Conn, 1)
-		go func() { c, _ := ln.Accept(); acc <- c }()
-		d := stream.Dialer{Options: opts, RingSize: 2 * stream.MinRingSize}
-		c, err := d.DialContext(ctx, "rdma", ln.Addr().String())
-		require.NoError(t, err)
-		defer c.Close()
-		s := <-acc
-		require.NotNil(t, s)
-		defer s.Close()
+		c, s, ln := ringPair(t, opts, stream.MinRingSize, 2*stream.MinRingSize)
 
 		size := 1 << 20
 		if inVM() {
