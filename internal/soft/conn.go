@@ -65,6 +65,7 @@ type conn struct {
 	events  []*cq // CQ events of the frame being served (see cq.push)
 	rsrc    streamSource
 	rdead   atomic.Bool
+	heard   atomic.Int64 // when a read last brought bytes from the peer, in Unix ns
 	rflush  []respEntry // the reader's scratch for writing responses
 	unacked int         // requests served since the reader last wrote responses
 	unbytes uint64      // and their payload bytes
@@ -142,6 +143,9 @@ func (c *conn) fail(err error, protocol bool) {
 	}
 }
 
+// lastHeard is when a read last brought bytes from the peer.
+func (c *conn) lastHeard() time.Time { return time.Unix(0, c.heard.Load()) }
+
 // armRead keeps a read deadline ioTimeout ahead, refreshed lazily.
 func (c *conn) armRead() {
 	if now := time.Now(); c.rdl.Sub(now) < ioTimeout/2 {
@@ -188,6 +192,7 @@ func (c *conn) readFrame() error {
 			}
 			return err
 		}
+		c.heard.Store(time.Now().UnixNano())
 	}
 	c.armRead()
 	h := &c.h

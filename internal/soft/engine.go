@@ -105,7 +105,7 @@ func (q *qp) pumpLocked(inline bool) (wait time.Duration, handoff bool) {
 		var now time.Time
 		if !inline && q.typ == verbs.RC && q.head != q.sent && q.respBusy == 0 {
 			now = time.Now()
-			if now.Sub(q.lastProgress) >= q.tmo {
+			if now.Sub(q.lastProgress) >= q.tmo && !q.peerHeard() {
 				q.failHead(verbs.WCRetryExcErr, VendorErrTimeout, fmt.Errorf("soft: no response from %s within %v: peer gone or stalled", q.peer, q.tmo))
 				continue
 			}
@@ -213,6 +213,23 @@ func (q *qp) onWatch() {
 	q.watchArmed = false
 	q.mu.Unlock()
 	q.wake()
+}
+
+// peerHeard reports whether the peer's process was heard from on the
+// QP's connection within the timeout, and restarts the timeout from
+// then. A peer that is still sending is alive, only busy: over one TCP
+// stream per pair of processes, a response queues behind every frame
+// the peer serves before it, and a burst over thousands of QPs once
+// took a response past the timeout. A stopped or vanished peer sends
+// nothing, and still times out. Caller holds mu.
+func (q *qp) peerHeard() bool {
+	if q.conn == nil {
+		return false
+	}
+	if h := q.conn.lastHeard(); h.After(q.lastProgress) {
+		q.lastProgress = h
+	}
+	return time.Since(q.lastProgress) < q.tmo
 }
 
 // timeLeft is the time until the outstanding WRs time out, or 0.

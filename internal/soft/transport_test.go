@@ -401,3 +401,34 @@ func TestPosterWritesSmallWRs(t *testing.T) {
 	require.Equal(t, uint32(VendorErrTimeout), wc.VendorErr)
 	require.Less(t, time.Since(start), 6*time.Second)
 }
+
+// TestBusyPeerIsAlive: a response that comes after the QP's timeout
+// (2 s here) is taken, while the peer's process keeps sending other
+// frames on the connection meanwhile: it is alive, only busy, as a
+// server is that serves a burst over thousands of QPs before this
+// one's request. A silent peer still times out (TestBadResponses).
+func TestBusyPeerIsAlive(t *testing.T) {
+	a, f := fakeResponder(t, 10) // 4 ms × 2 tries: the 2 s floor
+	a.post(verbs.SendWR{ID: 1, Opcode: verbs.OpRead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.sge(0, 64)}, RemoteAddr: 4096, RKey: 5})
+	nc := f.accept(wireVersion)
+	req, _ := readRaw(t, nc)
+	// Traffic of the peer's other QPs for 3 s: requests to QPs this side
+	// does not have, which it answers with NAKs.
+	stop := time.Now().Add(3 * time.Second)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(stop) {
+		<-tick.C
+		writeRaw(t, nc, header{typ: frameRequest, op: uint8(verbs.OpWrite), qpType: verbs.RC, dst: 0xfffff0, src: 0x778, length: 4}, []byte{1, 2, 3, 4})
+		if r, _ := readRaw(t, nc); r.typ != frameNak || r.op != nakUnknownQP {
+			t.Fatalf("answer to another QP's request: %+v", r)
+		}
+		if st, _ := a.qp.State(); st == verbs.StateError {
+			t.Fatalf("the QP timed out while its peer was sending: %v", QPError(a.qp))
+		}
+	}
+	writeRaw(t, nc, header{typ: frameReadResp, dst: req.src, src: fakeQPN, psn: req.psn, length: 64}, make([]byte, 64))
+	if wc := poll(t, a.scq, 1)[0]; wc.WRID != 1 || wc.Status != verbs.WCSuccess {
+		t.Fatalf("the READ answered late: %+v", wc)
+	}
+}
