@@ -107,6 +107,15 @@ func (b *Batch) add(err error, o op, wr verbs.SendWR) {
 // WithQueueDepth) fails with ErrInvalid, and one past the room left
 // under the connection's WithSendQueueLimit fails with ErrQueueFull,
 // both at once and holding no buffer.
+//
+// A batch within the peer's cap is delivered, however many connections
+// share the peer's receive queue: it waits for its messages' credits
+// all at once, in turn with the other connections that wait. The peer
+// keeps the receives it frees for the first connection in line until
+// it can give that one's whole batch, and recalls the credits others
+// hold and cannot use; a connection whose batch waits gives back the
+// credits it holds and asks again for all of them, so no batch holds
+// part of its credits while waiting for the rest.
 func (b *Batch) Post() *Future {
 	c := b.c
 	defer b.reset()

@@ -2,6 +2,8 @@ package rdma_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -138,4 +140,123 @@ func testWriteBehindCreditWait(t *testing.T, opts []rdma.Option) {
 	}
 	require.NoError(t, second.Wait(ctx))
 	require.NoError(t, write.Wait(ctx), "the WRITE behind the batch")
+}
+
+// Rule: a Batch the peer accepted at Post is delivered, however the
+// connections sharing the peer's receive queue hold its credits. Two
+// clients of a server with a shared receive queue of 64: A sends 40 and
+// B 24, which leaves them holding the queue's 64 credits between them as
+// the server takes the messages; then each posts a Batch of 64, the cap.
+// Each used to keep what it held and wait for the rest, for ever (6 runs
+// in 8).
+func TestBatchSharedReceivesNoHoldAndWait(t *testing.T) {
+	eachProvider(t, testBatchSharedReceivesNoHoldAndWait)
+}
+
+func testBatchSharedReceivesNoHoldAndWait(t *testing.T, opts []rdma.Option) {
+	se, err := rdma.OpenEngine(append(opts, rdma.WithSharedReceives(64))...)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, se.Close()) }()
+	ce, err := rdma.OpenEngine(opts...)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, ce.Close()) }()
+	clients, accepted := enginePairs(t, ce, se, 2)
+	servers := peers(t, clients, accepted)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bufs := make([]*rdma.Buffer, 2)
+	for i, c := range clients {
+		bufs[i], err = c.Alloc(64)
+		require.NoError(t, err)
+		defer bufs[i].Release()
+	}
+	// round posts a Batch of sizes[i] SENDs on client i, all at once,
+	// and waits until the server took them and the Batches completed.
+	round := func(sizes ...int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make(chan error, 2*len(sizes))
+		for i, n := range sizes {
+			b := clients[i].NewBatch()
+			for range n {
+				b.Send(bufs[i])
+			}
+			f := b.Post()
+			wg.Go(func() {
+				for k := range n {
+					r := servers[i].Recv()
+					if err := r.Wait(ctx); err != nil {
+						errs <- fmt.Errorf("client %d, message %d of %d: %w", i, k, n, err)
+						return
+					}
+					r.Buffer().Release()
+				}
+				if err := f.Wait(ctx); err != nil {
+					errs <- fmt.Errorf("client %d, batch of %d: %w", i, n, err)
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err, "shared receive queue %+v", rdma.SharedRecvStats(servers[0]))
+		}
+	}
+	for range 8 {
+		round(40, 24)
+		round(64, 64)
+	}
+}
+
+// Rule: the data mover the Batch godoc describes runs at the default
+// options: 32 connections to one server, each looping on Batches of 64
+// SENDs while the server reads. Their credits outnumber the server's
+// shared receive queue twice over; it wedged in 2 runs of 2.
+func TestBatchLoopsShareReceives(t *testing.T) {
+	const conns, batch, rounds = 32, 64, 16
+	opts := []rdma.Option{rdma.WithProvider(rdma.ProviderSoft)}
+	se, err := rdma.OpenEngine(opts...)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, se.Close()) }()
+	ce, err := rdma.OpenEngine(opts...)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, ce.Close()) }()
+	clients, accepted := enginePairs(t, ce, se, conns)
+	servers := peers(t, clients, accepted)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*conns)
+	for i, c := range clients {
+		b, err := c.Alloc(64)
+		require.NoError(t, err)
+		defer b.Release()
+		wg.Go(func() {
+			bt := c.NewBatch()
+			for r := range rounds {
+				for range batch {
+					bt.Send(b)
+				}
+				if err := bt.Post().Wait(ctx); err != nil {
+					errs <- fmt.Errorf("client %d, round %d: %w", i, r, err)
+					return
+				}
+			}
+		})
+		wg.Go(func() {
+			for k := range rounds * batch {
+				r := servers[i].Recv()
+				if err := r.Wait(ctx); err != nil {
+					errs <- fmt.Errorf("server %d, message %d: %w", i, k, err)
+					return
+				}
+				r.Buffer().Release()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err, "shared receive queue %+v", rdma.SharedRecvStats(servers[0]))
+	}
 }

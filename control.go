@@ -27,7 +27,7 @@ const (
 	ctrlRevoked  = 9  // answer to ctrlRevoke: no access to rkey u32 is in flight or will be posted
 	ctrlCloseAck = 10 // answer to ctrlClose: this side's operations are done too
 	ctrlCredit   = 11 // credits: u32 total the peer gave over the connection's life, answering an ask (credit_word.go)
-	ctrlAsk      = 12 // the sender asks for n u32 credits for messages it has waiting, having seen a u32 total
+	ctrlAsk      = 12 // the sender asks for n u32 credits for messages it has waiting, having seen a u32 total, a u32 of them at once (its first chain's)
 	ctrlBack     = 13 // the sender gives back n u32 credits it did not use
 	ctrlRecall   = 14 // the receiver asks for the credits the sender has no message for (others wait)
 	ctrlAbort    = 15 // the sender failed for a reason of its own: reason text (abort.go)
@@ -246,10 +246,10 @@ func (c *Conn) readControl(r *bufio.Reader) {
 				c.onCredit(v)
 			}
 		case ctrlAsk:
-			if len(p) != 8 {
+			if len(p) != 12 {
 				c.protocolErr("malformed credit request")
 			} else if c.srq != nil {
-				c.onCreditAsk(binary.BigEndian.Uint32(p), binary.BigEndian.Uint32(p[4:]))
+				c.onCreditAsk(binary.BigEndian.Uint32(p), binary.BigEndian.Uint32(p[4:]), binary.BigEndian.Uint32(p[8:]))
 			}
 		case ctrlBack:
 			if v, ok := c.word(p, "credit return"); ok && c.srq != nil {

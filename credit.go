@@ -21,15 +21,16 @@ import (
 // (credit_word.go); asks and their answers, give-backs and recalls go on
 // the control channel:
 //   - A connection starts with none. A sender that has a message and no
-//     credit, and finds none new in its credit word, asks for what it
-//     has waiting (ctrlAsk). When no other
-//     connection waits, the receiver gives the connection's whole cap
-//     (WithQueueDepth's receive depth) as far as the SRQ's headroom goes;
-//     else what was asked, in turn with the others waiting.
+//     credit, and finds none new in its credit word, asks for what its
+//     messages waiting need, and how many of them its first waiting
+//     chain needs at once (ctrlAsk). The receiver serves asks in turn
+//     (srq_credits.go): when no other connection waits, at once and up
+//     to the connection's whole cap (WithQueueDepth's receive depth) as
+//     far as the SRQ's headroom and the connection's share go.
 //   - As the application takes messages, the receiver gives their
 //     credits back, in its credit WRITEs, in batches of an eighth of
-//     the cap, while the peer
-//     wants them and no other connection waits for credits. An ask
+//     the cap, while the peer wants them and no other connection waits
+//     for credits; while others wait, the receives go to them. An ask
 //     gives back at once what was taken and not given back yet, and
 //     when even that leaves the ask short (the connection's messages
 //     are not taken yet), each later take is given back at once: a
@@ -37,33 +38,35 @@ import (
 //   - A sender that has sent nothing for creditIdle gives back what it
 //     holds (ctrlBack), so idle connections hold none and the SRQ
 //     serves the active ones.
-//   - When connections wait and the SRQ has no receive left to give,
-//     the receiver recalls (ctrlRecall) the credits of the others, and
-//     a sender with no message waiting gives back what it holds at once.
-//     So credits follow demand: a waiting connection gets credits within
-//     a round trip or two of the control channel (recallGap), however
-//     many connections finished their bursts holding credits.
+//   - When the first waiting connection needs more than the SRQ has
+//     left to give, the receiver recalls (ctrlRecall) the credits of the
+//     connections that may hold some they cannot use: a sender gives
+//     back what it holds when no message waits, or when its first chain
+//     needs more than it holds, and then asks again for the whole chain.
+//     So a waiting connection gets credits within a round trip or two of
+//     the control channel (recallGap), however many connections there
+//     are, and no chain holds part of its credits while waiting for the
+//     rest.
 //
 // A connection holds at most its cap of the SRQ, credits and messages
 // not yet taken together, so a peer that floods, or an application
-// that does not read, cannot lock the other connections out. A message
-// without a credit cuts the peer off (ErrProtocol). Connections set up
-// through rdma_cm have no control channel: they keep receives of their
-// own and send without credits.
+// that does not read, cannot take more than that. A message without a
+// credit cuts the peer off (ErrProtocol). Connections set up through
+// rdma_cm have no control channel: they keep receives of their own and
+// send without credits.
 
 // creditState is a connection's credits, both ways. Conn holds it as
 // c.cr. Each field says the lock it is under, if any.
 type creditState struct {
 	// Receiving side: credits given to the peer (srq.go).
-	creditOut     atomic.Int64 // credits the peer holds or used on messages not yet here
-	creditHeld    atomic.Int64 // messages here the application has not taken
-	creditTaken   atomic.Int64 // messages taken whose credits are not given back yet; changed under rmu
-	creditWant    int          // credits it waits for; under srq.mu
-	creditWaiting bool         // among srq.waiters; under srq.mu
-	peerWants     atomic.Bool  // the peer asked for credits and gave none back since
-	peerShort     atomic.Bool  // the peer's last ask found too little room: give back each take at once
-	recalled      atomic.Bool  // a recall went to the peer, unanswered and with no grant since
-	lookRecvs     uint64       // messages received at the last decay look; under srq.mu
+	creditOut   atomic.Int64 // credits the peer holds or used on messages not yet here
+	creditHeld  atomic.Int64 // messages here the application has not taken
+	creditTaken atomic.Int64 // messages taken whose credits are not given back yet; changed under rmu
+	peerWants   atomic.Bool  // the peer asked for credits and gave none back since
+	peerShort   atomic.Bool  // the peer's last ask found too little room: give back each take at once
+	recalled    atomic.Bool  // a recall went to the peer, unanswered and with no grant since
+	spare       atomic.Bool  // credits went to the peer beyond what it asked for since its last ask
+	lookRecvs   uint64       // messages received at the last decay look; under srq.mu
 
 	cw               creditWord   // in-band credits (credit_word.go)
 	creditQueued     atomic.Bool  // a job to return them is queued
@@ -162,9 +165,13 @@ func (c *Conn) askCredits() {
 	// The credit word may have what the messages waiting need by now.
 	c.pullLocked()
 	c.drainLocked()
-	want, seen := -c.cr.credits, c.cr.cw.seen
-	for _, q := range c.sq.pending.items() {
-		if want += needCredits(q.wrs); want >= maxAsk {
+	want, need, seen := -c.cr.credits, 0, c.cr.cw.seen
+	for i, q := range c.sq.pending.items() {
+		n := needCredits(q.wrs)
+		if i == 0 {
+			need = n - c.cr.credits
+		}
+		if want += n; want >= maxAsk {
 			break
 		}
 	}
@@ -174,7 +181,8 @@ func (c *Conn) askCredits() {
 	c.postUnlock()
 	if want > 0 {
 		p := binary.BigEndian.AppendUint32(nil, uint32(min(want, maxAsk)))
-		c.writeControl(ctrlAsk, binary.BigEndian.AppendUint32(p, seen))
+		p = binary.BigEndian.AppendUint32(p, seen)
+		c.writeControl(ctrlAsk, binary.BigEndian.AppendUint32(p, uint32(max(1, need))))
 	}
 }
 
@@ -232,18 +240,27 @@ func (c *Conn) returnUnused() {
 }
 
 // onRecall serves the receiver's recall: others wait for credits. What
-// this side holds beyond the messages waiting for credits goes back now;
-// a chain waiting for more credits than it holds keeps them, since its
-// ask is out.
+// this side holds and cannot use now goes back: all of it when no
+// message waits, and when the first waiting chain needs more than it
+// holds, which then asks again for the whole chain. So a chain never
+// holds part of its credits while waiting for the rest.
 func (c *Conn) onRecall() {
 	c.sq.postMu.Lock()
 	defer c.postUnlock()
 	c.pullLocked()
 	c.drainLocked()
-	if c.cr.credits > 0 && c.sq.pending.len() == 0 && c.err() == nil {
-		c.cr.creditBack.Add(int64(c.cr.credits))
-		c.cr.credits = 0
-		c.cr.backNow = true
+	if c.cr.credits <= 0 || c.err() != nil {
+		return
+	}
+	waiting := c.sq.pending.len() > 0
+	if waiting && c.cr.credits >= needCredits(c.sq.pending.items()[0].wrs) {
+		return // it waits for room in the send queue, not for credits
+	}
+	c.cr.creditBack.Add(int64(c.cr.credits))
+	c.cr.credits = 0
+	c.cr.backNow = true
+	if waiting {
+		c.cr.asked, c.cr.askNow = true, true // after the give-back (postUnlock)
 	}
 }
 
@@ -258,7 +275,7 @@ func (c *Conn) sendRecall() {
 // recall asks c's peer for its unused credits, once until it answers or
 // is given more. Caller holds srq.mu.
 func (c *Conn) recall() {
-	if c.err() != nil || c.cr.creditWaiting || c.cr.creditOut.Load() <= 0 || c.cr.recalled.Swap(true) {
+	if c.err() != nil || c.cr.creditOut.Load() <= 0 || c.cr.recalled.Swap(true) {
 		return
 	}
 	if !c.cr.recallQueued.Swap(true) {
@@ -299,11 +316,12 @@ func (c *Conn) creditBatch() int64 { return max(1, int64(c.cfg.rqDepth/8)) } // 
 
 // tookLocked accounts for a message the application took: its credit
 // goes back to the peer in a batch, or at once when the peer has none
-// left or its last ask was short. Caller holds rmu.
+// left or its last ask was short, or to the SRQ at once when
+// connections wait for credits. Caller holds rmu.
 func (c *Conn) tookLocked() {
 	c.cr.creditHeld.Add(-1)
 	taken := c.cr.creditTaken.Add(1)
-	if taken >= c.creditBatch() || c.cr.creditOut.Load() == 0 || c.cr.peerShort.Load() {
+	if taken >= c.creditBatch() || c.cr.creditOut.Load() == 0 || c.cr.peerShort.Load() || c.srq.wq.n.Load() > 0 {
 		c.cr.peerShort.Store(false)
 		c.giveTakenLocked(true)
 	}
@@ -323,22 +341,28 @@ func (c *Conn) giveTakenLocked(regrant bool) {
 	}
 }
 
-// onCreditAsk serves the peer's request for credits. The peer waits, so
-// the credits of messages taken count at once, without waiting for their
+// onCreditAsk serves the peer's request for want credits, need of them
+// at once, having seen seen of the total given. The peer waits, so the
+// credits of messages taken count at once, without waiting for their
 // batch; if the ask is still short, every take is given back at once
 // until the next ask.
-func (c *Conn) onCreditAsk(want, seen uint32) {
+func (c *Conn) onCreditAsk(want, seen, need uint32) {
 	c.cr.cw.openAsk(seen)
 	c.cr.peerWants.Store(true)
 	c.cr.recalled.Store(false)
-	w := int(min(want, maxAsk))
+	c.cr.spare.Store(false) // it is short: what it holds, its first chain needs
+	// Credits given that the peer had not seen when it asked (a WRITE in
+	// flight) count toward its ask.
+	unseen := max(0, int(int32(c.cr.cw.total.Load()-seen)))
+	w := int(min(want, maxAsk)) - unseen
+	n := int(min(need, maxAsk)) - unseen
 	// Under rmu, with the takes: a take between the flush and the mark
 	// would keep its credit until a batch fills.
 	c.rq.rmu.Lock()
 	c.giveTakenLocked(false)
 	c.cr.peerShort.Store(w > c.creditRoom())
 	c.rq.rmu.Unlock()
-	c.srq.ask(c, w)
+	c.srq.ask(c, w, n)
 	// Answer at once when the peer has credits it has not seen (a WRITE
 	// in flight); else the next grant answers.
 	if !c.cr.creditQueued.Swap(true) {
@@ -354,6 +378,7 @@ func (c *Conn) onCreditBack(n uint32) {
 	}
 	c.cr.peerWants.Store(false)
 	c.cr.recalled.Store(false)
+	c.cr.spare.Store(false)
 	// The peer is idle: the credits of messages taken since the last
 	// batch need no receives kept for them either, only room to give.
 	c.rq.rmu.Lock()

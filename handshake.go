@@ -25,7 +25,7 @@ import (
 
 const (
 	handshakeMagic   = "GO-RDMA\x00"
-	handshakeVersion = 6
+	handshakeVersion = 7
 	maxReason        = 512
 )
 

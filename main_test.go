@@ -20,6 +20,7 @@ func TestMain(m *testing.M) {
 		"dialer": dialerChild,
 		"many":   manyChild,
 		"hold":   holdChild,
+		"burst":  burstChild,
 		"nolib":  noLibChild,
 	})
 	// A Buffer a test never releases fails the run (exit 99) and is

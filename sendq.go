@@ -235,11 +235,13 @@ func (c *Conn) postUnlock() {
 		c.cr.askNow, c.cr.backNow = false, false
 		c.sq.heldOps.Store(int64(c.cfg.sqDepth - c.sq.sqFree + c.sq.pendingWRs))
 		c.sq.postMu.Unlock()
-		if ask && !c.cr.askQueued.Swap(true) {
-			c.later(c.cr.askJob)
-		}
+		// A give-back before an ask: a recalled chain gives back its
+		// credits and asks for all it needs (onRecall).
 		if back && !c.cr.backQueued.Swap(true) {
 			c.later(c.cr.backJob)
+		}
+		if ask && !c.cr.askQueued.Swap(true) {
+			c.later(c.cr.askJob)
 		}
 		if err != nil {
 			c.fail(err)

@@ -52,10 +52,10 @@ type sharedRecv struct {
 	withdrawing atomic.Int64
 	withdrawn   atomic.Uint64 // receives taken back, for Stats
 
-	entries  []srqEntry // by index; a receive's buffer until it completes
-	free     indexStack // indices of entries free to post
-	mu       sync.Mutex // posting, grants, waiters
-	waiters  []*Conn    // connections waiting for credits, oldest first
+	entries  []srqEntry  // by index; a receive's buffer until it completes
+	free     indexStack  // indices of entries free to post
+	mu       sync.Mutex  // posting, grants, waiters
+	wq       creditQueue // connections waiting for credits (srq_credits.go); under mu
 	wrs      []verbs.RecvWR
 	sges     []verbs.SGE
 	retry    *time.Timer // a refill cut short by the pool limit, or a recall, tries again
@@ -195,7 +195,11 @@ func (s *sharedRecv) refill(cause int) {
 	s.refillLocked(cause)
 }
 
-func (s *sharedRecv) refillLocked(cause int) {
+func (s *sharedRecv) refillLocked(cause int) { s.refillForLocked(cause, 0) }
+
+// refillForLocked is refillLocked with receives posted for extra credits
+// about to be given beyond what the waiters want. Caller holds mu.
+func (s *sharedRecv) refillForLocked(cause int, extra int64) {
 	if s.closed {
 		return
 	}
@@ -206,10 +210,7 @@ func (s *sharedRecv) refillLocked(cause int) {
 	// go back as the application takes them), for what waiters want,
 	// and the headroom.
 	g := s.granted.Load() + s.held.Load()
-	want := int64(0)
-	for _, c := range s.waiters {
-		want += int64(c.cr.creditWant)
-	}
+	want := s.wq.wantSum + extra
 	// An idle queue (nothing out, no one waiting) keeps no headroom: its
 	// first ask refills (srq_withdraw.go takes what an idle queue holds).
 	target := int64(0)
@@ -224,9 +225,9 @@ func (s *sharedRecv) refillLocked(cause int) {
 	s.serveLocked()
 	s.setLowLocked()
 	switch {
-	case len(s.waiters) > 0:
-		// No receive is left for them: the credits of the others come
-		// back as far as they are not used.
+	case s.wq.reserved != nil:
+		// Too few receives are left for the first waiter: the credits of
+		// the others come back as far as they are not used.
 		s.recallLocked()
 	case short && s.posted.Load() < s.low.Load():
 		s.retry.Reset(srqRetry)
@@ -255,29 +256,6 @@ func (s *sharedRecv) setLowLocked() {
 			s.armed = limit
 		}
 	}
-}
-
-// recallGap is the least time between two recalls of an SRQ's credits:
-// one walks the engine's connections.
-const recallGap = time.Millisecond
-
-// recallLocked asks every connection on s that holds credits and does
-// not wait for more to give back those it does not use, at most once a
-// recallGap; the retry timer looks again while connections wait. Caller
-// holds mu.
-func (s *sharedRecv) recallLocked() {
-	if now := time.Now(); now.Sub(s.recallAt) >= recallGap {
-		s.recallAt = now
-		for _, c := range s.e.slots.all() {
-			// creditOut first: a connection being made is in the
-			// slots before its srq is set; a grant, under mu, made
-			// creditOut positive after it (recallQuietLocked).
-			if c.cr.creditOut.Load() > 0 && c.srq == s {
-				c.recall()
-			}
-		}
-	}
-	s.retry.Reset(max(srqRetry, recallGap))
 }
 
 // postLocked posts up to k receives in chains of up to 64 and returns
@@ -331,137 +309,6 @@ func (s *sharedRecv) postLocked(k int) int {
 		}
 	}
 	return done
-}
-
-// grantLocked gives c up to k credits, as far as its cap and the
-// headroom allow, and tells its peer. Caller holds mu.
-func (s *sharedRecv) grantLocked(c *Conn, k int) int {
-	room := c.creditRoom()
-	k = min(k, room, int(s.posted.Load()-s.withdrawing.Load()-s.granted.Load()))
-	if k <= 0 {
-		return 0
-	}
-	s.granted.Add(int64(k))
-	c.cr.creditOut.Add(int64(k))
-	s.armDecay() // a look recalls them if they go unused (recallQuietLocked)
-	if c.cr.recalled.Load() {
-		c.cr.recalled.Store(false) // it may be recalled again
-	}
-	c.owe(k)
-	return k
-}
-
-// serveLocked gives the waiting connections credits, oldest first, as
-// far as the headroom goes. Caller holds mu.
-func (s *sharedRecv) serveLocked() {
-	for len(s.waiters) > 0 {
-		c := s.waiters[0]
-		if c.err() == nil {
-			c.cr.creditWant -= s.grantLocked(c, c.cr.creditWant)
-			if c.cr.creditWant > 0 && c.creditRoom() > 0 {
-				return // no headroom left: it stays first
-			}
-		}
-		c.cr.creditWant, c.cr.creditWaiting = 0, false
-		s.waiters[0] = nil
-		s.waiters = s.waiters[1:]
-	}
-	s.waiters = nil
-}
-
-// ask serves a peer's request for want credits: at once from the
-// headroom when no one waits, else in turn.
-func (s *sharedRecv) ask(c *Conn, want int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	want = min(want, c.creditRoom())
-	if want <= 0 || c.cr.creditWaiting {
-		return
-	}
-	if len(s.waiters) == 0 {
-		// No one else waits: give what the connection may have, so that
-		// it pipelines as with receives of its own, as long as the SRQ
-		// has plenty to give; as it fills up, less, down to what was
-		// asked, so that early connections do not take it all.
-		//
-		// Beyond what was asked, a connection gets no more than its
-		// share of the SRQ among the connections on it: credits given
-		// ahead and not used sit idle for a second (creditIdle), and
-		// 1,024 connections with the default cap of 64 once left the
-		// first 256 holding the whole SRQ and the others waiting in turn
-		// for single credits (3-5 K messages/s against 110-160 K with a
-		// cap of 16).
-		free := int(int64(s.depth) - s.granted.Load())
-		share := s.depth / max(1, int(s.users.Load()))
-		give := min(c.creditRoom(), max(want, min(free/8, share)))
-		got := s.grantLocked(c, give)
-		if got >= give {
-			return
-		}
-		want = give - got // too few posted yet: the refill gives the rest
-	}
-	s.waitLocked(c, want)
-}
-
-// regrant gives c back the credits of k messages its application took,
-// at once if no other connection waits, else in turn. A peer's demand
-// is never dropped: an ask that finds no room (its messages not taken
-// yet) is served here when they are.
-func (s *sharedRecv) regrant(c *Conn, k int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case c.cr.creditWaiting:
-		c.cr.creditWant += k
-	case len(s.waiters) > 0:
-		// Others wait: c takes its turn behind them, so that every
-		// connection gets through.
-		s.waitLocked(c, k)
-	default:
-		if k -= s.grantLocked(c, k); k > 0 {
-			s.waitLocked(c, k)
-		}
-	}
-}
-
-// waitLocked queues c for want more credits and refills: the headroom
-// is short. Caller holds mu.
-func (s *sharedRecv) waitLocked(c *Conn, want int) {
-	c.cr.creditWaiting, c.cr.creditWant = true, want
-	s.waiters = append(s.waiters, c)
-	s.refillLocked(refillGrant)
-}
-
-// giveBack takes back n credits c's peer did not use, or that c held
-// when it ended.
-func (s *sharedRecv) giveBack(c *Conn, n int) {
-	if n <= 0 {
-		return
-	}
-	c.cr.creditOut.Add(-int64(n))
-	s.granted.Add(-int64(n))
-	s.mu.Lock()
-	s.serveLocked()
-	s.mu.Unlock()
-	s.armDecay() // the receives behind them may be left over
-}
-
-// leave removes c from the waiters and takes back its credits: c is
-// torn down and no message of its can come any more.
-func (s *sharedRecv) leave(c *Conn) {
-	s.mu.Lock()
-	for i, w := range s.waiters {
-		if w == c {
-			s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
-			break
-		}
-	}
-	c.cr.creditWaiting, c.cr.creditWant = false, 0
-	s.mu.Unlock()
-	c.rq.rmu.Lock()
-	s.held.Add(-c.cr.creditHeld.Swap(0) - c.cr.creditTaken.Swap(0))
-	c.rq.rmu.Unlock()
-	s.giveBack(c, int(c.cr.creditOut.Load()))
 }
 
 // dropSRQ drops a user of s; the last one closes it, so that an engine

@@ -64,11 +64,12 @@ func (s *sharedRecv) armDecay() {
 }
 
 // surplusLocked is what may be withdrawn: the receives posted and not
-// reserved beyond the credits out, the messages held, and, unless bare,
+// reserved beyond the credits out, the messages held, what waiters
+// want, and, unless bare,
 // the headroom a refill would keep. Caller holds mu.
 func (s *sharedRecv) surplusLocked(bare bool) int64 {
 	g := s.granted.Load() + s.held.Load()
-	keep := g
+	keep := g + s.wq.wantSum
 	if !bare {
 		keep += max(srqHeadroom, g/4)
 	}
@@ -116,7 +117,7 @@ func (s *sharedRecv) decayLook() {
 	}
 	// An idle queue keeps no headroom either: its receives would pin a
 	// slab each, scattered over the pool, and the first grant refills.
-	idle := s.granted.Load()+s.held.Load() == 0
+	idle := s.granted.Load()+s.held.Load()+s.wq.wantSum == 0
 	cur := max(0, s.surplusLocked(idle))
 	k := min(cur, s.lastSurplus)
 	s.lastSurplus = cur - k

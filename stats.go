@@ -400,7 +400,7 @@ func (e *engine) stats(conns bool) EngineStats {
 		q := SRQStats{MessageSize: s.size, Depth: s.depth, Posted: s.posted.Load(), Granted: s.granted.Load(), Held: s.held.Load(),
 			Withdrawn: s.withdrawn.Load()}
 		s.mu.Lock()
-		q.Waiting = len(s.waiters)
+		q.Waiting = s.wq.len()
 		s.mu.Unlock()
 		for k := range q.Refills {
 			q.Refills[k] = s.refills[k].Load()

@@ -1,0 +1,314 @@
+package rdma
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Credits of a shared receive queue go to the connections that ask for
+// them, in the order they asked, as receives come back.
+//
+// A peer asks for want credits: what its messages waiting need. Its
+// first waiting chain (a Batch) needs need of them at once: it goes out
+// whole or not at all, so a grant to a waiting connection is never less
+// than its need. The queue serves the oldest waiter first; when the
+// receives free are fewer than its need, it waits for them and the ones
+// behind it wait too (it is reserved), so a chain of the whole cap is
+// served however many single messages queue behind it. Meanwhile the
+// queue recalls the credits of every other connection: a sender gives
+// back what it holds and cannot use now, a chain's partial credits
+// included, and asks again for the whole chain. So no connection holds
+// part of what it needs while waiting for the rest (no hold-and-wait),
+// and credits left over at senders come back within a recall.
+//
+// A waiter whose own messages fill its cap (its application does not
+// read) is passed over until it takes them: one connection that does not
+// read never holds up the others.
+//
+// Credits given back as the application takes messages go straight back
+// to their connection while no one waits, so a connection that streams
+// alone keeps its pipeline full without asking; while others wait they
+// go to the queue instead.
+
+// creditWaiter is a connection waiting for credits.
+type creditWaiter struct {
+	c     *Conn
+	want  int  // credits its peer's messages waiting need, less those given since it asked
+	need  int  // the least grant that lets its first waiting chain go; 0 once that was given
+	ahead bool // want includes credits of messages taken, given back before the peer asks
+}
+
+// creditQueue is the waiting connections of an SRQ, oldest first. It is
+// under the SRQ's mu; n is read without it.
+type creditQueue struct {
+	ws       []*creditWaiter
+	byConn   map[*Conn]*creditWaiter
+	wantSum  int64        // want over ws
+	reserved *Conn        // the waiter the free receives are kept for, if any
+	n        atomic.Int32 // len(ws), for a look without the lock
+}
+
+func (q *creditQueue) len() int { return len(q.ws) }
+
+// holdsChain reports whether c waits for a chain's credits: it may hold
+// part of them.
+func (q *creditQueue) holdsChain(c *Conn) bool {
+	w := q.byConn[c]
+	return w != nil && w.need > 1
+}
+
+// add queues c for want credits, need of them at once; ahead when they
+// are given back before the peer asks.
+func (q *creditQueue) add(c *Conn, want, need int, ahead bool) {
+	if q.byConn == nil {
+		q.byConn = map[*Conn]*creditWaiter{}
+	}
+	w := &creditWaiter{c: c, want: want, need: need, ahead: ahead}
+	q.ws = append(q.ws, w)
+	q.byConn[c] = w
+	q.wantSum += int64(want)
+	q.n.Store(int32(len(q.ws)))
+}
+
+// remove takes c's record out of the queue, if it has one.
+func (q *creditQueue) remove(c *Conn) {
+	w := q.byConn[c]
+	if w == nil {
+		return
+	}
+	delete(q.byConn, c)
+	q.wantSum -= int64(w.want)
+	for i, x := range q.ws {
+		if x == w {
+			q.ws = append(q.ws[:i], q.ws[i+1:]...)
+			break
+		}
+	}
+	if q.reserved == c {
+		q.reserved = nil
+	}
+	q.n.Store(int32(len(q.ws)))
+}
+
+// headroomLocked is the receives posted and not reserved beyond the
+// credits outstanding: what can be given now. Caller holds mu.
+func (s *sharedRecv) headroomLocked() int {
+	return int(s.posted.Load() - s.withdrawing.Load() - s.granted.Load())
+}
+
+// grantLocked gives c up to k credits, as far as its cap and the
+// headroom allow, and tells its peer; ahead when they are more than it
+// asked for, which a recall may then get back. Caller holds mu.
+func (s *sharedRecv) grantLocked(c *Conn, k int, ahead bool) int {
+	k = min(k, c.creditRoom(), s.headroomLocked())
+	if k <= 0 {
+		return 0
+	}
+	if ahead && !c.cr.spare.Load() {
+		c.cr.spare.Store(true)
+	}
+	s.granted.Add(int64(k))
+	c.cr.creditOut.Add(int64(k))
+	s.armDecay() // a look recalls them if they go unused (recallQuietLocked)
+	if c.cr.recalled.Load() {
+		c.cr.recalled.Store(false) // it may be recalled again
+	}
+	c.owe(k)
+	return k
+}
+
+// serveLocked gives the waiting connections credits, oldest first, as
+// far as the headroom goes, and reserves the headroom for the first one
+// it cannot serve yet. Caller holds mu.
+func (s *sharedRecv) serveLocked() {
+	q := &s.wq
+	ws := q.ws
+	q.reserved = nil
+	free := s.headroomLocked()
+	kept, i := 0, 0 // ws[:kept] are passed-over waiters kept in order
+	for ; i < len(ws); i++ {
+		w := ws[i]
+		c := w.c
+		if c.err() != nil || w.want <= 0 {
+			q.wantSum -= int64(w.want)
+			delete(q.byConn, c)
+			continue
+		}
+		room := c.creditRoom()
+		need := max(w.need, 1)
+		if room < need {
+			// Its own messages fill its cap: served once it takes them.
+			ws[kept] = w
+			kept++
+			continue
+		}
+		if free < need {
+			q.reserved = c
+			break
+		}
+		got := s.grantLocked(c, min(w.want, room, free), w.ahead)
+		free -= got
+		w.want -= got
+		w.need = 0
+		q.wantSum -= int64(got)
+		switch {
+		case w.want == 0:
+			delete(q.byConn, c)
+		case free == 0:
+			q.reserved = c // it stays first for the rest
+		default:
+			// Its cap cut the grant: served again once it takes messages.
+			ws[kept] = w
+			kept++
+			continue
+		}
+		if q.reserved != nil {
+			break
+		}
+	}
+	// Put the passed-over waiters back in front of the ones not looked
+	// at: a move of the few, not of the queue.
+	copy(ws[i-kept:i], ws[:kept])
+	clear(ws[:i-kept])
+	q.ws = ws[i-kept:]
+	if len(q.ws) == 0 {
+		q.ws = nil
+	}
+	q.n.Store(int32(len(q.ws)))
+}
+
+// ask serves a peer's request for want credits, need of them at once:
+// at once from the headroom when no one waits, else in turn. A new ask
+// of a connection that waits replaces its old one, in its place.
+func (s *sharedRecv) ask(c *Conn, want, need int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if want <= 0 {
+		// What it asked for was given meanwhile.
+		s.wq.remove(c)
+		return
+	}
+	need = min(max(need, 1), c.cfg.rqDepth) // a chain needs at most the cap (Batch.Post)
+	want = max(want, need)
+	if w := s.wq.byConn[c]; w != nil {
+		s.wq.wantSum += int64(want - w.want)
+		w.want, w.need = want, need
+		if s.serveLocked(); s.wq.reserved != nil {
+			s.refillLocked(refillGrant) // too few posted
+		}
+		return
+	}
+	if room := c.creditRoom(); s.wq.len() == 0 && room >= need {
+		// No one else waits: give what the connection may have, so that
+		// it pipelines as with receives of its own, as long as the SRQ
+		// has plenty to give; as it fills up, less, down to what was
+		// asked, so that early connections do not take it all.
+		//
+		// Beyond what was asked, a connection gets no more than its
+		// share of the SRQ among the connections on it: credits given
+		// ahead and not used sit at the sender until an idle second
+		// passes (creditIdle) or a recall comes.
+		free := int(int64(s.depth) - s.granted.Load())
+		share := s.depth / max(1, int(s.users.Load()))
+		give := min(room, max(want, min(free/8, share)))
+		if s.headroomLocked() < give {
+			s.refillForLocked(refillGrant, int64(give))
+		}
+		if s.headroomLocked() >= need {
+			got := s.grantLocked(c, give, give > want)
+			if got >= want {
+				return
+			}
+			want, need = want-got, 1
+		}
+	}
+	s.wq.add(c, want, need, false)
+	s.refillLocked(refillGrant)
+}
+
+// regrant gives c back the credits of k messages its application took,
+// while no other connection waits: c streams, and keeps its pipeline
+// full without asking. While others wait the receives go to them.
+func (s *sharedRecv) regrant(c *Conn, k int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := s.wq.byConn[c]
+	switch {
+	case w != nil && s.wq.len() == 1:
+		// c streams alone and waits, for receives to be posted or for
+		// its own messages to be taken: these add to what it is given.
+		d := min(w.want+k, maxAsk) - w.want
+		w.want += d
+		w.ahead = true
+		s.wq.wantSum += int64(d)
+		if s.serveLocked(); s.wq.reserved != nil {
+			s.refillLocked(refillGrant) // too few posted
+		}
+	case s.wq.len() > 0:
+		// Others wait: the receives go to them, in turn.
+		s.refillLocked(refillGrant)
+	default:
+		if got := s.grantLocked(c, k, true); got < k {
+			// Too few receives posted: the refill gives the rest.
+			s.refillForLocked(refillGrant, int64(k-got))
+			if got += s.grantLocked(c, k-got, true); got < k {
+				s.wq.add(c, k-got, 1, true)
+			}
+		}
+	}
+}
+
+// giveBack takes back n credits c's peer did not use, or that c held
+// when it ended.
+func (s *sharedRecv) giveBack(c *Conn, n int) {
+	if n <= 0 {
+		return
+	}
+	c.cr.creditOut.Add(-int64(n))
+	s.granted.Add(-int64(n))
+	s.mu.Lock()
+	s.serveLocked()
+	s.mu.Unlock()
+	s.armDecay() // the receives behind them may be left over
+}
+
+// leave removes c from the waiters and takes back its credits: c is
+// torn down and no message of its can come any more.
+func (s *sharedRecv) leave(c *Conn) {
+	s.mu.Lock()
+	s.wq.remove(c)
+	s.mu.Unlock()
+	c.rq.rmu.Lock()
+	s.held.Add(-c.cr.creditHeld.Swap(0) - c.cr.creditTaken.Swap(0))
+	c.rq.rmu.Unlock()
+	s.giveBack(c, int(c.cr.creditOut.Load()))
+}
+
+// recallGap is the least time between two recalls of an SRQ's credits:
+// one walks the engine's connections.
+const recallGap = time.Millisecond
+
+// recallLocked asks the connections on s that may hold credits they
+// cannot use now to give them back: those given credits beyond what they
+// asked for, and waiting chains (they may hold part of what they need),
+// but not the waiter the headroom is kept for. Connections that asked
+// and were given what they asked for use it all: recalling them would
+// cost a frame each for nothing. At most once a recallGap; the retry
+// timer looks again while the reserved waiter waits. Caller holds mu.
+func (s *sharedRecv) recallLocked() {
+	if s.wq.reserved == nil {
+		return // the waiters left wait for their own messages to be taken
+	}
+	if now := time.Now(); now.Sub(s.recallAt) >= recallGap {
+		s.recallAt = now
+		for _, c := range s.e.slots.all() {
+			// creditOut first: a connection being made is in the
+			// slots before its srq is set; a grant, under mu, made
+			// creditOut positive after it (recallQuietLocked).
+			if c.cr.creditOut.Load() > 0 && c.srq == s && c != s.wq.reserved && (c.cr.spare.Load() || s.wq.holdsChain(c)) {
+				c.recall()
+			}
+		}
+	}
+	s.retry.Reset(max(srqRetry, recallGap))
+}
