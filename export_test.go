@@ -156,3 +156,15 @@ func CreditIdleArmed(c *Conn) bool {
 	defer c.sq.postMu.Unlock()
 	return c.cr.idleArmed
 }
+
+// SendRawControl writes b to c's control channel as it is, as a hostile
+// peer could: a frame header with any length, or bytes of no frame.
+func SendRawControl(c *Conn, b []byte) error {
+	c.ctl.ctrlMu.Lock()
+	defer c.ctl.ctrlMu.Unlock()
+	_, err := c.ctl.ctrl.Write(b)
+	return err
+}
+
+// MaxCtrl is the largest control frame payload.
+const MaxCtrl = maxCtrl

@@ -494,3 +494,32 @@ func TestListenConfig(t *testing.T) {
 	_, err = rdma.Dial(ctx, "rdma", "127.0.0.1:1", soft, rdma.WithQueueDepth(16384, 16384))
 	require.ErrorIs(t, err, rdma.ErrInvalid)
 }
+
+// Rule: a control frame longer than the protocol allows is reported to
+// the peer that sent it, at once, as every other illegal frame is: its
+// pending operations fail with ErrPeerClosed saying why, its Done
+// closes, and the socket ends, without the receiving application doing
+// anything.
+func TestOversizedControlFrameReported(t *testing.T) {
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pending := c.Recv() // the hostile side's own operation
+	victim := s.Recv()
+	frame := []byte{rdma.CtrlRegion, 0, 0}
+	binary.BigEndian.PutUint16(frame[1:], rdma.MaxCtrl+1)
+	require.NoError(t, rdma.SendRawControl(c, append(frame, make([]byte, rdma.MaxCtrl+1)...)))
+	failedWith(t, victim, rdma.ErrProtocol)
+	bound, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	err := pending.Wait(bound)
+	require.NotErrorIs(t, err, context.DeadlineExceeded, "the hostile peer was not told")
+	require.ErrorIs(t, err, rdma.ErrPeerClosed)
+	assert.Contains(t, err.Error(), "aborted")
+	assert.Contains(t, err.Error(), "control frame of 1025 bytes", "the reason")
+	select {
+	case <-c.Done():
+	case <-bound.Done():
+		t.Fatal("the hostile peer's connection did not end")
+	}
+}
