@@ -41,7 +41,15 @@ const (
 	CtrlFree    = ctrlFree
 	CtrlRevoked = ctrlRevoked
 	CtrlAbort   = ctrlAbort
+	CtrlDeny    = ctrlDeny
 )
+
+// RequestsInFlight counts c's RequestRegion calls waiting for an answer.
+func RequestsInFlight(c *Conn) int {
+	c.ctl.emu.Lock()
+	defer c.ctl.emu.Unlock()
+	return len(c.ctl.requests)
+}
 
 // SendControl writes a raw control frame to c's peer, as a hostile peer
 // could.

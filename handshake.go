@@ -153,7 +153,7 @@ func readAnswer(r *bufio.Reader) (*hello, error) {
 		if _, err := io.ReadFull(r, reason); err != nil {
 			return nil, fmt.Errorf("%w: malformed refusal", ErrNotRDMA)
 		}
-		return nil, fmt.Errorf("rdma: %w: the listener says: %s", ErrRefused, reason)
+		return nil, fmt.Errorf("rdma: %w: the listener says: %q", ErrRefused, reason)
 	}
 	return nil, fmt.Errorf("%w: unknown handshake answer %#x", ErrNotRDMA, kind)
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -522,4 +523,51 @@ func TestOversizedControlFrameReported(t *testing.T) {
 	case <-bound.Done():
 		t.Fatal("the hostile peer's connection did not end")
 	}
+}
+
+// forged is text a hostile peer sends to forge lines of a log: a line
+// end, a carriage return and a terminal escape.
+const forged = "no\nrdma: connected remote=10.0.0.1\r\x1b[2K"
+
+// requirePrintable requires s to hold no control character: the peer's
+// text in it is quoted.
+func requirePrintable(t *testing.T, s string) {
+	t.Helper()
+	for _, r := range s {
+		require.False(t, r < 0x20 || r == 0x7f, "control character %q in %q", r, s)
+	}
+}
+
+// Rule: text a peer sends reaches this side's errors quoted: a
+// listener's refusal reason and a region request's denial.
+func TestPeerTextQuoted(t *testing.T) {
+	soft := rdma.WithProvider(rdma.ProviderSoft)
+	t.Run("refusal", func(t *testing.T) {
+		ln, err := rdma.Listen("rdma", "127.0.0.1:0", soft, rdma.WithAcceptCheck(func(rdma.PeerInfo) error { return errors.New(forged) }))
+		require.NoError(t, err)
+		defer ln.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err = rdma.Dial(ctx, "rdma", ln.Addr().String(), soft)
+		require.ErrorIs(t, err, rdma.ErrRefused)
+		requirePrintable(t, err.Error())
+		assert.Contains(t, err.Error(), strconv.Quote("the listener's check refused the peer: "+forged))
+	})
+	t.Run("region denial", func(t *testing.T) {
+		c, s := rdmatest.Pair(t, soft)
+		rdma.Deafen(s) // the hostile side answers in its own words
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		got := make(chan error, 1)
+		go func() {
+			_, err := c.RequestRegion(ctx, 64, rdma.RemoteRead)
+			got <- err
+		}()
+		require.Eventually(t, func() bool { return rdma.RequestsInFlight(c) == 1 }, 10*time.Second, time.Millisecond)
+		require.NoError(t, rdma.SendControl(s, rdma.CtrlDeny, append(binary.BigEndian.AppendUint32(nil, 1), forged...)))
+		err := <-got
+		require.ErrorIs(t, err, rdma.ErrRegionRefused)
+		requirePrintable(t, err.Error())
+		assert.Contains(t, err.Error(), strconv.Quote(forged))
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 )
 
 // TLS on the TCP bootstrap (docs/security.md): the hello, its answer and
@@ -132,7 +133,8 @@ func startTLS(ctx context.Context, tc net.Conn, cfg *tls.Config) (net.Conn, erro
 // tlsErr explains a failed TLS handshake with the peer at addr. A plain
 // go-rdma listener answers a ClientHello with a refusal in clear text; a
 // listener that refused the TLS session (no or a bad client certificate)
-// sends an alert: both match ErrRefused.
+// sends an alert: both match ErrRefused. The TLS error's text is quoted:
+// it may carry what the peer sent (its certificate's names).
 func tlsErr(addr net.Addr, err error) error {
 	var rh tls.RecordHeaderError
 	if errors.As(err, &rh) && rh.RecordHeader[0] == answerRefuse {
@@ -140,10 +142,18 @@ func tlsErr(addr net.Addr, err error) error {
 	}
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Op == "remote error" {
-		return fmt.Errorf("rdma: TLS handshake with %v: %w: %w", addr, ErrRefused, err)
+		return fmt.Errorf("rdma: TLS handshake with %v: %w: %w", addr, ErrRefused, peerText{err})
 	}
-	return fmt.Errorf("rdma: TLS handshake with %v: %w", addr, err)
+	return fmt.Errorf("rdma: TLS handshake with %v: %w", addr, peerText{err})
 }
+
+// peerText is an error whose text may carry what a peer sent: its
+// Error quotes that text, so that it cannot forge lines where it is
+// logged, and errors.Is and As see through it.
+type peerText struct{ err error }
+
+func (e peerText) Error() string { return strconv.Quote(e.err.Error()) }
+func (e peerText) Unwrap() error { return e.err }
 
 // tlsAnswered reports the listener's refusal of the TLS session that
 // comes after the dialer's side of the handshake completed: with TLS 1.3
@@ -172,10 +182,11 @@ func acceptTLS(ctx context.Context, tc net.Conn, cfg *tls.Config) (*tls.Conn, er
 	var rh tls.RecordHeaderError
 	if errors.As(err, &rh) && string(rh.RecordHeader[:]) == handshakeMagic[:len(rh.RecordHeader)] {
 		writeRefusal(tc, "rdma: this listener requires TLS (WithTLS)")
-		err = fmt.Errorf("%w: the dialer does not use TLS", err)
+		tc.Close()
+		return nil, fmt.Errorf("rdma: TLS handshake with %v: the dialer does not use TLS: %w", tc.RemoteAddr(), peerText{err})
 	}
 	tc.Close()
-	return nil, fmt.Errorf("rdma: TLS handshake with %v: %w", tc.RemoteAddr(), err)
+	return nil, fmt.Errorf("rdma: TLS handshake with %v: %w", tc.RemoteAddr(), peerText{err})
 }
 
 // checkPeer runs the listener's accept check on the peer of tc.

@@ -317,3 +317,32 @@ func TestTLSSilentPeer(t *testing.T) {
 		t.Fatal("the listener kept a silent socket")
 	}
 }
+
+// Rule: the TLS library's account of a failed handshake is quoted in
+// the dialer's error: it may carry the peer's certificate's names.
+func TestTLSErrorQuoted(t *testing.T) {
+	ca, caKey := makeCA(t, "quoting CA")
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	serial++
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "evil"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames: []string{forged}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	soft := rdma.WithProvider(rdma.ProviderSoft)
+	ln, err := rdma.Listen("rdma", "127.0.0.1:0", soft,
+		rdma.WithTLS(&tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}))
+	require.NoError(t, err)
+	defer ln.Close()
+	err = dialRefused(t, ln, func(ctx context.Context, addr string) (*rdma.Conn, error) {
+		return rdma.Dial(ctx, "rdma", addr, soft, rdma.WithTLS(&tls.Config{RootCAs: pool, ServerName: "rdma.test"}))
+	})
+	var hostname x509.HostnameError
+	require.ErrorAs(t, err, &hostname, "the TLS error is still in the chain")
+	require.Contains(t, hostname.Error(), forged, "the certificate carries the forged name")
+	requirePrintable(t, err.Error())
+}
