@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -40,9 +41,14 @@ var ErrRefused = errors.New("connection refused by peer")
 
 // hello is what each side tells the other about its queue pair.
 type hello struct {
-	Magic     [8]byte
-	Version   uint16
-	_         [2]byte
+	Magic   [8]byte
+	Version uint16
+	// EOL is "\r\n" (zeros from a peer before v0.2.0; it is not read):
+	// a line-based server dialed by mistake, HTTP's above all, reads the
+	// bytes before it as a malformed request line and answers at once,
+	// so the dial fails in a round trip instead of at the handshake's
+	// bound (readAnswer).
+	EOL       [2]byte
 	Provider  [8]byte // "verbs" or "soft"
 	QPN       uint32
 	PSN       uint32
@@ -73,6 +79,7 @@ func providerName(b [8]byte) string {
 func writeHello(w io.Writer, h *hello) error {
 	copy(h.Magic[:], handshakeMagic)
 	h.Version = handshakeVersion
+	h.EOL = [2]byte{'\r', '\n'}
 	return binary.Write(w, binary.BigEndian, h)
 }
 
@@ -155,7 +162,27 @@ func readAnswer(r *bufio.Reader) (*hello, error) {
 		}
 		return nil, fmt.Errorf("rdma: %w: the listener says: %q", ErrRefused, reason)
 	}
-	return nil, fmt.Errorf("%w: unknown handshake answer %#x", ErrNotRDMA, kind)
+	r.UnreadByte()
+	return nil, otherAnswer(r)
+}
+
+// maxOtherAnswer bounds what an error quotes of a server of another
+// protocol's answer.
+const maxOtherAnswer = 64
+
+// otherAnswer is the error for an answer that is no go-rdma answer: it
+// quotes the first bytes that came (what r holds already; waiting for
+// more could wait for the handshake's bound), naming an HTTP server as
+// such.
+func otherAnswer(r *bufio.Reader) error {
+	b, _ := r.Peek(min(r.Buffered(), maxOtherAnswer))
+	if bytes.HasPrefix(b, []byte("HTTP/")) {
+		if i := bytes.IndexByte(b, '\r'); i >= 0 {
+			b = b[:i] // its status line
+		}
+		return fmt.Errorf("%w: an HTTP server answered: %q (dialed its port instead of the listener's?)", ErrNotRDMA, b)
+	}
+	return fmt.Errorf("%w: the peer answered %q", ErrNotRDMA, b)
 }
 
 // dialHandshake is Dial's side of the handshake over tc: its queue pair

@@ -2,10 +2,15 @@ package rdma_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
+	"io"
+	"log"
 	"math/rand/v2"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strconv"
 	"strings"
@@ -570,4 +575,75 @@ func TestPeerTextQuoted(t *testing.T) {
 		requirePrintable(t, err.Error())
 		assert.Contains(t, err.Error(), strconv.Quote(forged))
 	})
+}
+
+// Rule: dialing a server of another protocol, the most common mistake
+// being an HTTP port for the RDMA one, fails in milliseconds, not at the
+// handshake's bound, with ErrNotRDMA quoting what answered.
+func TestDialOtherServerFailsFast(t *testing.T) {
+	soft := rdma.WithProvider(rdma.ProviderSoft)
+	const bound = 10 * time.Second // the default handshake bound
+	banner := func(t *testing.T, text string) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		done := make(chan struct{})
+		t.Cleanup(func() { ln.Close(); <-done })
+		go func() {
+			defer close(done)
+			tc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer tc.Close()
+			tc.Write([]byte(text))
+			tc.SetReadDeadline(time.Now().Add(bound))
+			io.Copy(io.Discard, tc) // it waits for the dialer, as an SSH server does
+		}()
+		return ln.Addr().String()
+	}
+	for _, tc := range []struct {
+		name, addr, want string
+		tls              bool
+	}{
+		{"HTTP", httpServer(t, false), `an HTTP server answered: "HTTP/1.1 400 Bad Request`, false},
+		{"HTTPS", httpServer(t, true), "closed", false},
+		{"SSH", banner(t, "SSH-2.0-OpenSSH_9.2\r\n"), `the peer answered "SSH-2.0-OpenSSH_9.2\r\n"`, false},
+		// A TLS dialer: the server answers its ClientHello in clear text,
+		// as nginx does to what is no HTTP request.
+		{"HTTP to TLS", banner(t, "HTTP/1.1 400 Bad Request\r\n\r\n"), `an HTTP server answered: "HTTP/"`, true},
+		{"SSH to TLS", banner(t, "SSH-2.0-OpenSSH_9.2\r\n"), `the peer answered "SSH-2"`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*bound)
+			defer cancel()
+			opts := []rdma.Option{soft, rdma.WithHandshakeTimeout(bound)}
+			if tc.tls {
+				opts = append(opts, rdma.WithTLS(&tls.Config{InsecureSkipVerify: true}))
+			}
+			start := time.Now()
+			_, err := rdma.Dial(ctx, "rdma", tc.addr, opts...)
+			took := time.Since(start)
+			t.Logf("%v: %v", took, err)
+			require.ErrorIs(t, err, rdma.ErrNotRDMA)
+			assert.Contains(t, err.Error(), tc.want)
+			requirePrintable(t, err.Error())
+			assert.Less(t, took, bound/10, "the dial waited for the handshake's bound")
+		})
+	}
+}
+
+// httpServer is a net/http server (over TLS when secure) whose handler
+// is never reached; it closes when the test ends.
+func httpServer(t *testing.T, secure bool) string {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("a go-rdma hello reached the handler") })
+	var srv *httptest.Server
+	if secure {
+		srv = httptest.NewUnstartedServer(h)
+		srv.Config.ErrorLog = log.New(io.Discard, "", 0) // its complaint about the TLS handshake
+		srv.StartTLS()
+	} else {
+		srv = httptest.NewServer(h)
+	}
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String()
 }

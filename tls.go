@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -133,12 +134,21 @@ func startTLS(ctx context.Context, tc net.Conn, cfg *tls.Config) (net.Conn, erro
 // tlsErr explains a failed TLS handshake with the peer at addr. A plain
 // go-rdma listener answers a ClientHello with a refusal in clear text; a
 // listener that refused the TLS session (no or a bad client certificate)
-// sends an alert: both match ErrRefused. The TLS error's text is quoted:
-// it may carry what the peer sent (its certificate's names).
+// sends an alert: both match ErrRefused. Any other answer that is no TLS
+// record is a server of another protocol (ErrNotRDMA). The TLS error's
+// text is quoted: it may carry what the peer sent (its certificate's
+// names).
 func tlsErr(addr net.Addr, err error) error {
 	var rh tls.RecordHeaderError
-	if errors.As(err, &rh) && rh.RecordHeader[0] == answerRefuse {
-		return fmt.Errorf("rdma: TLS handshake with %v: %w: the listener does not use TLS (it answered in plain text)", addr, ErrRefused)
+	if errors.As(err, &rh) {
+		h := rh.RecordHeader[:]
+		switch {
+		case h[0] == answerRefuse:
+			return fmt.Errorf("rdma: TLS handshake with %v: %w: the listener does not use TLS (it answered in plain text)", addr, ErrRefused)
+		case bytes.HasPrefix(h, []byte("HTTP/")):
+			return fmt.Errorf("rdma: TLS handshake with %v: %w: an HTTP server answered: %q (dialed its port instead of the listener's?)", addr, ErrNotRDMA, h)
+		}
+		return fmt.Errorf("rdma: TLS handshake with %v: %w: the peer answered %q", addr, ErrNotRDMA, h)
 	}
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Op == "remote error" {
