@@ -166,7 +166,11 @@ func (l *Listener) serve(tc net.Conn, e *list.Element, slots chan struct{}) {
 	l.dropWaiting(e)
 	refused := false
 	if err == nil {
-		if err = l.checkPeer(tc); err != nil {
+		var closed bool
+		if closed, err = l.checkPeer(ctx, tc); closed {
+			return // the check's peer is refused when the check returns
+		}
+		if err != nil {
 			writeRefusal(tc, err.Error())
 			refused = true
 		}
@@ -209,8 +213,11 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 	}
 }
 
-// Close stops accepting. Connections already accepted stay open; the
-// shared resources are freed when the last of them closes.
+// Close stops accepting: the handshakes under way fail, and it returns
+// without waiting for accept checks still running (WithAcceptCheck),
+// whose peers are refused when the checks return. Connections already
+// accepted stay open; the shared resources are freed when the last of
+// them closes.
 func (l *Listener) Close() error {
 	l.closeOnce.Do(func() {
 		l.stop()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 )
 
 // TLS on the TCP bootstrap (docs/security.md): the hello, its answer and
@@ -53,6 +54,10 @@ type PeerInfo struct {
 	// certificates and, when the listener verified them, their chains
 	// (VerifiedChains); nil without TLS.
 	TLS *tls.ConnectionState
+	// Context ends when the listener closes or the handshake's bound
+	// (WithHandshakeTimeout) passes: a check that waits, on a service
+	// it asks, say, should give up then.
+	Context context.Context
 }
 
 // WithAcceptCheck gives a Listener a check of each peer. It is called
@@ -61,9 +66,12 @@ type PeerInfo struct {
 // memory exists yet. A non-nil error refuses the peer: the listener
 // closes the socket, and the dialer's Dial fails with an error matching
 // ErrRefused that carries the error's text (up to 512 bytes), so say
-// only what the peer may know. check runs on the peer's own goroutine,
-// possibly for many peers at once; the listener's handshake bound does
-// not interrupt it, so it should not block for long.
+// only what the peer may know. check runs on a goroutine of its own per
+// peer, possibly for many peers at once. Neither the listener's
+// handshake bound nor Close interrupts it, but both end the
+// PeerInfo.Context it is given: Close returns without waiting for the
+// checks still running, and their peers are refused when they return; a
+// peer whose check outlasts the handshake's bound fails its handshake.
 //
 // It is a Listener option: Dial refuses it with ErrInvalid (a dialer
 // checks the listener through its tls.Config, e.g. VerifyConnection).
@@ -199,18 +207,59 @@ func acceptTLS(ctx context.Context, tc net.Conn, cfg *tls.Config) (*tls.Conn, er
 	return nil, fmt.Errorf("rdma: TLS handshake with %v: %w", tc.RemoteAddr(), peerText{err})
 }
 
-// checkPeer runs the listener's accept check on the peer of tc.
-func (l *Listener) checkPeer(tc net.Conn) error {
+// checkPeer runs the listener's accept check on the peer of tc, bounded
+// by ctx, the handshake's. closed reports that the listener closed while
+// the check ran: the peer is then refused when the check returns, and
+// the caller must leave tc alone.
+func (l *Listener) checkPeer(ctx context.Context, tc net.Conn) (closed bool, err error) {
 	if l.cfg.acceptCheck == nil {
-		return nil
+		return false, nil
 	}
-	info := PeerInfo{RemoteAddr: tc.RemoteAddr(), LocalAddr: tc.LocalAddr()}
+	info := PeerInfo{RemoteAddr: tc.RemoteAddr(), LocalAddr: tc.LocalAddr(), Context: ctx}
 	if t, ok := tc.(*tls.Conn); ok {
 		st := t.ConnectionState()
 		info.TLS = &st
 	}
-	if err := l.cfg.acceptCheck(info); err != nil {
-		return fmt.Errorf("rdma: the listener's check refused the peer: %w", err)
+	return l.runCheck(ctx, info, func(why error) {
+		// The handshake's bound has ended with the listener: the
+		// refusal gets a bound of its own.
+		tc.SetWriteDeadline(time.Now().Add(lateRefusalBound))
+		writeRefusal(tc, why.Error())
+		tc.Close()
+	})
+}
+
+// lateRefusalBound is how long the refusal of a peer whose check
+// returned after Close may take to go out.
+const lateRefusalBound = time.Second
+
+// runCheck runs the accept check on info, on a goroutine of its own so
+// that Close does not wait for a check that blocks. When the listener
+// closes first, runCheck reports closed at once and leaves refuse to run
+// when the check returns. A check that outlasts ctx, the handshake's
+// bound, fails the handshake.
+func (l *Listener) runCheck(ctx context.Context, info PeerInfo, refuse func(why error)) (closed bool, err error) {
+	res := make(chan error, 1)
+	go func() { res <- l.cfg.acceptCheck(info) }()
+	closedErr := fmt.Errorf("rdma: the listener %v closed", l.addr)
+	select {
+	case err = <-res:
+		if l.ctx.Err() != nil {
+			refuse(closedErr)
+			return true, nil
+		}
+	case <-l.ctx.Done():
+		go func() {
+			<-res
+			refuse(closedErr)
+		}()
+		return true, nil
 	}
-	return nil
+	if err != nil {
+		return false, fmt.Errorf("rdma: the listener's check refused the peer: %w", err)
+	}
+	if ctx.Err() != nil {
+		return false, fmt.Errorf("rdma: the listener's check took longer than the handshake's bound (%v)", l.cfg.setup)
+	}
+	return false, nil
 }

@@ -354,3 +354,69 @@ func TestTLSErrorQuoted(t *testing.T) {
 	require.Contains(t, hostname.Error(), forged, "the certificate carries the forged name")
 	requirePrintable(t, err.Error())
 }
+
+// Rule: Close does not wait for accept checks that block: it returns at
+// once and ends their PeerInfo.Context; a peer whose check returns after
+// Close is refused, and nothing is left running once the checks return.
+func TestCloseDoesNotWaitForChecks(t *testing.T) {
+	soft := rdma.WithProvider(rdma.ProviderSoft)
+	const checks = 4
+	entered := make(chan context.Context, checks)
+	release := make(chan struct{})
+	ln, err := rdma.Listen("rdma", "127.0.0.1:0", soft, rdma.WithAcceptCheck(func(pi rdma.PeerInfo) error {
+		entered <- pi.Context
+		<-release
+		return nil
+	}))
+	require.NoError(t, err)
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+		ln.Close()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dials := make(chan error, checks)
+	for range checks {
+		go func() {
+			c, err := rdma.Dial(ctx, "rdma", ln.Addr().String(), soft)
+			if err == nil {
+				c.Close()
+			}
+			dials <- err
+		}()
+	}
+	var ctxs []context.Context
+	for range checks {
+		select {
+		case c := <-entered:
+			require.NotNil(t, c, "PeerInfo.Context")
+			ctxs = append(ctxs, c)
+		case <-ctx.Done():
+			t.Fatal("the checks did not start")
+		}
+	}
+	for _, c := range ctxs {
+		require.NoError(t, c.Err(), "a check's context ended before Close")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- ln.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second): // against a Close that waits until the checks return
+		t.Fatal("Close waits for the accept checks")
+	}
+	for _, c := range ctxs {
+		require.Error(t, c.Err(), "Close did not end a check's context")
+	}
+	close(release)
+	released = true
+	for range checks {
+		err := <-dials
+		require.ErrorIs(t, err, rdma.ErrRefused)
+		assert.Contains(t, err.Error(), "closed")
+	}
+}
