@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -296,22 +297,28 @@ func acceptConn(eng *engine, cfg config, tc net.Conn, br *bufio.Reader, peer *he
 
 // bound limits the handshake on tc to d and to ctx. release lifts both;
 // it reports false if ctx ended first (tc then stays bounded, so that its
-// reads fail). Calling it again does nothing. The socket's deadline is d
-// alone: ctx's deadline ends the handshake through ctx, so that by the
-// time a read fails, ctx.Err() says so (a socket deadline set to ctx's
-// could fire first, and the dial would not match
-// context.DeadlineExceeded).
+// reads fail; a deadline set after release overrides that bound). Calling
+// it again does nothing. The socket's deadline is d alone: ctx's deadline
+// ends the handshake through ctx, so that by the time a read fails,
+// ctx.Err() says so (a socket deadline set to ctx's could fire first, and
+// the dial would not match context.DeadlineExceeded).
 func bound(ctx context.Context, tc net.Conn, d time.Duration) (release func() bool) {
 	tc.SetDeadline(time.Now().Add(d))
-	stop := context.AfterFunc(ctx, func() { tc.SetDeadline(time.Unix(1, 0)) })
-	var done, ok bool
+	cut := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		tc.SetDeadline(time.Unix(1, 0))
+		close(cut)
+	})
+	var once sync.Once
+	var ok bool
 	return func() bool {
-		if !done {
-			done, ok = true, stop()
-			if ok {
+		once.Do(func() {
+			if ok = stop(); ok {
 				tc.SetDeadline(time.Time{})
+			} else {
+				<-cut
 			}
-		}
+		})
 		return ok
 	}
 }

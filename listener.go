@@ -167,7 +167,7 @@ func (l *Listener) serve(tc net.Conn, e *list.Element, slots chan struct{}) {
 	refused := false
 	if err == nil {
 		var closed bool
-		if closed, err = l.checkPeer(ctx, tc); closed {
+		if closed, err = l.checkPeer(ctx, tc, release); closed {
 			return // the check's peer is refused when the check returns
 		}
 		if err != nil {

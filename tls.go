@@ -208,10 +208,10 @@ func acceptTLS(ctx context.Context, tc net.Conn, cfg *tls.Config) (*tls.Conn, er
 }
 
 // checkPeer runs the listener's accept check on the peer of tc, bounded
-// by ctx, the handshake's. closed reports that the listener closed while
-// the check ran: the peer is then refused when the check returns, and
-// the caller must leave tc alone.
-func (l *Listener) checkPeer(ctx context.Context, tc net.Conn) (closed bool, err error) {
+// by ctx, the handshake's, which release lifts (bound). closed reports
+// that the listener closed while the check ran: the peer is then refused
+// when the check returns, and the caller must leave tc alone.
+func (l *Listener) checkPeer(ctx context.Context, tc net.Conn, release func() bool) (closed bool, err error) {
 	if l.cfg.acceptCheck == nil {
 		return false, nil
 	}
@@ -223,6 +223,7 @@ func (l *Listener) checkPeer(ctx context.Context, tc net.Conn) (closed bool, err
 	return l.runCheck(ctx, info, func(why error) {
 		// The handshake's bound has ended with the listener: the
 		// refusal gets a bound of its own.
+		release()
 		tc.SetWriteDeadline(time.Now().Add(lateRefusalBound))
 		writeRefusal(tc, why.Error())
 		tc.Close()
