@@ -1,6 +1,8 @@
 package rdma
 
 import (
+	"encoding/binary"
+
 	"github.com/go-rdma/rdma/internal/poller"
 	"github.com/go-rdma/rdma/internal/soft"
 	"github.com/go-rdma/rdma/internal/verbs"
@@ -176,3 +178,9 @@ func SendRawControl(c *Conn, b []byte) error {
 
 // MaxCtrl is the largest control frame payload.
 const MaxCtrl = maxCtrl
+
+// HelloSize is the size of the hello each side of a TCP set-up sends.
+var HelloSize = binary.Size(hello{})
+
+// MaxHandshakes bounds the handshakes a Listener has made a queue pair for.
+const MaxHandshakes = maxHandshakes

@@ -265,9 +265,10 @@ func readPeerHello(eng *engine, cfg *config, tc net.Conn, br *bufio.Reader) (*he
 
 // acceptConn is the listener's side after a valid hello: it makes the
 // connection and answers. A failure here is sent to the dialer as a
-// refusal, so it learns why instead of seeing the socket close. It
+// refusal, so it learns why instead of seeing the socket close. From
+// its answer on it waits on the dialer, and calls waiting first. It
 // closes tc on failure.
-func acceptConn(eng *engine, cfg config, tc net.Conn, br *bufio.Reader, peer *hello, release func() bool) (*Conn, error) {
+func acceptConn(eng *engine, cfg config, tc net.Conn, br *bufio.Reader, peer *hello, release func() bool, waiting func()) (*Conn, error) {
 	c, err := newConn(eng, cfg, tc.LocalAddr(), tc.RemoteAddr())
 	if err != nil {
 		writeRefusal(tc, err.Error())
@@ -286,6 +287,7 @@ func acceptConn(eng *engine, cfg config, tc net.Conn, br *bufio.Reader, peer *he
 		err = writeHello(tc, &me)
 	}
 	if err == nil {
+		waiting()
 		err = c.connect(br, &me, peer, release)
 	}
 	if err != nil {

@@ -647,3 +647,136 @@ func httpServer(t *testing.T, secure bool) string {
 	t.Cleanup(srv.Close)
 	return srv.Listener.Addr().String()
 }
+
+// Rule: handshakes a peer leaves unfinished never keep a real client
+// out, with TLS or without. An attacker replays a recorded hello from
+// many sockets and then says nothing; a real client still dials
+// promptly, and the attacker's sockets cost at most the listener's
+// bounded handshakes in queue pairs and a goroutine each.
+func TestReplayedHellos(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { testReplayedHellos(t, false) })
+	t.Run("TLS", func(t *testing.T) { testReplayedHellos(t, true) })
+}
+
+func testReplayedHellos(t *testing.T, secure bool) {
+	const attackers = 100
+	const bound = 10 * time.Second // the default handshake bound
+	soft := rdma.WithProvider(rdma.ProviderSoft)
+	p := newTestPKI(t)
+	var lnOpts, dialOpts []rdma.Option
+	var dialTLS *tls.Config
+	if secure {
+		lnOpts = append(lnOpts, rdma.WithTLS(&tls.Config{Certificates: []tls.Certificate{p.server}}))
+		dialTLS = p.clientTLS()
+		dialOpts = append(dialOpts, rdma.WithTLS(dialTLS))
+	}
+	x, err := rdma.OpenEngine(soft)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, x.Close()) }()
+	ln, err := x.Listen("rdma", "127.0.0.1:0", lnOpts...)
+	require.NoError(t, err)
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*bound)
+	defer cancel()
+	dial := func() (time.Duration, error) {
+		acc := make(chan *rdma.Conn, 1)
+		go func() { s, _ := ln.Accept(ctx); acc <- s }()
+		start := time.Now()
+		c, err := rdma.Dial(ctx, "rdma", ln.Addr().String(), append(dialOpts, soft)...)
+		took := time.Since(start)
+		if err != nil {
+			return took, err
+		}
+		c.Close()
+		if s := <-acc; s != nil {
+			s.Close()
+		}
+		return took, nil
+	}
+	// open opens a socket to the listener, in TLS when it needs it.
+	open := func() (net.Conn, error) {
+		tc, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil || !secure {
+			return tc, err
+		}
+		cfg := dialTLS.Clone()
+		cfg.ServerName = "127.0.0.1"
+		s := tls.Client(tc, cfg)
+		s.SetDeadline(time.Now().Add(bound))
+		if err := s.HandshakeContext(ctx); err != nil {
+			tc.Close()
+			return nil, err
+		}
+		s.SetDeadline(time.Time{})
+		return s, nil
+	}
+
+	hello := recordHello(t, ctx, secure, p, append(dialOpts, soft))
+	base, err := dial()
+	require.NoError(t, err, "a dial before the attack")
+	goroutines := runtime.NumGoroutine()
+
+	var socks []net.Conn
+	defer func() {
+		for _, s := range socks {
+			s.Close()
+		}
+	}()
+	for range attackers {
+		tc, err := open()
+		require.NoError(t, err)
+		socks = append(socks, tc)
+		_, err = tc.Write(hello)
+		require.NoError(t, err)
+	}
+	// Every handshake slot holds a replay.
+	most := 0
+	require.Eventually(t, func() bool {
+		most = max(most, x.Stats().Conns)
+		return x.Stats().Conns >= rdma.MaxHandshakes
+	}, bound, time.Millisecond, "the replays took no handshake slot")
+
+	took, err := dial()
+	t.Logf("dial: %v before the attack, %v during it", base, took)
+	require.NoError(t, err, "a real client was kept out")
+	assert.Less(t, took, bound/4, "the real client waited for the replays' bound")
+	most = max(most, x.Stats().Conns)
+	assert.LessOrEqual(t, most, rdma.MaxHandshakes, "queue pairs made for the replays")
+	extra := runtime.NumGoroutine() - goroutines
+	t.Logf("goroutines: %d more with %d replays", extra, attackers)
+	// A goroutine per socket, and on soft one per queue pair.
+	assert.LessOrEqual(t, extra, attackers+rdma.MaxHandshakes, "goroutines per replay")
+}
+
+// recordHello records the hello a real dialer sends (with opts), as an
+// attacker on the path, or the dialer itself, could.
+func recordHello(t *testing.T, ctx context.Context, secure bool, p testPKI, opts []rdma.Option) []byte {
+	t.Helper()
+	var ln net.Listener
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	if secure {
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{p.server}})
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		tc, err := ln.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		defer tc.Close()
+		tc.SetDeadline(time.Now().Add(10 * time.Second))
+		b := make([]byte, rdma.HelloSize)
+		if _, err := io.ReadFull(tc, b); err != nil {
+			b = nil
+		}
+		got <- b
+	}()
+	_, err = rdma.Dial(ctx, "rdma", ln.Addr().String(), opts...)
+	require.Error(t, err, "the recorder answers nothing")
+	b := <-got
+	require.Len(t, b, rdma.HelloSize)
+	return b
+}
