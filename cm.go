@@ -175,7 +175,10 @@ func (l *Listener) acceptCM() {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(l.ctx, l.cfg.setup)
 			defer cancel()
-			peer, err := l.checkCMRequest(req)
+			peer, closed, err := l.checkCMRequest(ctx, req)
+			if closed {
+				return // the check's peer is refused when the check returns
+			}
 			if err != nil {
 				req.Reject(cmRejectData(err))
 				req.Close()
@@ -198,17 +201,19 @@ func (l *Listener) acceptCM() {
 }
 
 // checkCMRequest checks a connection request's hello and runs the accept
-// check (WithAcceptCheck) on it, before anything is made for the peer;
-// it returns the hello.
-func (l *Listener) checkCMRequest(req *ibv.CMRequest) (cmHello, error) {
-	peer, err := learnCMHello(l.cfg, req.PrivateData(), false)
-	if err != nil {
-		return cmHello{}, err
+// check (WithAcceptCheck) on it, bounded by ctx, before anything is made
+// for the peer; it returns the hello. closed reports that the listener
+// closed while the check ran: the request is then rejected when the
+// check returns, and the caller must leave it alone.
+func (l *Listener) checkCMRequest(ctx context.Context, req *ibv.CMRequest) (peer cmHello, closed bool, err error) {
+	peer, err = learnCMHello(l.cfg, req.PrivateData(), false)
+	if err != nil || l.cfg.acceptCheck == nil {
+		return peer, false, err
 	}
-	if l.cfg.acceptCheck != nil {
-		if err := l.cfg.acceptCheck(PeerInfo{RemoteAddr: req.RemoteAddr(), LocalAddr: req.LocalAddr()}); err != nil {
-			return cmHello{}, fmt.Errorf("rdma: the listener's check refused the peer: %w", err)
-		}
-	}
-	return peer, nil
+	info := PeerInfo{RemoteAddr: req.RemoteAddr(), LocalAddr: req.LocalAddr(), Context: ctx}
+	closed, err = l.runCheck(ctx, info, func(why error) {
+		req.Reject(cmRejectData(why))
+		req.Close()
+	})
+	return peer, closed, err
 }

@@ -107,7 +107,7 @@ func cmRefused(err error) error {
 		if i := bytes.IndexByte(why, 0); i >= 0 {
 			why = why[:i]
 		}
-		return fmt.Errorf("rdma: %w: the listener says: %s", ErrRefused, why)
+		return fmt.Errorf("rdma: %w: the listener says: %q", ErrRefused, why)
 	}
 	return err
 }

@@ -66,7 +66,10 @@ func TestCMReject(t *testing.T) {
 
 	err := cmRefused(&ibv.CMEventError{Op: "connect", PrivateData: append([]byte(cmRejectPrefix+"no"), 0, 0)})
 	require.ErrorIs(t, err, ErrRefused)
-	assert.Equal(t, "rdma: "+ErrRefused.Error()+": the listener says: no", err.Error())
+	assert.Equal(t, "rdma: "+ErrRefused.Error()+`: the listener says: "no"`, err.Error())
+	// The listener's text is quoted: it cannot forge lines of a log.
+	err = cmRefused(&ibv.CMEventError{Op: "connect", PrivateData: []byte(cmRejectPrefix + "no\nrdma: forged\r\x1b[2K")})
+	assert.Equal(t, "rdma: "+ErrRefused.Error()+`: the listener says: "no\nrdma: forged\r\x1b[2K"`, err.Error())
 	other := &ibv.CMEventError{Op: "connect"}
 	assert.True(t, errors.Is(cmRefused(other), other))
 }

@@ -198,13 +198,19 @@ func (c *Conn) readControl(r *bufio.Reader) {
 			if c.closing.Load() || c.told.Load() {
 				return // the end of our close or abort, not the peer's doing
 			}
+			if errors.Is(err, ErrProtocol) {
+				// A frame too long: the peer is told and cut off, as for
+				// every other illegal frame.
+				c.cutOff(fmt.Errorf("rdma: peer %v: %w", c.remote, err))
+				return
+			}
 			// The socket ended without the peer's close: it died (the
 			// kernel reset the socket), or the network between us did.
 			// Either way the peer is gone; the read's error stays in
 			// the chain.
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, ErrClosed) {
 				err = ErrPeerClosed
-			} else if !errors.Is(err, ErrProtocol) {
+			} else {
 				err = fmt.Errorf("%w (%w)", ErrPeerClosed, err)
 			}
 			c.peerClosed.Store(true)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,8 +24,11 @@ var ErrPortDown = errors.New("device port went down")
 // reason; and, given to OpenEngine or to the first Dial or Listen of a
 // shared engine, the device's asynchronous events (port down and up, a
 // QP or CQ error, the SRQ limit at Debug). A repeated event (a device
-// event of one type, a refused handshake) is logged once per second at
-// most, its record counting those not logged since ("more_since").
+// event of one type, a handshake refused by one peer address for one
+// reason) is logged once per second at most, its record counting those
+// not logged since ("more_since"). A listener tracks a bounded number
+// of such addresses and reasons: refusals past them are counted and
+// reported with the next record logged ("others_since").
 // Without it nothing is logged.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
@@ -77,8 +82,10 @@ func (c *Conn) logEnded(err error) {
 }
 
 // logRefused counts a handshake the listener refused (refused: by its
-// accept check) or that failed, and logs it once per logEvery: a flood of bad handshakes does not flood the log.
-func (l *Listener) logRefused(remote any, err error, refused bool) {
+// accept check) or that failed, and logs it once per logEvery for its
+// peer's address and reason: a flood of bad handshakes does not flood
+// the log, and one peer's flood does not hide another's refusal.
+func (l *Listener) logRefused(remote net.Addr, err error, refused bool) {
 	if refused {
 		l.eng.life.handshakeRefused.Add(1)
 	} else {
@@ -88,21 +95,53 @@ func (l *Listener) logRefused(remote any, err error, refused bool) {
 	if lg == nil {
 		return
 	}
-	if ok, more := l.logLimit.allow("refused"); ok {
-		lg.Warn("rdma: handshake refused", "listener", l.addr, "remote", remote, "reason", err, "more_since", more)
+	ok, more, others := l.logLimit.allow(refusalKey(remote, err), time.Now())
+	if !ok {
+		return
 	}
+	attrs := []any{"listener", l.addr, "remote", remote, "reason", err, "more_since", more}
+	if others > 0 {
+		attrs = append(attrs, "others_since", others)
+	}
+	lg.Warn("rdma: handshake refused", attrs...)
+}
+
+// maxRefusalKey bounds the text of a refusal's key.
+const maxRefusalKey = 256
+
+// refusalKey is what a refused handshake is rate-limited by: the peer's
+// host (its port changes with every dial) and the reason, with the
+// peer's address taken out of the reason's text.
+func refusalKey(remote net.Addr, err error) string {
+	addr := remote.String()
+	host, _, serr := net.SplitHostPort(addr)
+	if serr != nil {
+		host = addr
+	}
+	key := host + " " + strings.ReplaceAll(err.Error(), addr, "")
+	return key[:min(len(key), maxRefusalKey)]
 }
 
 // logEvery is how often a repeated event (a device event of one type, a
-// refused handshake) is logged at most; the record says how many more
-// came since the last one logged.
+// refused handshake of one peer and reason) is logged at most; the
+// record says how many more came since the last one logged.
 const logEvery = time.Second
 
-// logLimiter rate-limits repeated log records by key. Its keys are few
-// (event types), so its memory is bounded.
+// maxLogKeys bounds the keys a logLimiter tracks: a refused handshake's
+// key names its peer and reason, so an attacker chooses how many there
+// are.
+const maxLogKeys = 64
+
+// logLimiter rate-limits repeated log records by key. It tracks at most
+// maxLogKeys keys: past them, the keys not logged for logEvery are
+// forgotten, and if none is, a record of a new key is held back. What
+// forgotten keys held back, and the records held back so, are counted
+// as others and reported with the next record logged: nothing goes
+// uncounted, and the log takes at most maxLogKeys records per logEvery.
 type logLimiter struct {
-	mu   sync.Mutex
-	last map[string]*logCount
+	mu     sync.Mutex
+	last   map[string]*logCount
+	others int
 }
 
 type logCount struct {
@@ -110,27 +149,46 @@ type logCount struct {
 	more int       // records not logged since
 }
 
-// allow reports whether a record of key is logged now and, if so, how
-// many of key were not logged since the last one.
-func (l *logLimiter) allow(key string) (ok bool, more int) {
-	now := time.Now()
+// allow reports whether a record of key is logged at now and, if so, how
+// many of key were not logged since the last one, and how many of other
+// keys were held back and not reported yet.
+func (l *logLimiter) allow(key string, now time.Time) (ok bool, more, others int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := l.last[key]
-	if n == nil {
+	switch {
+	case n == nil:
 		if l.last == nil {
 			l.last = map[string]*logCount{}
 		}
+		if len(l.last) >= maxLogKeys {
+			l.forget(now)
+		}
+		if len(l.last) >= maxLogKeys {
+			l.others++
+			return false, 0, 0
+		}
 		l.last[key] = &logCount{at: now}
-		return true, 0
-	}
-	if now.Sub(n.at) < logEvery {
+	case now.Sub(n.at) < logEvery:
 		n.more++
-		return false, 0
+		return false, 0, 0
+	default:
+		more = n.more
+		n.at, n.more = now, 0
 	}
-	more = n.more
-	n.at, n.more = now, 0
-	return true, more
+	others, l.others = l.others, 0
+	return true, more, others
+}
+
+// forget drops the keys not logged for logEvery, counting what they
+// held back as others.
+func (l *logLimiter) forget(now time.Time) {
+	for k, n := range l.last {
+		if now.Sub(n.at) >= logEvery {
+			l.others += n.more
+			delete(l.last, k)
+		}
+	}
 }
 
 // onAsyncEvent handles one of the device's asynchronous events: it
@@ -145,7 +203,8 @@ func (e *engine) onAsyncEvent(ev verbs.AsyncEvent) {
 		case verbs.EventPortActive:
 			lvl = slog.LevelInfo
 		}
-		if ok, more := e.logLimit.allow(ev.Type.String()); ok {
+		// A device has a few event types: no key is held back.
+		if ok, more, _ := e.logLimit.allow(ev.Type.String(), time.Now()); ok {
 			l.Log(context.Background(), lvl, "rdma: device event", "device", e.ctx.Info().Name, "event", ev.Type.String(),
 				"port", ev.Port, "qpn", ev.QPN, "more_since", more)
 		}

@@ -1,6 +1,8 @@
 package rdma
 
 import (
+	"encoding/binary"
+
 	"github.com/go-rdma/rdma/internal/poller"
 	"github.com/go-rdma/rdma/internal/soft"
 	"github.com/go-rdma/rdma/internal/verbs"
@@ -41,7 +43,15 @@ const (
 	CtrlFree    = ctrlFree
 	CtrlRevoked = ctrlRevoked
 	CtrlAbort   = ctrlAbort
+	CtrlDeny    = ctrlDeny
 )
+
+// RequestsInFlight counts c's RequestRegion calls waiting for an answer.
+func RequestsInFlight(c *Conn) int {
+	c.ctl.emu.Lock()
+	defer c.ctl.emu.Unlock()
+	return len(c.ctl.requests)
+}
 
 // SendControl writes a raw control frame to c's peer, as a hostile peer
 // could.
@@ -156,3 +166,21 @@ func CreditIdleArmed(c *Conn) bool {
 	defer c.sq.postMu.Unlock()
 	return c.cr.idleArmed
 }
+
+// SendRawControl writes b to c's control channel as it is, as a hostile
+// peer could: a frame header with any length, or bytes of no frame.
+func SendRawControl(c *Conn, b []byte) error {
+	c.ctl.ctrlMu.Lock()
+	defer c.ctl.ctrlMu.Unlock()
+	_, err := c.ctl.ctrl.Write(b)
+	return err
+}
+
+// MaxCtrl is the largest control frame payload.
+const MaxCtrl = maxCtrl
+
+// HelloSize is the size of the hello each side of a TCP set-up sends.
+var HelloSize = binary.Size(hello{})
+
+// MaxHandshakes bounds the handshakes a Listener has made a queue pair for.
+const MaxHandshakes = maxHandshakes

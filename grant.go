@@ -226,7 +226,7 @@ func (c *Conn) onAnswer(typ byte, p []byte) {
 		}
 		c.forgetRevoked(a.r.RKey)
 	} else {
-		a.err = fmt.Errorf("rdma: peer %v: %w: %s", c.remote, ErrRegionRefused, p[4:])
+		a.err = fmt.Errorf("rdma: peer %v: %w: %q", c.remote, ErrRegionRefused, p[4:])
 	}
 	c.ctl.emu.Lock()
 	rq, ok := c.ctl.requests[id]

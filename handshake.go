@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -40,9 +42,14 @@ var ErrRefused = errors.New("connection refused by peer")
 
 // hello is what each side tells the other about its queue pair.
 type hello struct {
-	Magic     [8]byte
-	Version   uint16
-	_         [2]byte
+	Magic   [8]byte
+	Version uint16
+	// EOL is "\r\n" (zeros from a peer before v0.2.0; it is not read):
+	// a line-based server dialed by mistake, HTTP's above all, reads the
+	// bytes before it as a malformed request line and answers at once,
+	// so the dial fails in a round trip instead of at the handshake's
+	// bound (readAnswer).
+	EOL       [2]byte
 	Provider  [8]byte // "verbs" or "soft"
 	QPN       uint32
 	PSN       uint32
@@ -73,6 +80,7 @@ func providerName(b [8]byte) string {
 func writeHello(w io.Writer, h *hello) error {
 	copy(h.Magic[:], handshakeMagic)
 	h.Version = handshakeVersion
+	h.EOL = [2]byte{'\r', '\n'}
 	return binary.Write(w, binary.BigEndian, h)
 }
 
@@ -153,9 +161,29 @@ func readAnswer(r *bufio.Reader) (*hello, error) {
 		if _, err := io.ReadFull(r, reason); err != nil {
 			return nil, fmt.Errorf("%w: malformed refusal", ErrNotRDMA)
 		}
-		return nil, fmt.Errorf("rdma: %w: the listener says: %s", ErrRefused, reason)
+		return nil, fmt.Errorf("rdma: %w: the listener says: %q", ErrRefused, reason)
 	}
-	return nil, fmt.Errorf("%w: unknown handshake answer %#x", ErrNotRDMA, kind)
+	r.UnreadByte()
+	return nil, otherAnswer(r)
+}
+
+// maxOtherAnswer bounds what an error quotes of a server of another
+// protocol's answer.
+const maxOtherAnswer = 64
+
+// otherAnswer is the error for an answer that is no go-rdma answer: it
+// quotes the first bytes that came (what r holds already; waiting for
+// more could wait for the handshake's bound), naming an HTTP server as
+// such.
+func otherAnswer(r *bufio.Reader) error {
+	b, _ := r.Peek(min(r.Buffered(), maxOtherAnswer))
+	if bytes.HasPrefix(b, []byte("HTTP/")) {
+		if i := bytes.IndexByte(b, '\r'); i >= 0 {
+			b = b[:i] // its status line
+		}
+		return fmt.Errorf("%w: an HTTP server answered: %q (dialed its port instead of the listener's?)", ErrNotRDMA, b)
+	}
+	return fmt.Errorf("%w: the peer answered %q", ErrNotRDMA, b)
 }
 
 // dialHandshake is Dial's side of the handshake over tc: its queue pair
@@ -237,9 +265,10 @@ func readPeerHello(eng *engine, cfg *config, tc net.Conn, br *bufio.Reader) (*he
 
 // acceptConn is the listener's side after a valid hello: it makes the
 // connection and answers. A failure here is sent to the dialer as a
-// refusal, so it learns why instead of seeing the socket close. It
+// refusal, so it learns why instead of seeing the socket close. From
+// its answer on it waits on the dialer, and calls waiting first. It
 // closes tc on failure.
-func acceptConn(eng *engine, cfg config, tc net.Conn, br *bufio.Reader, peer *hello, release func() bool) (*Conn, error) {
+func acceptConn(eng *engine, cfg config, tc net.Conn, br *bufio.Reader, peer *hello, release func() bool, waiting func()) (*Conn, error) {
 	c, err := newConn(eng, cfg, tc.LocalAddr(), tc.RemoteAddr())
 	if err != nil {
 		writeRefusal(tc, err.Error())
@@ -258,6 +287,7 @@ func acceptConn(eng *engine, cfg config, tc net.Conn, br *bufio.Reader, peer *he
 		err = writeHello(tc, &me)
 	}
 	if err == nil {
+		waiting()
 		err = c.connect(br, &me, peer, release)
 	}
 	if err != nil {
@@ -269,22 +299,28 @@ func acceptConn(eng *engine, cfg config, tc net.Conn, br *bufio.Reader, peer *he
 
 // bound limits the handshake on tc to d and to ctx. release lifts both;
 // it reports false if ctx ended first (tc then stays bounded, so that its
-// reads fail). Calling it again does nothing. The socket's deadline is d
-// alone: ctx's deadline ends the handshake through ctx, so that by the
-// time a read fails, ctx.Err() says so (a socket deadline set to ctx's
-// could fire first, and the dial would not match
-// context.DeadlineExceeded).
+// reads fail; a deadline set after release overrides that bound). Calling
+// it again does nothing. The socket's deadline is d alone: ctx's deadline
+// ends the handshake through ctx, so that by the time a read fails,
+// ctx.Err() says so (a socket deadline set to ctx's could fire first, and
+// the dial would not match context.DeadlineExceeded).
 func bound(ctx context.Context, tc net.Conn, d time.Duration) (release func() bool) {
 	tc.SetDeadline(time.Now().Add(d))
-	stop := context.AfterFunc(ctx, func() { tc.SetDeadline(time.Unix(1, 0)) })
-	var done, ok bool
+	cut := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		tc.SetDeadline(time.Unix(1, 0))
+		close(cut)
+	})
+	var once sync.Once
+	var ok bool
 	return func() bool {
-		if !done {
-			done, ok = true, stop()
-			if ok {
+		once.Do(func() {
+			if ok = stop(); ok {
 				tc.SetDeadline(time.Time{})
+			} else {
+				<-cut
 			}
-		}
+		})
 		return ok
 	}
 }

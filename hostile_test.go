@@ -2,11 +2,17 @@ package rdma_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
+	"io"
+	"log"
 	"math/rand/v2"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -493,4 +499,284 @@ func TestListenConfig(t *testing.T) {
 	defer cancel()
 	_, err = rdma.Dial(ctx, "rdma", "127.0.0.1:1", soft, rdma.WithQueueDepth(16384, 16384))
 	require.ErrorIs(t, err, rdma.ErrInvalid)
+}
+
+// Rule: a control frame longer than the protocol allows is reported to
+// the peer that sent it, at once, as every other illegal frame is: its
+// pending operations fail with ErrPeerClosed saying why, its Done
+// closes, and the socket ends, without the receiving application doing
+// anything.
+func TestOversizedControlFrameReported(t *testing.T) {
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pending := c.Recv() // the hostile side's own operation
+	victim := s.Recv()
+	frame := []byte{rdma.CtrlRegion, 0, 0}
+	binary.BigEndian.PutUint16(frame[1:], rdma.MaxCtrl+1)
+	require.NoError(t, rdma.SendRawControl(c, append(frame, make([]byte, rdma.MaxCtrl+1)...)))
+	failedWith(t, victim, rdma.ErrProtocol)
+	bound, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	err := pending.Wait(bound)
+	require.NotErrorIs(t, err, context.DeadlineExceeded, "the hostile peer was not told")
+	require.ErrorIs(t, err, rdma.ErrPeerClosed)
+	assert.Contains(t, err.Error(), "aborted")
+	assert.Contains(t, err.Error(), "control frame of 1025 bytes", "the reason")
+	select {
+	case <-c.Done():
+	case <-bound.Done():
+		t.Fatal("the hostile peer's connection did not end")
+	}
+}
+
+// forged is text a hostile peer sends to forge lines of a log: a line
+// end, a carriage return and a terminal escape.
+const forged = "no\nrdma: connected remote=10.0.0.1\r\x1b[2K"
+
+// requirePrintable requires s to hold no control character: the peer's
+// text in it is quoted.
+func requirePrintable(t *testing.T, s string) {
+	t.Helper()
+	for _, r := range s {
+		require.False(t, r < 0x20 || r == 0x7f, "control character %q in %q", r, s)
+	}
+}
+
+// Rule: text a peer sends reaches this side's errors quoted: a
+// listener's refusal reason and a region request's denial.
+func TestPeerTextQuoted(t *testing.T) {
+	soft := rdma.WithProvider(rdma.ProviderSoft)
+	t.Run("refusal", func(t *testing.T) {
+		ln, err := rdma.Listen("rdma", "127.0.0.1:0", soft, rdma.WithAcceptCheck(func(rdma.PeerInfo) error { return errors.New(forged) }))
+		require.NoError(t, err)
+		defer ln.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err = rdma.Dial(ctx, "rdma", ln.Addr().String(), soft)
+		require.ErrorIs(t, err, rdma.ErrRefused)
+		requirePrintable(t, err.Error())
+		assert.Contains(t, err.Error(), strconv.Quote("the listener's check refused the peer: "+forged))
+	})
+	t.Run("region denial", func(t *testing.T) {
+		c, s := rdmatest.Pair(t, soft)
+		rdma.Deafen(s) // the hostile side answers in its own words
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		got := make(chan error, 1)
+		go func() {
+			_, err := c.RequestRegion(ctx, 64, rdma.RemoteRead)
+			got <- err
+		}()
+		require.Eventually(t, func() bool { return rdma.RequestsInFlight(c) == 1 }, 10*time.Second, time.Millisecond)
+		require.NoError(t, rdma.SendControl(s, rdma.CtrlDeny, append(binary.BigEndian.AppendUint32(nil, 1), forged...)))
+		err := <-got
+		require.ErrorIs(t, err, rdma.ErrRegionRefused)
+		requirePrintable(t, err.Error())
+		assert.Contains(t, err.Error(), strconv.Quote(forged))
+	})
+}
+
+// Rule: dialing a server of another protocol, the most common mistake
+// being an HTTP port for the RDMA one, fails in milliseconds, not at the
+// handshake's bound, with ErrNotRDMA quoting what answered.
+func TestDialOtherServerFailsFast(t *testing.T) {
+	soft := rdma.WithProvider(rdma.ProviderSoft)
+	const bound = 10 * time.Second // the default handshake bound
+	banner := func(t *testing.T, text string) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		done := make(chan struct{})
+		t.Cleanup(func() { ln.Close(); <-done })
+		go func() {
+			defer close(done)
+			tc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer tc.Close()
+			tc.Write([]byte(text))
+			tc.SetReadDeadline(time.Now().Add(bound))
+			io.Copy(io.Discard, tc) // it waits for the dialer, as an SSH server does
+		}()
+		return ln.Addr().String()
+	}
+	for _, tc := range []struct {
+		name, addr, want string
+		tls              bool
+	}{
+		{"HTTP", httpServer(t, false), `an HTTP server answered: "HTTP/1.1 400 Bad Request`, false},
+		{"HTTPS", httpServer(t, true), "closed", false},
+		{"SSH", banner(t, "SSH-2.0-OpenSSH_9.2\r\n"), `the peer answered "SSH-2.0-OpenSSH_9.2\r\n"`, false},
+		// A TLS dialer: the server answers its ClientHello in clear text,
+		// as nginx does to what is no HTTP request.
+		{"HTTP to TLS", banner(t, "HTTP/1.1 400 Bad Request\r\n\r\n"), `an HTTP server answered: "HTTP/"`, true},
+		{"SSH to TLS", banner(t, "SSH-2.0-OpenSSH_9.2\r\n"), `the peer answered "SSH-2"`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*bound)
+			defer cancel()
+			opts := []rdma.Option{soft, rdma.WithHandshakeTimeout(bound)}
+			if tc.tls {
+				opts = append(opts, rdma.WithTLS(&tls.Config{InsecureSkipVerify: true}))
+			}
+			start := time.Now()
+			_, err := rdma.Dial(ctx, "rdma", tc.addr, opts...)
+			took := time.Since(start)
+			t.Logf("%v: %v", took, err)
+			require.ErrorIs(t, err, rdma.ErrNotRDMA)
+			assert.Contains(t, err.Error(), tc.want)
+			requirePrintable(t, err.Error())
+			assert.Less(t, took, bound/10, "the dial waited for the handshake's bound")
+		})
+	}
+}
+
+// httpServer is a net/http server (over TLS when secure) whose handler
+// is never reached; it closes when the test ends.
+func httpServer(t *testing.T, secure bool) string {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("a go-rdma hello reached the handler") })
+	var srv *httptest.Server
+	if secure {
+		srv = httptest.NewUnstartedServer(h)
+		srv.Config.ErrorLog = log.New(io.Discard, "", 0) // its complaint about the TLS handshake
+		srv.StartTLS()
+	} else {
+		srv = httptest.NewServer(h)
+	}
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String()
+}
+
+// Rule: handshakes a peer leaves unfinished never keep a real client
+// out, with TLS or without. An attacker replays a recorded hello from
+// many sockets and then says nothing; a real client still dials
+// promptly, and the attacker's sockets cost at most the listener's
+// bounded handshakes in queue pairs and a goroutine each.
+func TestReplayedHellos(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { testReplayedHellos(t, false) })
+	t.Run("TLS", func(t *testing.T) { testReplayedHellos(t, true) })
+}
+
+func testReplayedHellos(t *testing.T, secure bool) {
+	const attackers = 100
+	const bound = 10 * time.Second // the default handshake bound
+	soft := rdma.WithProvider(rdma.ProviderSoft)
+	p := newTestPKI(t)
+	var lnOpts, dialOpts []rdma.Option
+	var dialTLS *tls.Config
+	if secure {
+		lnOpts = append(lnOpts, rdma.WithTLS(&tls.Config{Certificates: []tls.Certificate{p.server}}))
+		dialTLS = p.clientTLS()
+		dialOpts = append(dialOpts, rdma.WithTLS(dialTLS))
+	}
+	x, err := rdma.OpenEngine(soft)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, x.Close()) }()
+	ln, err := x.Listen("rdma", "127.0.0.1:0", lnOpts...)
+	require.NoError(t, err)
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*bound)
+	defer cancel()
+	dial := func() (time.Duration, error) {
+		acc := make(chan *rdma.Conn, 1)
+		go func() { s, _ := ln.Accept(ctx); acc <- s }()
+		start := time.Now()
+		c, err := rdma.Dial(ctx, "rdma", ln.Addr().String(), append(dialOpts, soft)...)
+		took := time.Since(start)
+		if err != nil {
+			return took, err
+		}
+		c.Close()
+		if s := <-acc; s != nil {
+			s.Close()
+		}
+		return took, nil
+	}
+	// open opens a socket to the listener, in TLS when it needs it.
+	open := func() (net.Conn, error) {
+		tc, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil || !secure {
+			return tc, err
+		}
+		cfg := dialTLS.Clone()
+		cfg.ServerName = "127.0.0.1"
+		s := tls.Client(tc, cfg)
+		s.SetDeadline(time.Now().Add(bound))
+		if err := s.HandshakeContext(ctx); err != nil {
+			tc.Close()
+			return nil, err
+		}
+		s.SetDeadline(time.Time{})
+		return s, nil
+	}
+
+	hello := recordHello(t, ctx, secure, p, append(dialOpts, soft))
+	base, err := dial()
+	require.NoError(t, err, "a dial before the attack")
+	goroutines := runtime.NumGoroutine()
+
+	var socks []net.Conn
+	defer func() {
+		for _, s := range socks {
+			s.Close()
+		}
+	}()
+	for range attackers {
+		tc, err := open()
+		require.NoError(t, err)
+		socks = append(socks, tc)
+		_, err = tc.Write(hello)
+		require.NoError(t, err)
+	}
+	// Every handshake slot holds a replay.
+	most := 0
+	require.Eventually(t, func() bool {
+		most = max(most, x.Stats().Conns)
+		return x.Stats().Conns >= rdma.MaxHandshakes
+	}, bound, time.Millisecond, "the replays took no handshake slot")
+
+	took, err := dial()
+	t.Logf("dial: %v before the attack, %v during it", base, took)
+	require.NoError(t, err, "a real client was kept out")
+	assert.Less(t, took, bound/4, "the real client waited for the replays' bound")
+	most = max(most, x.Stats().Conns)
+	assert.LessOrEqual(t, most, rdma.MaxHandshakes, "queue pairs made for the replays")
+	extra := runtime.NumGoroutine() - goroutines
+	t.Logf("goroutines: %d more with %d replays", extra, attackers)
+	// A goroutine per socket, and on soft one per queue pair.
+	assert.LessOrEqual(t, extra, attackers+rdma.MaxHandshakes, "goroutines per replay")
+}
+
+// recordHello records the hello a real dialer sends (with opts), as an
+// attacker on the path, or the dialer itself, could.
+func recordHello(t *testing.T, ctx context.Context, secure bool, p testPKI, opts []rdma.Option) []byte {
+	t.Helper()
+	var ln net.Listener
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	if secure {
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{p.server}})
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		tc, err := ln.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		defer tc.Close()
+		tc.SetDeadline(time.Now().Add(10 * time.Second))
+		b := make([]byte, rdma.HelloSize)
+		if _, err := io.ReadFull(tc, b); err != nil {
+			b = nil
+		}
+		got <- b
+	}()
+	_, err = rdma.Dial(ctx, "rdma", ln.Addr().String(), opts...)
+	require.Error(t, err, "the recorder answers nothing")
+	b := <-got
+	require.Len(t, b, rdma.HelloSize)
+	return b
 }

@@ -25,7 +25,8 @@ type Listener struct {
 	ctx  context.Context // ends at Close
 	stop context.CancelFunc
 
-	logLimit logLimiter // refused handshakes (events.go)
+	logLimit logLimiter  // refused handshakes (events.go)
+	hs       *handshakes // the handshakes holding a queue pair (handshakes.go)
 
 	conns     chan *Conn
 	hmu       sync.Mutex
@@ -37,7 +38,8 @@ type Listener struct {
 
 // maxHandshakes bounds the connections a Listener sets up at once, after
 // their hello: each holds a queue pair and its receives until the dialer
-// finishes (bounded by WithHandshakeTimeout).
+// finishes (bounded by WithHandshakeTimeout, and by busyGrace while
+// other hellos wait: handshakes.go).
 const maxHandshakes = 64
 
 // maxHellos bounds the accepted sockets waiting for their hello; each
@@ -87,7 +89,7 @@ func listen(eng *engine, cfg config, address string) (*Listener, error) {
 		ln.Close()
 		return nil, &net.OpError{Op: "listen", Net: network, Addr: ln.Addr(), Err: fmt.Errorf("rdma: %w; dial and listen WithRDMACM", err)}
 	}
-	l := &Listener{ln: ln, eng: eng, cfg: cfg, conns: make(chan *Conn), addr: ln.Addr()}
+	l := &Listener{ln: ln, eng: eng, cfg: cfg, conns: make(chan *Conn), addr: ln.Addr(), hs: newHandshakes(cfg.setup)}
 	l.ctx, l.stop = context.WithCancel(context.Background())
 	l.wg.Add(1)
 	go l.acceptLoop()
@@ -102,7 +104,6 @@ func (l *Listener) Provider() string { return l.eng.prov.Name() }
 
 func (l *Listener) acceptLoop() {
 	defer l.wg.Done()
-	slots := make(chan struct{}, maxHandshakes)
 	for {
 		tc, err := l.ln.Accept()
 		if err != nil {
@@ -117,7 +118,7 @@ func (l *Listener) acceptLoop() {
 		}
 		e := l.waitHello(tc)
 		l.wg.Add(1)
-		go l.serve(tc, e, slots)
+		go l.serve(tc, e)
 	}
 }
 
@@ -144,7 +145,7 @@ func (l *Listener) dropWaiting(e *list.Element) {
 // serve runs the listener's side of one handshake: the hello first, with
 // nothing made for the peer; then, in one of maxHandshakes slots, the
 // connection.
-func (l *Listener) serve(tc net.Conn, e *list.Element, slots chan struct{}) {
+func (l *Listener) serve(tc net.Conn, e *list.Element) {
 	defer l.wg.Done()
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.setup)
 	defer cancel()
@@ -166,7 +167,11 @@ func (l *Listener) serve(tc net.Conn, e *list.Element, slots chan struct{}) {
 	l.dropWaiting(e)
 	refused := false
 	if err == nil {
-		if err = l.checkPeer(tc); err != nil {
+		var closed bool
+		if closed, err = l.checkPeer(ctx, tc, release); closed {
+			return // the check's peer is refused when the check returns
+		}
+		if err != nil {
 			writeRefusal(tc, err.Error())
 			refused = true
 		}
@@ -176,16 +181,20 @@ func (l *Listener) serve(tc net.Conn, e *list.Element, slots chan struct{}) {
 		tc.Close()
 		return
 	}
-	select {
-	case slots <- struct{}{}:
-	case <-ctx.Done():
+	h, err := l.hs.acquire(ctx)
+	if err != nil {
 		writeRefusal(tc, "the listener is busy setting up other connections")
 		l.eng.life.handshakeRefused.Add(1)
 		tc.Close()
 		return
 	}
-	c, err := acceptConn(l.eng, l.cfg, tc, br, peer, release)
-	<-slots
+	// Given up (cancel), the handshake fails at its next read, or at the
+	// release of its bound, never after it: a dialer that answers in
+	// time is not cut off.
+	c, err := acceptConn(l.eng, l.cfg, tc, br, peer, release, func() { h.waiting(cancel) })
+	if evicted := h.release(); evicted && err != nil {
+		err = fmt.Errorf("rdma: handshake given up: the dialer said nothing for %v while other dialers waited: %w", l.hs.grace, err)
+	}
 	if err != nil {
 		l.logRefused(tc.RemoteAddr(), err, false)
 		return // the peer got the reason; the listener goes on
@@ -209,8 +218,11 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 	}
 }
 
-// Close stops accepting. Connections already accepted stay open; the
-// shared resources are freed when the last of them closes.
+// Close stops accepting: the handshakes under way fail, and it returns
+// without waiting for accept checks still running (WithAcceptCheck),
+// whose peers are refused when the checks return. Connections already
+// accepted stay open; the shared resources are freed when the last of
+// them closes.
 func (l *Listener) Close() error {
 	l.closeOnce.Do(func() {
 		l.stop()
@@ -221,6 +233,9 @@ func (l *Listener) Close() error {
 			err = l.cmln.Close()
 		}
 		l.wg.Wait()
+		if l.hs != nil {
+			l.hs.stop()
+		}
 		l.closeErr = errors.Join(err, l.eng.release())
 	})
 	return l.closeErr

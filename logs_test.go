@@ -184,3 +184,42 @@ func TestRefusalsRateLimited(t *testing.T) {
 	assert.GreaterOrEqual(t, n, 1)
 	assert.LessOrEqual(t, n, secs+1, "once per second at most")
 }
+
+// Rule: refused handshakes are rate-limited per peer address and
+// reason: refusals for different reasons in quick succession are each
+// logged, with the peer's address and the reason.
+func TestRefusalsKeepTheirReason(t *testing.T) {
+	p := newTestPKI(t)
+	soft := rdma.WithProvider(rdma.ProviderSoft)
+	var rec records
+	ln, err := rdma.Listen("rdma", "127.0.0.1:0", soft, rdma.WithLogger(slog.New(&rec)), rdma.WithTLS(p.serverTLS()),
+		rdma.WithAcceptCheck(func(rdma.PeerInfo) error { return errors.New("not on the list") }))
+	require.NoError(t, err)
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, opts := range [][]rdma.Option{
+		{rdma.WithTLS(p.clientTLS(p.client))}, // the accept check refuses
+		{rdma.WithTLS(p.strangerTLS())},       // a certificate of another CA
+		{rdma.WithTLS(p.clientTLS())},         // no certificate
+		nil,                                   // no TLS
+	} {
+		_, err := rdma.Dial(ctx, "rdma", ln.Addr().String(), append(opts, soft)...)
+		require.Error(t, err)
+	}
+	want := []string{"not on the list", "certificate signed by unknown authority", "didn't provide a certificate", "the dialer does not use TLS"}
+	require.Eventually(t, func() bool { return len(rec.find("rdma: handshake refused")) >= len(want) }, 5*time.Second, time.Millisecond,
+		"logged: %q", rec.find("rdma: handshake refused"))
+	got := rec.find("rdma: handshake refused")
+	require.Len(t, got, len(want))
+	for _, w := range want {
+		n := 0
+		for _, g := range got {
+			if strings.Contains(g, w) {
+				n++
+				assert.Contains(t, g, "remote=127.0.0.1:")
+			}
+		}
+		assert.Equal(t, 1, n, "records saying %q: %q", w, got)
+	}
+}

@@ -2,6 +2,7 @@ package rdma_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,9 +34,9 @@ func TestProtocolMismatch(t *testing.T) {
 	} {
 		_, err := rdma.Dial(ctx, "rdma", addr, append([]rdma.Option{soft}, tc.opts...)...)
 		require.ErrorIs(t, err, rdma.ErrRefused, tc.name)
-		assert.Contains(t, err.Error(), tc.want, tc.name)
+		assert.Contains(t, err.Error(), strconv.Quote(tc.want), tc.name)
 		// Said once, in the words a refusal over rdma_cm uses too.
-		assert.Equal(t, "dial rdma "+addr+": rdma: "+rdma.ErrRefused.Error()+": the listener says: "+tc.want, err.Error(), tc.name)
+		assert.Equal(t, "dial rdma "+addr+": rdma: "+rdma.ErrRefused.Error()+": the listener says: "+strconv.Quote(tc.want), err.Error(), tc.name)
 	}
 	// The same protocol connects, and each side's windows agree.
 	c, s := connectPair(t, ctx, ln, soft, rdma.WithProtocol("kv/2"))
@@ -53,7 +54,7 @@ func TestProtocolMismatch(t *testing.T) {
 	defer plain.Close()
 	_, err = rdma.Dial(ctx, "rdma", plain.Addr().String(), soft, rdma.WithProtocol("kv/2"))
 	require.ErrorIs(t, err, rdma.ErrRefused)
-	assert.Contains(t, err.Error(), `the dialer speaks protocol "kv/2", this listener the plain async API (no protocol)`)
+	assert.Contains(t, err.Error(), strconv.Quote(`the dialer speaks protocol "kv/2", this listener the plain async API (no protocol)`))
 }
 
 func connectPair(t *testing.T, ctx context.Context, ln *rdma.Listener, opts ...rdma.Option) (c, s *rdma.Conn) {

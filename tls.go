@@ -2,11 +2,14 @@ package rdma
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
+	"time"
 )
 
 // TLS on the TCP bootstrap (docs/security.md): the hello, its answer and
@@ -51,6 +54,10 @@ type PeerInfo struct {
 	// certificates and, when the listener verified them, their chains
 	// (VerifiedChains); nil without TLS.
 	TLS *tls.ConnectionState
+	// Context ends when the listener closes or the handshake's bound
+	// (WithHandshakeTimeout) passes: a check that waits, on a service
+	// it asks, say, should give up then.
+	Context context.Context
 }
 
 // WithAcceptCheck gives a Listener a check of each peer. It is called
@@ -59,9 +66,12 @@ type PeerInfo struct {
 // memory exists yet. A non-nil error refuses the peer: the listener
 // closes the socket, and the dialer's Dial fails with an error matching
 // ErrRefused that carries the error's text (up to 512 bytes), so say
-// only what the peer may know. check runs on the peer's own goroutine,
-// possibly for many peers at once; the listener's handshake bound does
-// not interrupt it, so it should not block for long.
+// only what the peer may know. check runs on a goroutine of its own per
+// peer, possibly for many peers at once. Neither the listener's
+// handshake bound nor Close interrupts it, but both end the
+// PeerInfo.Context it is given: Close returns without waiting for the
+// checks still running, and their peers are refused when they return; a
+// peer whose check outlasts the handshake's bound fails its handshake.
 //
 // It is a Listener option: Dial refuses it with ErrInvalid (a dialer
 // checks the listener through its tls.Config, e.g. VerifyConnection).
@@ -132,18 +142,36 @@ func startTLS(ctx context.Context, tc net.Conn, cfg *tls.Config) (net.Conn, erro
 // tlsErr explains a failed TLS handshake with the peer at addr. A plain
 // go-rdma listener answers a ClientHello with a refusal in clear text; a
 // listener that refused the TLS session (no or a bad client certificate)
-// sends an alert: both match ErrRefused.
+// sends an alert: both match ErrRefused. Any other answer that is no TLS
+// record is a server of another protocol (ErrNotRDMA). The TLS error's
+// text is quoted: it may carry what the peer sent (its certificate's
+// names).
 func tlsErr(addr net.Addr, err error) error {
 	var rh tls.RecordHeaderError
-	if errors.As(err, &rh) && rh.RecordHeader[0] == answerRefuse {
-		return fmt.Errorf("rdma: TLS handshake with %v: %w: the listener does not use TLS (it answered in plain text)", addr, ErrRefused)
+	if errors.As(err, &rh) {
+		h := rh.RecordHeader[:]
+		switch {
+		case h[0] == answerRefuse:
+			return fmt.Errorf("rdma: TLS handshake with %v: %w: the listener does not use TLS (it answered in plain text)", addr, ErrRefused)
+		case bytes.HasPrefix(h, []byte("HTTP/")):
+			return fmt.Errorf("rdma: TLS handshake with %v: %w: an HTTP server answered: %q (dialed its port instead of the listener's?)", addr, ErrNotRDMA, h)
+		}
+		return fmt.Errorf("rdma: TLS handshake with %v: %w: the peer answered %q", addr, ErrNotRDMA, h)
 	}
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Op == "remote error" {
-		return fmt.Errorf("rdma: TLS handshake with %v: %w: %w", addr, ErrRefused, err)
+		return fmt.Errorf("rdma: TLS handshake with %v: %w: %w", addr, ErrRefused, peerText{err})
 	}
-	return fmt.Errorf("rdma: TLS handshake with %v: %w", addr, err)
+	return fmt.Errorf("rdma: TLS handshake with %v: %w", addr, peerText{err})
 }
+
+// peerText is an error whose text may carry what a peer sent: its
+// Error quotes that text, so that it cannot forge lines where it is
+// logged, and errors.Is and As see through it.
+type peerText struct{ err error }
+
+func (e peerText) Error() string { return strconv.Quote(e.err.Error()) }
+func (e peerText) Unwrap() error { return e.err }
 
 // tlsAnswered reports the listener's refusal of the TLS session that
 // comes after the dialer's side of the handshake completed: with TLS 1.3
@@ -172,24 +200,67 @@ func acceptTLS(ctx context.Context, tc net.Conn, cfg *tls.Config) (*tls.Conn, er
 	var rh tls.RecordHeaderError
 	if errors.As(err, &rh) && string(rh.RecordHeader[:]) == handshakeMagic[:len(rh.RecordHeader)] {
 		writeRefusal(tc, "rdma: this listener requires TLS (WithTLS)")
-		err = fmt.Errorf("%w: the dialer does not use TLS", err)
+		tc.Close()
+		return nil, fmt.Errorf("rdma: TLS handshake with %v: the dialer does not use TLS: %w", tc.RemoteAddr(), peerText{err})
 	}
 	tc.Close()
-	return nil, fmt.Errorf("rdma: TLS handshake with %v: %w", tc.RemoteAddr(), err)
+	return nil, fmt.Errorf("rdma: TLS handshake with %v: %w", tc.RemoteAddr(), peerText{err})
 }
 
-// checkPeer runs the listener's accept check on the peer of tc.
-func (l *Listener) checkPeer(tc net.Conn) error {
+// checkPeer runs the listener's accept check on the peer of tc, bounded
+// by ctx, the handshake's, which release lifts (bound). closed reports
+// that the listener closed while the check ran: the peer is then refused
+// when the check returns, and the caller must leave tc alone.
+func (l *Listener) checkPeer(ctx context.Context, tc net.Conn, release func() bool) (closed bool, err error) {
 	if l.cfg.acceptCheck == nil {
-		return nil
+		return false, nil
 	}
-	info := PeerInfo{RemoteAddr: tc.RemoteAddr(), LocalAddr: tc.LocalAddr()}
+	info := PeerInfo{RemoteAddr: tc.RemoteAddr(), LocalAddr: tc.LocalAddr(), Context: ctx}
 	if t, ok := tc.(*tls.Conn); ok {
 		st := t.ConnectionState()
 		info.TLS = &st
 	}
-	if err := l.cfg.acceptCheck(info); err != nil {
-		return fmt.Errorf("rdma: the listener's check refused the peer: %w", err)
+	return l.runCheck(ctx, info, func(why error) {
+		// The handshake's bound has ended with the listener: the
+		// refusal gets a bound of its own.
+		release()
+		tc.SetWriteDeadline(time.Now().Add(lateRefusalBound))
+		writeRefusal(tc, why.Error())
+		tc.Close()
+	})
+}
+
+// lateRefusalBound is how long the refusal of a peer whose check
+// returned after Close may take to go out.
+const lateRefusalBound = time.Second
+
+// runCheck runs the accept check on info, on a goroutine of its own so
+// that Close does not wait for a check that blocks. When the listener
+// closes first, runCheck reports closed at once and leaves refuse to run
+// when the check returns. A check that outlasts ctx, the handshake's
+// bound, fails the handshake.
+func (l *Listener) runCheck(ctx context.Context, info PeerInfo, refuse func(why error)) (closed bool, err error) {
+	res := make(chan error, 1)
+	go func() { res <- l.cfg.acceptCheck(info) }()
+	closedErr := fmt.Errorf("rdma: the listener %v closed", l.addr)
+	select {
+	case err = <-res:
+		if l.ctx.Err() != nil {
+			refuse(closedErr)
+			return true, nil
+		}
+	case <-l.ctx.Done():
+		go func() {
+			<-res
+			refuse(closedErr)
+		}()
+		return true, nil
 	}
-	return nil
+	if err != nil {
+		return false, fmt.Errorf("rdma: the listener's check refused the peer: %w", err)
+	}
+	if ctx.Err() != nil {
+		return false, fmt.Errorf("rdma: the listener's check took longer than the handshake's bound (%v)", l.cfg.setup)
+	}
+	return false, nil
 }

@@ -88,6 +88,14 @@ func (p testPKI) clientTLS(certs ...tls.Certificate) *tls.Config {
 	return &tls.Config{RootCAs: p.pool, Certificates: certs}
 }
 
+// strangerTLS offers the certificate of another CA: a client offers
+// none the listener's CAs did not sign, unless made to.
+func (p testPKI) strangerTLS() *tls.Config {
+	cfg := p.clientTLS()
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &p.other, nil }
+	return cfg
+}
+
 // peerName is the common name of the peer's verified leaf certificate.
 func peerName(t *testing.T, state func() (tls.ConnectionState, bool)) string {
 	t.Helper()
@@ -179,7 +187,7 @@ func testTLSClientCertRequired(t *testing.T, opts []rdma.Option) {
 	ln, err := rdma.Listen("rdma", "127.0.0.1:0", append(opts, rdma.WithTLS(p.serverTLS()))...)
 	require.NoError(t, err)
 	defer ln.Close()
-	for name, cfg := range map[string]*tls.Config{"no cert": p.clientTLS(), "unknown CA": p.clientTLS(p.other)} {
+	for name, cfg := range map[string]*tls.Config{"no cert": p.clientTLS(), "unknown CA": p.strangerTLS()} {
 		err := dialRefused(t, ln, func(ctx context.Context, addr string) (*rdma.Conn, error) {
 			return rdma.Dial(ctx, "rdma", addr, append(opts, rdma.WithTLS(cfg))...)
 		})
@@ -315,5 +323,100 @@ func TestTLSSilentPeer(t *testing.T) {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
 		t.Fatal("the listener kept a silent socket")
+	}
+}
+
+// Rule: the TLS library's account of a failed handshake is quoted in
+// the dialer's error: it may carry the peer's certificate's names.
+func TestTLSErrorQuoted(t *testing.T) {
+	ca, caKey := makeCA(t, "quoting CA")
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	serial++
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "evil"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames: []string{forged}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	soft := rdma.WithProvider(rdma.ProviderSoft)
+	ln, err := rdma.Listen("rdma", "127.0.0.1:0", soft,
+		rdma.WithTLS(&tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}))
+	require.NoError(t, err)
+	defer ln.Close()
+	err = dialRefused(t, ln, func(ctx context.Context, addr string) (*rdma.Conn, error) {
+		return rdma.Dial(ctx, "rdma", addr, soft, rdma.WithTLS(&tls.Config{RootCAs: pool, ServerName: "rdma.test"}))
+	})
+	var hostname x509.HostnameError
+	require.ErrorAs(t, err, &hostname, "the TLS error is still in the chain")
+	require.Contains(t, hostname.Error(), forged, "the certificate carries the forged name")
+	requirePrintable(t, err.Error())
+}
+
+// Rule: Close does not wait for accept checks that block: it returns at
+// once and ends their PeerInfo.Context; a peer whose check returns after
+// Close is refused, and nothing is left running once the checks return.
+func TestCloseDoesNotWaitForChecks(t *testing.T) {
+	soft := rdma.WithProvider(rdma.ProviderSoft)
+	const checks = 4
+	entered := make(chan context.Context, checks)
+	release := make(chan struct{})
+	ln, err := rdma.Listen("rdma", "127.0.0.1:0", soft, rdma.WithAcceptCheck(func(pi rdma.PeerInfo) error {
+		entered <- pi.Context
+		<-release
+		return nil
+	}))
+	require.NoError(t, err)
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+		ln.Close()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dials := make(chan error, checks)
+	for range checks {
+		go func() {
+			c, err := rdma.Dial(ctx, "rdma", ln.Addr().String(), soft)
+			if err == nil {
+				c.Close()
+			}
+			dials <- err
+		}()
+	}
+	var ctxs []context.Context
+	for range checks {
+		select {
+		case c := <-entered:
+			require.NotNil(t, c, "PeerInfo.Context")
+			ctxs = append(ctxs, c)
+		case <-ctx.Done():
+			t.Fatal("the checks did not start")
+		}
+	}
+	for _, c := range ctxs {
+		require.NoError(t, c.Err(), "a check's context ended before Close")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- ln.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second): // against a Close that waits until the checks return
+		t.Fatal("Close waits for the accept checks")
+	}
+	for _, c := range ctxs {
+		require.Error(t, c.Err(), "Close did not end a check's context")
+	}
+	close(release)
+	released = true
+	for range checks {
+		err := <-dials
+		require.ErrorIs(t, err, rdma.ErrRefused)
+		assert.Contains(t, err.Error(), "closed")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -414,13 +415,14 @@ func testStreamGarbage(t *testing.T, opts []rdma.Option) {
 	// plain listener.
 	_, err = rdma.Dial(ctx, "rdma", ln.Addr().String(), opts...)
 	require.ErrorIs(t, err, rdma.ErrRefused)
-	assert.Contains(t, err.Error(), `the dialer speaks the plain async API (no protocol), this listener protocol "`+stream.Protocol+`"`)
+	// The listener's words, quoted by the dialer.
+	assert.Contains(t, err.Error(), strconv.Quote(`the dialer speaks the plain async API (no protocol), this listener protocol "`+stream.Protocol+`"`))
 	plain, err := rdma.Listen("rdma", "127.0.0.1:0", opts...)
 	require.NoError(t, err)
 	defer plain.Close()
 	_, err = stream.Dial(ctx, "rdma", plain.Addr().String(), opts...)
 	require.ErrorIs(t, err, rdma.ErrRefused)
-	assert.Contains(t, err.Error(), `the dialer speaks protocol "`+stream.Protocol+`", this listener the plain async API (no protocol)`)
+	assert.Contains(t, err.Error(), strconv.Quote(`the dialer speaks protocol "`+stream.Protocol+`", this listener the plain async API (no protocol)`))
 	var oe2 *net.OpError
 	require.ErrorAs(t, err, &oe2)
 	assert.Equal(t, "dial", oe2.Op)

@@ -207,7 +207,7 @@ func session(ctx context.Context, cfg config, out io.Writer) error {
 			return err
 		}
 		if reply != fmt.Sprintf("OK %d", cfg.size) {
-			return fmt.Errorf("round %d: UPPER: %s", round, reply)
+			return fmt.Errorf("round %d: UPPER: %q", round, reply)
 		}
 		clear(payload)
 		start = time.Now()
@@ -260,7 +260,7 @@ func request(ctx context.Context, conn *rdma.Conn, req string) (reply string, re
 		return "", recv, fmt.Errorf("%s: %w", verb, errShutdown)
 	}
 	if strings.HasPrefix(reply, "ERR") {
-		return "", recv, fmt.Errorf("%s: server: %s", verb, reply)
+		return "", recv, fmt.Errorf("%s: server: %q", verb, reply)
 	}
 	return reply, recv, nil
 }

@@ -71,7 +71,7 @@ func (p *peer) recv(ctx context.Context) (note, error) {
 			return note{}, errors.New("protocol: empty message")
 		}
 		if msg[0] == msgAbort {
-			return note{}, fmt.Errorf("the peer gave up: %s", msg[1:])
+			return note{}, fmt.Errorf("the peer gave up: %q", msg[1:])
 		}
 		return note{msg: msg}, nil
 	}

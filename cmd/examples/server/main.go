@@ -306,7 +306,7 @@ func (s *server) handle(ctx context.Context, id int64, conn *rdma.Conn) {
 		served++
 		s.requests.Add(1)
 		resp := s.answer(id, scratch, req, served)
-		s.log.Printf("%s: %s -> %s", who, req, resp)
+		s.log.Printf("%s: %q -> %q", who, req, resp)
 		err := s.reply(conn, resp)
 		if strings.HasPrefix(req, "BYE") {
 			// The client closes as soon as it has the reply, maybe before
