@@ -24,9 +24,11 @@ import (
 // otherwise; docs/stream.md describes the protocol). A writer may have
 // at most the peer's ring of bytes that the peer has not read, so a slow
 // reader holds the writer back and no memory grows. Memory per
-// connection: this side's ring and a staging buffer of the peer's ring
-// size, registered memory from the engine's pool, and nothing else
-// however many bytes are in flight.
+// connection: this side's ring and a staging ring of the peer's ring
+// size up to 1 MiB, registered memory from the engine's pool, and
+// nothing else however many bytes are in flight. The peer may write any
+// byte of this side's ring at any time, which garbles only the bytes it
+// sends (see WriteTo, and docs/stream.md on a hostile peer).
 //
 // Write copies into staging and posts at once when nothing is in
 // flight; while a WRITE is in flight, later Writes gather behind it and
