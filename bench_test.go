@@ -477,7 +477,7 @@ const oversubscribed = 16
 // word. ns/op is per request, so busy/adaptive is the ratio of the two
 // ns/op. Here goroutines outnumber cores: Busy mode's spinning must not
 // keep the goroutines that consume the completions off the CPU (see
-// docs/performance.md, "Busy mode with more goroutines than cores").
+// docs/history/performance.md, "Busy mode with more goroutines than cores").
 func BenchmarkOversubscribed(b *testing.B) {
 	for _, w := range []string{"sendrecv", "onesided"} {
 		for _, m := range []rdma.PollMode{rdma.PollAdaptive, rdma.PollBusy, rdma.PollEvent} {

@@ -36,12 +36,21 @@ type revocation struct {
 	bound *time.Timer
 }
 
-// Expose lets the peer reach exactly the memory of b with exactly the
-// rights in access (RemoteRead, RemoteWrite, RemoteAtomic): it registers
-// that range on its own and returns the region to hand to the peer (with
-// SendRegion, or by any other means). The exposure lasts until Revoke or
-// until the connection closes. An rkey is not a secret; expose as little
-// as possible for as short as possible.
+// Expose registers exactly the memory of b with exactly the rights in
+// access (RemoteRead, RemoteWrite, RemoteAtomic) and returns the region
+// to hand to the peer (with SendRegion, or by any other means). The
+// exposure lasts until Revoke or until this connection closes.
+//
+// The region is not bound to this connection. Memory is registered in
+// the engine's protection domain, and an rkey is valid on every queue
+// pair of its protection domain (RDMA's rule), so any peer of any
+// connection of this engine, dialed or accepted, that holds the region's
+// address and rkey can access it with the rights in access. An rkey is
+// not a secret: it is in every packet that uses it, and without WithTLS
+// it crosses the control channel in clear. To keep peers apart, give each
+// tenant an engine of its own (OpenEngine, and a listener on it: engines
+// have separate protection domains), and expose as little as possible
+// for as short as possible (Revoke ends the rkey for every connection).
 func (c *Conn) Expose(b Local, access Access) (RemoteRegion, error) {
 	pb, off, n, err := local(b)
 	if err != nil {

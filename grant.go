@@ -49,7 +49,9 @@ func RegionLifetime(d time.Duration) RegionOption {
 // refusal gives an error wrapping ErrRegionRefused. The region lives
 // until ReleaseRegion, the end of its lifetime (the peer's
 // WithRegionLifetime, or shorter with RegionLifetime) or the end of the
-// connection.
+// connection. Like a region of Expose, it is not bound to this
+// connection: whoever holds its address and rkey on any connection of
+// the granting engine can reach it too.
 //
 // At most 16 requests of one connection are in flight at once; more
 // wait for an answer to come back. When ctx ends first RequestRegion

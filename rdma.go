@@ -179,7 +179,7 @@ func WithPollSpin(d time.Duration) Option {
 }
 
 // softSpin is the soft provider's default Adaptive spin. Measured on 2
-// cores (docs/stream.md): against 50 µs it took the stream between two
+// cores: against 50 µs it took the stream between two
 // processes from 0.62-0.69× to 0.75× of TCP loopback with one connection,
 // and left the 8 B ping-pong over soft's TCP transport at 14.4-14.8 µs;
 // 2 µs gained a little more throughput but cost 11 µs of latency there.
@@ -202,7 +202,7 @@ func (c *config) pollSpin(prov string) time.Duration {
 // through the netpoller, run on ordinary goroutines: a locked goroutine
 // hands its P to another thread and back at every park and yield, which
 // on a 2-core machine costs about 15 µs per completion handed to a
-// waiter and halved the stream's throughput (docs/performance.md). Lock
+// waiter and halved the stream's throughput (docs/poller.md). Lock
 // them where the thread must be pinned (CPU affinity, a per-thread
 // provider resource).
 func WithPollerThreadLock(locked bool) Option {
@@ -224,7 +224,7 @@ func WithPollerThreadLock(locked bool) Option {
 // Pinning locks the pollers to their threads, whatever the mode
 // (WithPollerThreadLock(false) with CPUs is invalid): an Adaptive or
 // Event poller then pays a thread hand-off at every park
-// (docs/performance.md). Every CPU must be one the process may run on; otherwise the
+// (docs/poller.md). Every CPU must be one the process may run on; otherwise the
 // option fails with ErrInvalid, naming the CPU and the allowed set. No
 // CPUs, the default, means no pinning. It is an engine setting: engines
 // with different sets are different engines. With

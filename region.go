@@ -79,6 +79,11 @@ func (r RemoteRegion) String() string {
 // SendRegion hands r to the peer, whose RecvRegion returns it. At most
 // 16 regions may wait for the peer's RecvRegion at once; past that
 // SendRegion waits, until ctx ends, for the peer to take one.
+//
+// Sending a region to one peer does not keep it from the others: its
+// rkey works from every connection of the engine that exposed it (see
+// Expose), so a peer of another connection that learns or guesses it can
+// use it too.
 func (c *Conn) SendRegion(ctx context.Context, r RemoteRegion) error {
 	if c.ctl.ctrl == nil {
 		return errNoControl

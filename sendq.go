@@ -32,7 +32,7 @@ import (
 // guards. Conn holds it as c.sq.
 type sendQueue struct {
 	postMu     sync.Mutex        // orders posts, so sent matches the send queue
-	sqFree     int               // room in the send queue; given back under postMu by settle, after completed (docs/performance.md)
+	sqFree     int               // room in the send queue; given back under postMu by settle, after completed (docs/history/performance.md, "Conn split by concept")
 	beacon     bool              // the beacon is posted (postBeacon)
 	pending    fifo[*queuedPost] // chains waiting for room, oldest first
 	pendingWRs int               // the WRs of pending

@@ -242,7 +242,7 @@ func (s *sharedRecv) refillForLocked(cause int, extra int64) {
 // arming it is a system call on a kernel device, and firing it a device
 // event that wakes the engine's event reader. Armed at the watermark,
 // both came about every eighth message of a ping-pong
-// (docs/performance.md). Caller holds mu.
+// (docs/history/performance.md). Caller holds mu.
 func (s *sharedRecv) setLowLocked() {
 	p := s.posted.Load() - s.withdrawing.Load()
 	low := max(1, p-max(1, (p-s.granted.Load()-s.held.Load())/2))

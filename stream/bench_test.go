@@ -10,7 +10,7 @@ package stream_test
 // RDMA_SOFT_TRANSPORT=tcp makes the soft provider carry even in-process
 // traffic over loopback TCP. Throughput is reported in Gb/s (10^9
 // bits/s), latency as the round trip of a 64-byte ping-pong in µs.
-// docs/stream.md records the figures.
+// docs/stream.md has the figures, docs/history/stream.md how they moved.
 
 import (
 	"context"

@@ -24,9 +24,11 @@ import (
 // otherwise; docs/stream.md describes the protocol). A writer may have
 // at most the peer's ring of bytes that the peer has not read, so a slow
 // reader holds the writer back and no memory grows. Memory per
-// connection: this side's ring and a staging buffer of the peer's ring
-// size, registered memory from the engine's pool, and nothing else
-// however many bytes are in flight.
+// connection: this side's ring and a staging ring of the peer's ring
+// size up to 1 MiB, registered memory from the engine's pool, and
+// nothing else however many bytes are in flight. The peer may write any
+// byte of this side's ring at any time, which garbles only the bytes it
+// sends (see WriteTo, and docs/stream.md on a hostile peer).
 //
 // Write copies into staging and posts at once when nothing is in
 // flight; while a WRITE is in flight, later Writes gather behind it and
@@ -372,6 +374,12 @@ func (s *Conn) Read(p []byte) (int, error) {
 // fewer than Read into a buffer and a Write of it), until the peer's fin,
 // then returns nil. It is io.WriterTo, which io.Copy uses. An error of w
 // is returned as it is; the stream's own are *net.OpError values.
+//
+// w.Write is handed the ring's memory itself, which the peer can write
+// at any time (it holds write rights to the whole ring): a hostile peer
+// can change bytes while w reads them. A w that checks bytes and then
+// acts on them must copy them first, or use Read, which copies. As
+// io.Writer requires, w must not keep the slice after Write returns.
 func (s *Conn) WriteTo(w io.Writer) (int64, error) {
 	if err := s.acquire(s.rsem, &s.rdl); err != nil {
 		return 0, s.opError("read", err)
@@ -401,11 +409,12 @@ func (s *Conn) WriteTo(w io.Writer) (int64, error) {
 }
 
 // nextReadable waits until bytes can be read and returns them: a
-// contiguous piece of the ring. The peer writes none of them until we
-// credit them, and the ring stays until consume says they were read
-// (Close leaves its release to consume meanwhile), so the caller holding
-// rsem reads them without mu, for as long as it takes. The error is
-// io.EOF after the peer's fin, or a *net.OpError.
+// contiguous piece of the ring. The protocol has the peer write none of
+// them until we credit them (a hostile peer can write them at any time,
+// which garbles only its own stream), and the ring stays until consume
+// says they were read (Close leaves its release to consume meanwhile),
+// so the caller holding rsem reads them without mu, for as long as it
+// takes. The error is io.EOF after the peer's fin, or a *net.OpError.
 func (s *Conn) nextReadable() ([]byte, error) {
 	for {
 		s.mu.Lock()

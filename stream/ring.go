@@ -35,10 +35,17 @@ import (
 // one is made good by the next: every message, data or not, carries
 // them. A reader that has nothing to write returns them on their own
 // once a quarter of its ring has been read since it last did. A writer
-// may have at most the peer's ring size written and not yet credited:
-// a peer that writes more, or announces data that is not where it must
-// be, or credits bytes it was never sent, breaks the protocol and its
-// connection is aborted. It can never reach memory outside the ring.
+// may have at most the peer's ring size written and not yet credited.
+//
+// What a receiver can check is what the messages announce: a peer that
+// announces more data than the ring has room for, data that crosses the
+// ring's end, empty data, or credits for bytes it was never sent breaks
+// the protocol, and its connection is aborted. What it cannot check is
+// where a WRITE put its bytes: a completion carries no address. The
+// peer holds write rights to the whole ring for the stream's life, so
+// it can write any byte of the ring at any time, unread bytes included;
+// that garbles only the bytes it sends us, its own stream, and it can
+// never reach memory outside the ring.
 //
 // Header mode. Connections set up through rdma_cm have no credits of
 // the library's (rdma.Conn.Credited), so nothing there stops a message
@@ -84,7 +91,7 @@ const (
 	// ring of min(peer's ring, 1 MiB): 3 MiB by default. Smaller rings
 	// save memory and cost throughput: 1 MiB runs one connection in one
 	// process on soft about 20 % slower, 256 KiB 64 KiB Writes between
-	// two processes at half (docs/stream.md).
+	// two processes at half (docs/history/stream.md).
 	DefaultRingSize = 2 << 20
 	// MinRingSize and MaxRingSize bound a ring, ours or the peer's.
 	MinRingSize = 4 << 10

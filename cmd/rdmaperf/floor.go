@@ -9,7 +9,7 @@ import (
 
 // runFloor measures what the machine puts under every figure of the raw
 // verbs path (--floor): the time of one call into the provider that
-// polls an empty CQ once (with the verbs provider a cgo call, about a
+// polls an empty CQ once (with the verbs provider a call into C, about a
 // microsecond under emulation), and of one empty poll inside such a call
 // (PollSpin spinning in C). It prints one line and needs no peer.
 func runFloor(p *params) error {

@@ -299,7 +299,7 @@ func runRaw(ctx context.Context, p *params) ([]result, error) {
 func (s *rawSide) poll() (int, error) {
 	// Up to 32 polls in one call into the provider: the verbs
 	// provider spins in C, as perftest's loops do, instead of paying a
-	// cgo call per empty poll (docs/performance.md).
+	// call into C per empty poll.
 	n, err := verbs.PollSpin(s.cq, s.wc, 32)
 	if err != nil {
 		return 0, err

@@ -11,7 +11,7 @@ import (
 )
 
 // BenchmarkPollEmpty is the cost of one cgo poll of an empty CQ: the
-// floor of every spinning loop (docs/performance.md). Run it on rxe in
+// floor of every spinning loop (docs/history/performance.md). Run it on rxe in
 // the VM: RDMA_TEST_REQUIRE_DEVICE=1 go test -run '^$' -bench PollEmpty.
 func BenchmarkPollEmpty(b *testing.B) {
 	devs, err := ibv.Provider.Devices()

@@ -232,7 +232,7 @@ func crowd(t *testing.T, n int) (stop func()) {
 
 // Rule: a driver stops driving when goroutines wait for a P, before its
 // future resolves: it would keep them, the one that answers its request
-// among them, off the CPU (docs/performance.md).
+// among them, off the CPU (docs/history/performance.md).
 func TestDriveCutWhenCrowded(t *testing.T) {
 	stop := crowd(t, 1)
 	defer stop()

@@ -290,7 +290,7 @@ func (p *Poller) spin(ls *loopState, window int64) error {
 			if p.ch != nil && idle%clockEvery == 0 && p.crowd(&ls.sched) {
 				// More goroutines than cores: a Busy poller that
 				// spun on would keep the goroutines that consume
-				// its completions off the CPU (docs/performance.md).
+				// its completions off the CPU (docs/history/performance.md).
 				p.st.spinsCut.Add(1)
 				return nil
 			}

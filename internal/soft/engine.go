@@ -180,7 +180,7 @@ func (q *qp) pumpLocked(inline bool) (wait time.Duration, handoff bool) {
 // pipelines, posting before it has polled the completions of its earlier
 // large WRs. Then it prepares its next WR while the worker copies (a
 // stream's Write fills staging while the worker copies the previous
-// WRITE into the peer's ring, docs/stream.md). A poster that waits for
+// WRITE into the peer's ring, docs/history/stream.md). A poster that waits for
 // each completion (queue depth 1) would only wait for the worker to
 // wake: it copies itself. Caller holds mu.
 func (q *qp) overlaps() bool {

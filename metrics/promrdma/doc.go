@@ -57,9 +57,12 @@
 //
 //	histogram_quantile(0.99, sum by (le) (rate(rdma_operation_latency_seconds_bucket[5m])))
 //
-// rdma_completion_failures_by_status_total has a series for every status
-// at the engine level, failed or not, and a connection's only for the
-// statuses that failed on it.
+// rdma_completion_failures_by_status_total has a series for a side and
+// status only once a completion failed with it (the engine's stays, as
+// its counters cover closed connections). A series appears at its first
+// failure, so rate() and increase() miss that one; alert on the
+// series' presence, or on rdma_completion_failures_total, which is always
+// exported.
 //
 // Per-connection metrics, rdma_conn_* with the connection metrics above
 // and the labels local and remote added, are off by default: a label set

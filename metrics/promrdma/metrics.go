@@ -65,19 +65,14 @@ type connSet struct {
 	creditWrites, controlFrames        metric
 	doorbells                          metric
 	latency                            metric
-	// zeros: emit the statuses of byStatus that never failed too (the
-	// engine's, so that rate() sees a failure's first increment), not
-	// only those that did (a connection's, to spare series).
-	zeros bool
 }
 
 // latencyHelp is the help of the latency histograms: what they count,
 // and that their _sum is exact.
 var latencyHelp = fmt.Sprintf("Latency of one send-side operation in %d (rdma.LatencySample), from issue to completion, of those that succeeded; _count and _sum are of the sampled operations, _sum exact. Bucket i holds latencies below 1.024us*2^i.", rdma.LatencySample)
 
-func newConnSet(subsystem string, labels []string, zeros bool) connSet {
+func newConnSet(subsystem string, labels []string) connSet {
 	return connSet{
-		zeros:         zeros,
 		latency:       newHistogram(subsystem, "operation_latency_seconds", latencyHelp, labels),
 		ops:           newMetric(subsystem, "operations_total", "Operations issued, by kind.", counter, labels, "op"),
 		opBytes:       newMetric(subsystem, "operation_bytes_total", "Bytes of the operations issued, by kind.", counter, labels, "op"),
@@ -102,10 +97,10 @@ var engineMetrics = struct {
 	conn        connSet
 }{
 	connections: newMetric("", "connections", "Open connections.", gauge, engineLabels),
-	conn:        newConnSet("", engineLabels, true),
+	conn:        newConnSet("", engineLabels),
 }
 
-var connMetrics = newConnSet("conn", connLabels, false)
+var connMetrics = newConnSet("conn", connLabels)
 
 func addConn(s *sums, m *connSet, cs rdma.ConnStats, labels []string) {
 	op := func(d metric, v uint64, kind string) {
@@ -136,8 +131,11 @@ func addConn(s *sums, m *connSet, cs rdma.ConnStats, labels []string) {
 		name string
 		n    *[rdma.CompletionStatuses]uint64
 	}{{"send", &cs.SendFailures}, {"recv", &cs.RecvFailures}} {
+		// A status is exported once it has happened: at zero, every status
+		// of both sides would be dozens of series per engine that say
+		// nothing.
 		for st, n := range side.n {
-			if rdma.CompletionStatus(st) == rdma.StatusSuccess || (n == 0 && !m.zeros) {
+			if rdma.CompletionStatus(st) == rdma.StatusSuccess || n == 0 {
 				continue
 			}
 			s.add(m.byStatus, float64(n), append(labels[:len(labels):len(labels)], side.name, rdma.CompletionStatus(st).String())...)

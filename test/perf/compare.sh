@@ -16,7 +16,7 @@
 #                  and marker = operation. One size gives points.
 #   ratios.png     bars: each tool's median divided by perftest's, with the
 #                  targets as red marks
-#   table.md       the table as docs/performance.md shows it
+#   table.md       the full table, which docs/performance.md sums up
 #
 # Usage: test/perf/compare.sh [-r RUNS] [-b N_BW] [-l N_LAT] [-m N_MR] [-s "SIZES"] [-L "LAT_SIZES"] [-T "TESTS"] [-B BASE] [-P] [-o OUT]
 #   -r RUNS   rounds; the table shows the median (default 5)

@@ -89,7 +89,7 @@ bw() {
   # the async API with Adaptive pollers, the library's default: Busy
   # pollers spin a thread beside the posting goroutine, which perftest's
   # one thread does not, and on 2 vCPUs that takes the CPU rxe needs
-  # (docs/performance.md)
+  # (docs/history/performance.md)
   pair "$run" "$name" async_adaptive "$size" \
     "$PERF ${t}_bw --api async --poll adaptive -d rxe0 -p 18600 -s $size -n $n --report_gbits $x" \
     "$PERF ${t}_bw --api async --poll adaptive -d rxe1 -p 18600 -s $size -n $n --report_gbits $x $IP0"

@@ -3,7 +3,7 @@ module github.com/go-rdma/rdma/cmd/examples/raftkv
 go 1.26.0
 
 require (
-	github.com/go-rdma/rdma v0.1.0
+	github.com/go-rdma/rdma v0.2.0
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/raft v1.8.0
 	github.com/stretchr/testify v1.12.1
