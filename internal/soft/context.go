@@ -143,7 +143,8 @@ func (c *devContext) CreateCQ(cqe int, ch verbs.CompChannel) (verbs.CQ, error) {
 		}
 		return nil, errClosed("create cq")
 	}
-	return &cq{ctx: c, ch: cc, ring: make([]verbs.WorkCompletion, cqe), owner: make([]*qp, cqe), qps: map[*qp]int{}}, nil
+	n := min(cqe, firstCQEntries)
+	return &cq{ctx: c, ch: cc, cqe: cqe, ring: make([]verbs.WorkCompletion, n), owner: make([]*qp, n), qps: map[*qp]int{}}, nil
 }
 
 func (c *devContext) AsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {

@@ -8,9 +8,11 @@ import (
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
-// cq is a completion queue: a fixed ring. When it is full a new completion
-// is dropped, as hardware does, and the QPs on the CQ go to ERR with an
-// EventCQErr; memory never grows.
+// cq is a completion queue: a ring of at most cqe entries. It starts
+// small and doubles when full, so a CQ sized for thousands of
+// connections costs the completions its poller has yet to take, not its
+// depth. When it holds cqe a new completion is dropped, as hardware does,
+// and the QPs on the CQ go to ERR with an EventCQErr.
 type cq struct {
 	lt  verbs.Lifetime
 	ctx *devContext
@@ -23,6 +25,7 @@ type cq struct {
 	closed atomic.Bool
 
 	mu     sync.Mutex
+	cqe    int // the most entries the ring holds
 	ring   []verbs.WorkCompletion
 	owner  []*qp // of each ring entry, the QP whose unpolled counts it (push)
 	head   int
@@ -38,7 +41,22 @@ const (
 	armSolicited = 2
 )
 
-func (c *cq) Len() int { return len(c.ring) }
+// firstCQEntries is the size of a CQ's ring at its start.
+const firstCQEntries = 64
+
+func (c *cq) Len() int { return c.cqe }
+
+// grow doubles the ring, up to cqe, keeping its entries in order.
+// Caller holds mu.
+func (c *cq) grow() {
+	n := min(2*len(c.ring), c.cqe)
+	ring, owner := make([]verbs.WorkCompletion, n), make([]*qp, n)
+	for i := range c.n {
+		j := (c.head + i) % len(c.ring)
+		ring[i], owner[i] = c.ring[j], c.owner[j]
+	}
+	c.ring, c.owner, c.head = ring, owner, 0
+}
 
 func (c *cq) Poll(wc []verbs.WorkCompletion) (int, error) {
 	if c.avail.Load() == 0 || len(wc) == 0 {
@@ -111,6 +129,9 @@ func (c *cq) push(wc verbs.WorkCompletion, solicited bool, events *[]*cq) {
 // until it is polled.
 func (c *cq) pushOwned(wc verbs.WorkCompletion, solicited bool, events *[]*cq, q *qp) {
 	c.mu.Lock()
+	if c.n == len(c.ring) && len(c.ring) < c.cqe {
+		c.grow()
+	}
 	if c.n == len(c.ring) {
 		if !c.ovf {
 			c.ovf = true

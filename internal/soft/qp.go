@@ -353,15 +353,40 @@ func (q *qp) ToReset() error {
 }
 
 // reset discards every WR without completions.
-// makeSendSlots makes the send queue at the first post: a QP that never
-// sends (an idle connection) costs none of it. Caller holds mu.
-func (q *qp) makeSendSlots() {
-	g := q.caps
-	q.sq = make([]sendSlot, g.MaxSendWR)
-	sges := make([]verbs.SGE, g.MaxSendWR*g.MaxSendSGE)
-	for i := range q.sq {
-		q.sq[i].sge = sges[i*g.MaxSendSGE : i*g.MaxSendSGE : (i+1)*g.MaxSendSGE]
+// firstSendSlots is the size of a QP's send queue at its first post.
+const firstSendSlots = 8
+
+// growSendSlots makes the send queue at the first post, and doubles it,
+// up to the QP's MaxSendWR, when it is full: a QP that never sends (an
+// idle connection) costs none of it, and one that has sent a few WRs at
+// a time no more than they took (a slot is about 200 bytes, and a
+// connection's send depth 130 of them). Slots are found by their WR's
+// count modulo the size (head, sent, tail), so the WRs in the queue keep
+// their order in the larger ring. A goroutine that works on a slot with
+// mu released holds a pointer into the ring: growth waits until none
+// does. Caller holds mu; it may be released meanwhile.
+func (q *qp) growSendSlots() {
+	for q.busy > 0 {
+		q.idle.Wait()
 	}
+	g := q.caps
+	old := q.sq
+	n := min(max(2*len(old), firstSendSlots), g.MaxSendWR)
+	if n <= len(old) {
+		return
+	}
+	sq := make([]sendSlot, n)
+	sges := make([]verbs.SGE, n*g.MaxSendSGE)
+	for i := range sq {
+		sq[i].sge = sges[i*g.MaxSendSGE : i*g.MaxSendSGE : (i+1)*g.MaxSendSGE]
+	}
+	for c := q.head; c < q.tail; c++ {
+		s, o := &sq[c%uint64(n)], &old[c%uint64(len(old))]
+		sge := append(s.sge, o.sge...)
+		*s = *o
+		s.sge = sge
+	}
+	q.sq = sq
 }
 
 func (q *qp) reset() {
@@ -524,8 +549,12 @@ func (q *qp) postSend(wrs []verbs.SendWR) (int, error) {
 			q.sendCQ.push(verbs.WorkCompletion{WRID: wr.ID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCOpcodeOf(wr.Opcode), QPN: q.qpn}, false, nil)
 			continue
 		}
-		if q.sq == nil {
-			q.makeSendSlots()
+		if q.tail-q.head == uint64(len(q.sq)) && len(q.sq) < q.caps.MaxSendWR {
+			q.growSendSlots()
+			if q.state != verbs.StateRTS && q.state != verbs.StateError {
+				// It left RTS while growth waited.
+				return i, postErr("post_send", i, stateErr(q, "post_send", "RTS"))
+			}
 		}
 		if q.tail-q.head == uint64(len(q.sq)) {
 			return i, postErr("post_send", i, fmt.Errorf("%w: send queue holds %d WRs", verbs.ErrQueueFull, len(q.sq)))

@@ -896,3 +896,32 @@ func TestDropAfterRNR(t *testing.T) {
 		}
 	})
 }
+
+// TestQueuesGrowInOrder: a send queue and a CQ start small and grow to
+// their depths as WRs and completions pile up, keeping their order: 200
+// signaled WRs posted in chains of 50 complete in order, each exactly
+// once, and a CQ of 256 holds all 200 completions unpolled.
+func TestQueuesGrowInOrder(t *testing.T) {
+	transports(t, func(t *testing.T) {
+		a := newSide(t, sideOpt{caps: verbs.QPCap{MaxSendWR: 200, MaxRecvWR: 1, MaxSendSGE: 2, MaxRecvSGE: 1}, cqe: 256})
+		b := newSide(t, sideOpt{})
+		connect(t, a, b, connOpt{})
+		const n = 200
+		for c := range n / 50 {
+			wrs := make([]verbs.SendWR, 50)
+			for i := range wrs {
+				id := uint64(c*50 + i)
+				wrs[i] = verbs.SendWR{ID: id, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled,
+					SGL: []verbs.SGE{a.sge(0, 8), a.sge(64, 8)}, RemoteAddr: b.mr.Addr() + id*16, RKey: b.mr.RKey()}
+			}
+			a.post(wrs...)
+		}
+		wcs := poll(t, a.scq, n)
+		for i, wc := range wcs {
+			if wc.WRID != uint64(i) || wc.Status != verbs.WCSuccess {
+				t.Fatalf("completion %d: %+v", i, wc)
+			}
+		}
+		empty(t, a.scq)
+	})
+}
