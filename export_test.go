@@ -156,3 +156,14 @@ func CreditIdleArmed(c *Conn) bool {
 	defer c.sq.postMu.Unlock()
 	return c.cr.idleArmed
 }
+
+// EndSettled reports whether c's end has settled but for a handler that
+// may still run: c failed, no message waits, and none can still come.
+// It first lets c close Done if Done may close now, as each of the
+// events that settle the end does (endIfDeliveredLocked).
+func EndSettled(c *Conn) bool {
+	c.rq.rmu.Lock()
+	defer c.rq.rmu.Unlock()
+	c.endIfDeliveredLocked()
+	return c.err() != nil && c.rq.ready.len() == 0 && !c.moreToComeLocked()
+}
