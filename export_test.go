@@ -167,3 +167,6 @@ func EndSettled(c *Conn) bool {
 	c.endIfDeliveredLocked()
 	return c.err() != nil && c.rq.ready.len() == 0 && !c.moreToComeLocked()
 }
+
+// InlineSize is the most bytes c posts inline.
+func InlineSize(c *Conn) int { return c.inline }
