@@ -32,10 +32,16 @@ func TestNoTypedNilReturns(t *testing.T) {
 		t.Skip("no go command to load the packages with (the VM runs test binaries only)")
 	}
 	configs := [][]string{
-		{"CGO_ENABLED=1"},
 		{"CGO_ENABLED=0"}, // the purego binding
 		{"CGO_ENABLED=0", "GOARCH=arm64"},
 		{"CGO_ENABLED=0", "GOOS=darwin"},
+	}
+	// The cgo binding needs a C compiler to load; without one its files
+	// go unchecked, and are only logged below.
+	cc, _ := exec.Command("go", "env", "CC").Output()
+	_, ccErr := exec.LookPath(strings.TrimSpace(string(cc)))
+	if ccErr == nil {
+		configs = append(configs, []string{"CGO_ENABLED=1"})
 	}
 	checked := map[string]bool{}
 	var bad []string
@@ -79,7 +85,11 @@ func TestNoTypedNilReturns(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if !checked[abs] && !needsHeaders(t, path) {
+		switch {
+		case checked[abs] || needsHeaders(t, path):
+		case ccErr != nil:
+			t.Logf("%s unchecked: no C compiler for the cgo configuration (%v)", path, ccErr)
+		default:
 			t.Errorf("%s was type-checked in none of the configurations %v", path, configs)
 		}
 		return nil
