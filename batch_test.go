@@ -3,6 +3,10 @@ package rdma_test
 import (
 	"errors"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
 	"github.com/go-rdma/rdma/rdmatest"
@@ -28,8 +32,10 @@ func testBatch(t *testing.T, opts []rdma.Option) {
 		src.Bytes()[i] = byte(i / 512)
 	}
 	inUse := c.PoolStats().BuffersInUse // src and the posted receives
+	polledBefore := rdma.ConnPollerStats(c).Completions
 	b := c.NewBatch()
-	for round := 0; round < 3; round++ {
+	const rounds = 3
+	for round := 0; round < rounds; round++ {
 		for i := 0; i < 32; i++ {
 			part, err := src.Slice(i*512, 512)
 			if err != nil {
@@ -55,6 +61,11 @@ func testBatch(t *testing.T, opts []rdma.Option) {
 			}
 		}
 	}
+	// One completion per batch: only its last WR is signaled. The poller
+	// counts a batch of completions after handling it.
+	polled := func() uint64 { return rdma.ConnPollerStats(c).Completions - polledBefore }
+	require.Eventually(t, func() bool { return polled() >= rounds }, 10*time.Second, time.Millisecond)
+	assert.Equal(t, uint64(rounds), polled(), "completions polled for %d batches of 32 writes", rounds)
 	if st := c.PoolStats(); st.BuffersInUse != inUse {
 		t.Errorf("%d buffers in use after the batches, want %d as before", st.BuffersInUse, inUse)
 	}

@@ -74,6 +74,73 @@ func TestDoneAfterHandled(t *testing.T) {
 	})
 }
 
+// Rule: Done closes only after the handler has returned, not merely
+// after it was called: with the handler of the last message still
+// running when everything else about the end has settled, Done stays
+// open; it closes once the handler returns, and then every handler has
+// returned.
+func TestDoneWaitsForRunningHandler(t *testing.T) {
+	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
+		const msgs = 8
+		var returned atomic.Int64
+		inLast, gate := make(chan struct{}), make(chan struct{})
+		h := func(c *rdma.Conn, f *rdma.Future) {
+			if imm, _ := f.Imm(); imm == msgs-1 {
+				close(inLast)
+				<-gate
+			}
+			f.Buffer().Release()
+			returned.Add(1)
+		}
+		se, err := rdma.OpenEngine(opts...)
+		require.NoError(t, err)
+		defer se.Close()
+		ce, err := rdma.OpenEngine(opts...)
+		require.NoError(t, err)
+		defer ce.Close()
+		ln, err := se.Listen("rdma", "127.0.0.1:0", rdma.WithRecvHandler(h))
+		require.NoError(t, err)
+		defer ln.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, s := rdmatest.Connect(t, ln, func(ctx context.Context, address string) (*rdma.Conn, error) {
+			return ce.Dial(ctx, "rdma", address)
+		})
+		defer s.Close()
+		b, err := c.Alloc(8)
+		require.NoError(t, err)
+		fs := make([]*rdma.Future, msgs)
+		for i := range fs {
+			fs[i] = c.SendWithImm(b, uint32(i))
+		}
+		for _, f := range fs {
+			require.NoError(t, f.Wait(ctx))
+		}
+		require.NoError(t, b.Release())
+		select {
+		case <-inLast:
+		case <-ctx.Done():
+			t.Fatal("the last message never reached the handler")
+		}
+		require.NoError(t, c.Close())
+		require.Eventually(t, func() bool { return rdma.EndSettled(s) }, 10*time.Second, time.Millisecond,
+			"the server's end never settled")
+		select {
+		case <-s.Done():
+			close(gate)
+			t.Fatal("Done closed while the handler of the last message still ran")
+		default:
+		}
+		close(gate)
+		select {
+		case <-s.Done():
+		case <-ctx.Done():
+			t.Fatal("Done did not close after the handler returned")
+		}
+		require.EqualValues(t, msgs, returned.Load(), "handlers returned when Done closed")
+	})
+}
+
 // Rule: like EOF after the data, Done of a Recv user closes only once
 // Recv has taken every message that arrived; then Recv fails with why
 // the connection ended.

@@ -184,3 +184,17 @@ var HelloSize = binary.Size(hello{})
 
 // MaxHandshakes bounds the handshakes a Listener has made a queue pair for.
 const MaxHandshakes = maxHandshakes
+
+// EndSettled reports whether c's end has settled but for a handler that
+// may still run: c failed, no message waits, and none can still come.
+// It first lets c close Done if Done may close now, as each of the
+// events that settle the end does (endIfDeliveredLocked).
+func EndSettled(c *Conn) bool {
+	c.rq.rmu.Lock()
+	defer c.rq.rmu.Unlock()
+	c.endIfDeliveredLocked()
+	return c.err() != nil && c.rq.ready.len() == 0 && !c.moreToComeLocked()
+}
+
+// InlineSize is the most bytes c posts inline.
+func InlineSize(c *Conn) int { return c.inline }

@@ -54,37 +54,55 @@ func testNoStaleBytes(t *testing.T, opts []rdma.Option) {
 		require.NoError(t, b.Release())
 	}
 
-	// Peer 0 sends a full message; the receive buffer goes back to the
-	// pool; then peer 1 sends a short one and the receiver, and any Alloc
-	// of the same size, grow their buffers to the capacity.
-	big, err := peers[0].Alloc(served[0].MaxMessage())
-	require.NoError(t, err)
-	for i := range big.Bytes() {
-		big.Bytes()[i] = 0x5a
+	// Peer 0 sends a full message; its receive buffer goes back to the
+	// pool the listener's connections share, and is posted again as a
+	// receive for peer 1 (GetReceive: not cleared, since the device
+	// writes it). When one of peer 1's short messages lands in it,
+	// nothing of the long one shows past the short one's end.
+	long := func(from, to int) (addr uint64) {
+		t.Helper()
+		big, err := peers[from].Alloc(served[to].MaxMessage())
+		require.NoError(t, err)
+		for i := range big.Bytes() {
+			big.Bytes()[i] = 0x5a
+		}
+		require.NoError(t, peers[from].Send(big).Wait(ctx))
+		require.NoError(t, big.Release())
+		r := served[to].Recv()
+		require.NoError(t, r.Wait(ctx))
+		require.Equal(t, served[to].MaxMessage(), r.Len())
+		addr = rdma.BufferAddr(r.Buffer())
+		require.NoError(t, r.Buffer().Release())
+		return addr
 	}
-	require.NoError(t, peers[0].Send(big).Wait(ctx))
-	require.NoError(t, big.Release())
-	r := served[0].Recv()
-	require.NoError(t, r.Wait(ctx))
-	require.Equal(t, served[0].MaxMessage(), r.Len())
-	require.NoError(t, r.Buffer().Release())
-
+	recycled := long(0, 0)
 	small, err := peers[1].Alloc(10)
 	require.NoError(t, err)
+	defer small.Release()
 	copy(small.Bytes(), "0123456789")
-	for range 64 { // past every receive posted, so recycled ones are used
+	reached := false
+	for i := 0; i < 1024 && !reached; i++ { // the receives posted before it go first
 		require.NoError(t, peers[1].Send(small).Wait(ctx))
 		r := served[1].Recv()
 		require.NoError(t, r.Wait(ctx))
 		got := r.Buffer()
-		require.Equal(t, "0123456789", string(got.Bytes()))
+		text := string(got.Bytes())
+		reached = rdma.BufferAddr(got) == recycled
 		require.NoError(t, got.SetLen(got.Cap()))
-		require.Equal(t, got.Cap()-10, bytes.Count(got.Bytes()[10:], []byte{0}), "a received buffer shows an earlier message past its length")
+		past, zeros := got.Cap()-10, bytes.Count(got.Bytes()[10:], []byte{0})
 		require.NoError(t, got.Release())
-		a, err := served[1].Alloc(32769)
-		require.NoError(t, err)
-		zero(t, a)
-		require.NoError(t, a.Release())
+		require.Equal(t, "0123456789", text)
+		require.Equal(t, past, zeros,
+			"message %d: a received buffer shows an earlier message past its length (recycled from the long one: %v)", i, reached)
 	}
-	require.NoError(t, small.Release())
+	require.True(t, reached, "no short message landed in the long message's receive buffer")
+
+	// An Alloc that takes a receive buffer just released grows it to
+	// its capacity with zeros.
+	recycled = long(1, 1)
+	a, err := served[1].Alloc(served[1].MaxMessage())
+	require.NoError(t, err)
+	require.Equal(t, recycled, rdma.BufferAddr(a), "the Alloc did not take the long message's receive buffer")
+	zero(t, a)
+	require.NoError(t, a.Release())
 }

@@ -2,7 +2,10 @@ package stream
 
 import (
 	"fmt"
+	"slices"
 	"testing"
+
+	"github.com/go-rdma/rdma"
 )
 
 // ForceHeaderMode makes the streams that t's test opens use header mode
@@ -44,4 +47,38 @@ func StagingSize(s *Conn) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.stageMem)
+}
+
+// HoldInFlight makes f the oldest of s's messages in flight, one that
+// carries no bytes: until f resolves, s reaps none of its messages, as
+// if the WRITEs it posted had not completed.
+func HoldInFlight(s *Conn, f *rdma.Future) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sends = slices.Insert(s.sends, 0, sendRec{f: f, end: s.st.completed})
+}
+
+// InFlight reaps s's completed messages and counts those still in
+// flight.
+func InFlight(s *Conn) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reapLocked()
+	return len(s.sends)
+}
+
+// Corked is how many bytes s has queued in staging and not posted, and
+// whether its flusher (which posts them later) runs.
+func Corked(s *Conn) (n int, flushing bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return int(s.st.queued - s.st.sent), s.flushing
+}
+
+// Cork is how many bytes may gather in s's staging behind a WRITE in
+// flight before they go out without waiting for it.
+func Cork(s *Conn) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.cork()
 }

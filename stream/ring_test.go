@@ -188,9 +188,9 @@ func FuzzRing(f *testing.F) {
 }
 
 type ringSeed struct {
-	name    string
-	data    []byte
-	wantErr bool
+	name string
+	data []byte
+	rule string // what the protocol error that ends it says; "" for none
 }
 
 // ringFuzzSeeds are the seed corpus, also checked in under
@@ -219,35 +219,37 @@ func ringFuzzSeeds() []ringSeed {
 	data := func(n int) []byte { return msg(opData, 0, n, true) }
 	imm, hdr := []byte{0}, []byte{1}
 	return []ringSeed{
-		{"data-read-fin", cat(imm, data(100), u16(1, 60), u16(1, 60), msg(opFin, 0, 0, false)), false},
-		{"write-credit", cat(imm, u16(2, 3000), []byte{3}, msg(opCredit, 3000, 0, false), u16(2, 8000)), false},
-		{"wrap", cat(imm, data(8000), u16(1, 8000), data(192), data(500), u16(1, 9000), u16(1, 9000)), false},
+		{"data-read-fin", cat(imm, data(100), u16(1, 60), u16(1, 60), msg(opFin, 0, 0, false)), ""},
+		{"write-credit", cat(imm, u16(2, 3000), []byte{3}, msg(opCredit, 3000, 0, false), u16(2, 8000)), ""},
+		{"wrap", cat(imm, data(8000), u16(1, 8000), data(192), data(500), u16(1, 9000), u16(1, 9000)), ""},
 		// Staging (3 KiB) and the ring (8 KiB) wrap at different bytes.
 		{"write-wrap", cat(imm, u16(2, 3072), []byte{3}, msg(opCredit, 3072, 0, false), u16(2, 3072), []byte{3}, msg(opCredit, 6144, 0, false),
-			u16(2, 3072), []byte{3}, msg(opCredit, 9216, 0, false), u16(2, 3072), []byte{3}, msg(opCredit, 12288, 0, false), u16(2, 100)), false},
-		{"piggyback", cat(imm, u16(2, 100), data(10), msg(opData, 100, 5, true)), false},
-		{"overrun", cat(imm, data(8000), data(500)), true},
-		{"crosses-end", cat(imm, data(8000), u16(1, 8000), data(500)), true},
-		{"empty-data", cat(imm, data(0)), true},
-		{"data-as-send", cat(imm, msg(opData, 0, 10, false)), true},
-		{"credit-with-bytes", cat(imm, msg(opCredit, 0, 0, true)), true},
-		{"too-many-credits", cat(imm, u16(2, 100), msg(opCredit, 101, 0, false)), true},
-		{"credits-never-sent", cat(imm, msg(opCredit, 1, 0, false)), true},
-		{"data-after-fin", cat(imm, msg(opFin, 0, 0, false), data(3)), true},
-		{"two-fins", cat(imm, msg(opFin, 0, 0, false), msg(opFin, 0, 0, false)), true},
-		{"second-hello", cat(imm, msg(opHello, 0, 0, false)), true},
-		{"unknown-op", cat(imm, msg(7, 0, 0, false)), true},
-		{"no-imm", cat(imm, msgTook(opCredit, 0, 0, 2, 0)), true},
+			u16(2, 3072), []byte{3}, msg(opCredit, 9216, 0, false), u16(2, 3072), []byte{3}, msg(opCredit, 12288, 0, false), u16(2, 100)), ""},
+		{"piggyback", cat(imm, u16(2, 100), data(10), msg(opData, 100, 5, true)), ""},
+		// Past the ring's end the peer's data starts at offset 0 again,
+		// so an overrun there crosses no end: only its own rule stops it.
+		{"overrun", cat(imm, data(8000), u16(1, 8000), data(192), data(8100)), "overran the ring"},
+		{"crosses-end", cat(imm, data(8000), u16(1, 8000), data(500)), "crosses the end of the ring"},
+		{"empty-data", cat(imm, data(0)), "data message of 0 bytes not written"},
+		{"data-as-send", cat(imm, msg(opData, 0, 10, false)), "data message of 10 bytes not written"},
+		{"credit-with-bytes", cat(imm, msg(opCredit, 0, 0, true)), fmt.Sprintf("op %d with 0 bytes", opCredit)},
+		{"too-many-credits", cat(imm, u16(2, 100), msg(opCredit, 101, 0, false)), "peer credited 101 bytes, 100 unread"},
+		{"credits-never-sent", cat(imm, msg(opCredit, 1, 0, false)), "peer credited 1 bytes, 0 unread"},
+		{"data-after-fin", cat(imm, msg(opFin, 0, 0, false), data(3)), "data after fin"},
+		{"two-fins", cat(imm, msg(opFin, 0, 0, false), msg(opFin, 0, 0, false)), "second fin"},
+		{"second-hello", cat(imm, msg(opHello, 0, 0, false)), "second hello"},
+		{"unknown-op", cat(imm, msg(7, 0, 0, false)), "unknown op 7"},
+		{"no-imm", cat(imm, msgTook(opCredit, 0, 0, 2, 0)), "without a stream header"},
 		// Header mode: the header in a SEND's payload, messages counted.
-		{"hdr-data-read-fin", cat(hdr, data(100), u16(1, 100), msg(opFin, 0, 0, false)), false},
-		{"hdr-window", cat(hdr, u16(2, 10), []byte{3}, msgTook(opCredit, 10, 0, 0, 2), u16(2, 10), []byte{3}, u16(2, 10), u16(2, 10), u16(2, 10), u16(2, 10), msgTook(opCredit, 30, 0, 0, 3)), false},
+		{"hdr-data-read-fin", cat(hdr, data(100), u16(1, 100), msg(opFin, 0, 0, false)), ""},
+		{"hdr-window", cat(hdr, u16(2, 10), []byte{3}, msgTook(opCredit, 10, 0, 0, 2), u16(2, 10), []byte{3}, u16(2, 10), u16(2, 10), u16(2, 10), u16(2, 10), msgTook(opCredit, 30, 0, 0, 3)), ""},
 		{"hdr-write-wrap", cat(hdr, u16(2, 3072), []byte{3}, msgTook(opCredit, 3072, 0, 0, 1), u16(2, 3072), []byte{3}, msgTook(opCredit, 6144, 0, 0, 1),
-			u16(2, 3072), []byte{3}, msgTook(opCredit, 9216, 0, 0, 2), u16(2, 100)), false},
-		{"hdr-took-reported", cat(hdr, data(1), data(1), data(1), u16(1, 3)), false},
-		{"hdr-with-imm", cat(hdr, msgTook(opCredit, 0, 0, 2, 0)), true},
-		{"hdr-data-with-body", cat(hdr, msg(opData, 0, 10, false)), true},
-		{"hdr-took-more-than-sent", cat(hdr, u16(2, 10), msgTook(opCredit, 0, 0, 0, 3)), true},
-		{"hdr-credit-with-body", cat(hdr, msg(opCredit, 0, 4, false)), true},
+			u16(2, 3072), []byte{3}, msgTook(opCredit, 9216, 0, 0, 2), u16(2, 100)), ""},
+		{"hdr-took-reported", cat(hdr, data(1), data(1), data(1), u16(1, 3)), ""},
+		{"hdr-with-imm", cat(hdr, msgTook(opCredit, 0, 0, 2, 0)), "without a stream header in its payload"},
+		{"hdr-data-with-body", cat(hdr, msg(opData, 0, 10, false)), "data message of 10 bytes not written"},
+		{"hdr-took-more-than-sent", cat(hdr, u16(2, 10), msgTook(opCredit, 0, 0, 0, 3)), "peer took 3 messages, 2 untaken"},
+		{"hdr-credit-with-body", cat(hdr, msg(opCredit, 0, 4, false)), fmt.Sprintf("op %d with 4 bytes", opCredit)},
 	}
 }
 
@@ -270,7 +272,7 @@ func TestRingFuzzSeeds(t *testing.T) {
 }
 
 // TestRingRules: each seed ends in a protocol error exactly when it says
-// so, so the fuzzer starts from every rule.
+// so, and by the rule it names, so the fuzzer starts from every rule.
 func TestRingRules(t *testing.T) {
 	for _, s := range ringFuzzSeeds() {
 		st := fuzzState(t, s.data[0]&1 != 0)
@@ -280,8 +282,9 @@ func TestRingRules(t *testing.T) {
 			script, ok, err = ringStep(t, &st, script)
 			require.True(t, ok, "%s ends inside a record", s.name)
 		}
-		if s.wantErr {
+		if s.rule != "" {
 			require.ErrorIs(t, err, ErrProtocol, s.name)
+			require.ErrorContains(t, err, s.rule, "%s is stopped by another rule", s.name)
 		} else {
 			require.NoError(t, err, s.name)
 		}
