@@ -1,6 +1,8 @@
 package rdma
 
 import (
+	"sync"
+
 	"github.com/go-rdma/rdma/internal/poller"
 	"github.com/go-rdma/rdma/internal/soft"
 	"github.com/go-rdma/rdma/internal/verbs"
@@ -155,4 +157,24 @@ func CreditIdleArmed(c *Conn) bool {
 	c.sq.postMu.Lock()
 	defer c.sq.postMu.Unlock()
 	return c.cr.idleArmed
+}
+
+// DebugFutures turns GORDMA_DEBUG=futures on until t ends and returns
+// a function that takes the reports made since its last call.
+func DebugFutures(t interface{ Cleanup(func()) }) (reports func() []string) {
+	var mu sync.Mutex
+	var got []string
+	old := futureDebug.Swap(&futureDebugger{report: func(s string) {
+		mu.Lock()
+		got = append(got, s)
+		mu.Unlock()
+	}})
+	t.Cleanup(func() { futureDebug.Store(old) })
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		r := got
+		got = nil
+		return r
+	}
 }

@@ -15,13 +15,16 @@ func TestResolveOpStale(t *testing.T) {
 	stale := op{fut: f, gen: f.gen}
 	stale.resolveOp(nil, 8, 0)
 	assert.True(t, f.Resolved())
-	// What Release does, without giving f to futurePool: resolving a
-	// future that sits in the pool would hand the next test's Recv a
-	// resolved future (a message delivered to it was lost, and its
-	// engine never drained).
+	// What Release and the next newFuture do, without giving f to
+	// futurePool: resolving a future that sits in the pool would hand
+	// the next test's Recv a resolved future (a message delivered to
+	// it was lost, and its engine never drained).
 	f.mu.Lock()
-	f.resetLocked()
+	f.releaseLocked(ErrFutureReleased)
 	f.mu.Unlock()
+	stale.resolveOp(errors.New("a flush of the old chain"), 0, 0)
+	assert.ErrorIs(t, f.Err(), ErrFutureReleased, "the stale op reached the released future")
+	f.reuse(nil)
 	assert.False(t, f.Resolved(), "reset for the next operation")
 	next := op{fut: f, gen: f.gen}
 	stale.resolveOp(errors.New("a flush of the old chain"), 0, 0)
