@@ -70,7 +70,7 @@ const (
 var ErrFutureReleased = errors.New("future already released")
 
 // futurePool holds released futures (Release) for the next operations.
-var futurePool = sync.Pool{New: func() any { return new(Future) }}
+var futurePool = sync.Pool{New: func() any { return &Future{reusable: true} }}
 
 // newFuture is a pending future of one operation, reused if one was
 // released.
@@ -80,10 +80,14 @@ func newFuture(drv *poller.Poller) *Future {
 	return f
 }
 
-// reuse makes a new or released future pending for its operation.
+// reuse makes a new or released future pending for its operation. Its
+// err stays until it resolves: nothing reads it before. The state's
+// store is a plain one, as nothing else may hold a future the pool
+// handed out (one that does uses it after Release: the race detector
+// sees it), and it keeps newFuture inlined.
 func (f *Future) reuse(drv *poller.Poller) {
-	f.drv, f.reusable, f.err = drv, true, nil
-	f.state.Store(futurePending)
+	f.drv = drv
+	f.state = atomic.Uint32{}
 }
 
 // closedChan is the Done channel of futures that resolved before anyone
@@ -111,7 +115,7 @@ func (f *Future) Release() {
 	}
 	if st := f.state.Load(); st != futureResolved || !f.reusable {
 		if st == futureReleased {
-			f.usedAfterRelease("Release")
+			f.usedAfterRelease()
 		}
 		return
 	}
@@ -143,7 +147,6 @@ func (f *Future) releaseLocked(why error) {
 	f.drv, f.recv, f.done, f.waiter = nil, nil, nil, nil
 	f.err, f.n, f.imm, f.has, f.buf, f.old = why, 0, 0, false, nil, 0
 	f.rbuf = Buffer{cell: f.cell}
-	f.reusable = false // until newFuture takes it
 	f.state.Store(futureReleased)
 }
 
@@ -164,7 +167,7 @@ func collectedCell(cell *atomic.Pointer[pool.Buffer]) {
 func (f *Future) Done() <-chan struct{} {
 	if st := f.state.Load(); st != futurePending {
 		if st == futureReleased {
-			f.usedAfterRelease("Done")
+			f.usedAfterRelease()
 		}
 		return closedChan
 	}
@@ -193,7 +196,7 @@ func (f *Future) Done() <-chan struct{} {
 func (f *Future) Wait(ctx context.Context) error {
 	if st := f.state.Load(); st != futurePending {
 		if st == futureReleased {
-			f.usedAfterRelease("Wait")
+			f.usedAfterRelease()
 		}
 		return f.err
 	}
@@ -268,7 +271,7 @@ func (f *Future) Wait(ctx context.Context) error {
 func (f *Future) Cancel() bool {
 	if st := f.state.Load(); st != futurePending {
 		if st == futureReleased {
-			f.usedAfterRelease("Cancel")
+			f.usedAfterRelease()
 		}
 		return false
 	}
@@ -285,7 +288,7 @@ var wakePool = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
 func (f *Future) Resolved() bool {
 	st := f.state.Load()
 	if st == futureReleased {
-		f.usedAfterRelease("Resolved")
+		f.usedAfterRelease()
 	}
 	return st != futurePending
 }
@@ -294,7 +297,7 @@ func (f *Future) Resolved() bool {
 func (f *Future) Err() error {
 	if st := f.state.Load(); st != futurePending {
 		if st == futureReleased {
-			f.usedAfterRelease("Err")
+			f.usedAfterRelease()
 		}
 		return f.err
 	}
@@ -306,7 +309,7 @@ func (f *Future) Err() error {
 func (f *Future) Len() int {
 	if st := f.state.Load(); st != futurePending {
 		if st == futureReleased {
-			f.usedAfterRelease("Len")
+			f.usedAfterRelease()
 		}
 		return f.n
 	}
@@ -318,7 +321,7 @@ func (f *Future) Len() int {
 func (f *Future) Imm() (imm uint32, ok bool) {
 	if st := f.state.Load(); st != futurePending {
 		if st == futureReleased {
-			f.usedAfterRelease("Imm")
+			f.usedAfterRelease()
 		}
 		return f.imm, f.has
 	}
@@ -330,7 +333,7 @@ func (f *Future) Imm() (imm uint32, ok bool) {
 func (f *Future) Buffer() *Buffer {
 	if st := f.state.Load(); st != futurePending {
 		if st == futureReleased {
-			f.usedAfterRelease("Buffer")
+			f.usedAfterRelease()
 		}
 		if f.buf != nil && leak.Enabled() {
 			// Tests: blame a leak on whoever took the buffer, not
@@ -348,7 +351,7 @@ func (f *Future) Buffer() *Buffer {
 func (f *Future) Old() uint64 {
 	if st := f.state.Load(); st != futurePending {
 		if st == futureReleased {
-			f.usedAfterRelease("Old")
+			f.usedAfterRelease()
 		}
 		return f.old
 	}

@@ -50,16 +50,21 @@ func callers(skip int) []uintptr {
 	return pcs[:runtime.Callers(skip+1, pcs)]
 }
 
-// usedAfterRelease reports a use of the released future f by its method
-// m, when the debug check is on. Called on the path of a released
-// future only.
-func (f *Future) usedAfterRelease(m string) {
+// usedAfterRelease reports a use of the released future f by the method
+// that calls it, when the debug check is on. Called on the path of a
+// released future only; it takes no argument, and finds the method in
+// its stack, to keep the methods small enough to inline.
+func (f *Future) usedAfterRelease() {
 	d := futureDebug.Load()
 	if d == nil {
 		return
 	}
+	method := "?"
+	if fr, _ := runtime.CallersFrames(callers(2)).Next(); fr.Function != "" {
+		method = fr.Function[strings.LastIndex(fr.Function, ".")+1:]
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "rdma: Future.%s after Release (%s=futures)\nused at:\n", m, debugEnv)
+	fmt.Fprintf(&b, "rdma: Future.%s after Release (%s=futures)\nused at:\n", method, debugEnv)
 	writeStack(&b, callers(3)) // the caller of f's method
 	if re, ok := f.err.(*releasedError); ok {
 		b.WriteString("released at:\n")

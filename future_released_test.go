@@ -104,7 +104,7 @@ func TestFutureWaitNilContext(t *testing.T) {
 		t.Fatal("Wait(nil) did not return once the Recv resolved")
 	}
 	require.NoError(t, r.Buffer().Release())
-	assert.NoError(t, r.Wait(nil), "resolved already") //nolint:staticcheck
+	assert.NoError(t, r.Wait(nil), "resolved already")        //nolint:staticcheck
 	assert.ErrorIs(t, c.Send(nil).Wait(nil), rdma.ErrInvalid) //nolint:staticcheck
 }
 
