@@ -178,3 +178,7 @@ func DebugFutures(t interface{ Cleanup(func()) }) (reports func() []string) {
 		return r
 	}
 }
+
+// FuturesDebugged reports whether GORDMA_DEBUG=futures is on: released
+// futures are then never reused.
+func FuturesDebugged() bool { return futureDebug.Load() != nil }
