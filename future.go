@@ -83,8 +83,9 @@ func newFuture(drv *poller.Poller) *Future {
 // reuse makes a new or released future pending for its operation. Its
 // err stays until it resolves: nothing reads it before. The state's
 // store is a plain one, as nothing else may hold a future the pool
-// handed out (one that does uses it after Release: the race detector
-// sees it), and it keeps newFuture inlined.
+// handed out (code that does uses it after Release, and the race
+// detector reports it when that use is concurrent), and it keeps
+// newFuture inlined.
 func (f *Future) reuse(drv *poller.Poller) {
 	f.drv = drv
 	f.state = atomic.Uint32{}
