@@ -45,7 +45,7 @@ func (c *Conn) Abort(cause error) error {
 func (c *Conn) tellPeer(err error) {
 	// Before the handshake completed, the set-up's own error tells the
 	// peer; a frame would only garble the handshake.
-	if !c.up.Load() || c.closing.Load() || c.peerClosed.Load() || errors.Is(err, ErrPeerClosed) || (c.ctl.ctrl == nil && c.cm == nil) {
+	if !c.up.Load() || c.closing.Load() || c.peerClosed.Load() || errors.Is(err, ErrPeerClosed) || errors.Is(err, ErrPeerLost) || (c.ctl.ctrl == nil && c.cm == nil) {
 		return
 	}
 	c.tellMu.Lock()

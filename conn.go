@@ -374,8 +374,9 @@ func (c *Conn) Done() <-chan struct{} { return c.done }
 // Err is nil while the connection is up; once it has ended (which may
 // be before Done closes, while messages that arrived wait to be taken)
 // it says why: an error wrapping ErrClosed after Close, ErrPeerClosed
-// when the peer closed, died or aborted (then the text says the peer's
-// reason), or the failure that ended it.
+// when the peer closed or aborted (then the text says the peer's
+// reason), ErrPeerLost when it went away without either (killed,
+// crashed, its host or the network down), or the failure that ended it.
 func (c *Conn) Err() error { return c.err() }
 
 // Send sends the bytes of b as one message; the peer gets them from Recv.
@@ -584,45 +585,59 @@ func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
 }
 
 // completionErr is the error of a failed completion; it keeps the
-// *CompletionError for errors.As.
+// *CompletionError for errors.As, except after the peer's close.
+//   - Once the peer's orderly close was heard, whatever fails is that
+//     close's doing (the QP went to the error state, the peer tore its
+//     side down): the error is the close's own (peerClosedErr), the same
+//     for every operation and for Err, with no completion status.
 //   - A flush says only that the QP is in the error state, so it carries
 //     the reason: the connection's first error, or, when the QP went to
-//     the error state without one (a disconnect through rdma_cm),
-//     ErrPeerClosed.
+//     the error state without one, the peer's end: a disconnect through
+//     rdma_cm (ErrPeerClosed), else a peer that went away (ErrPeerLost).
 //   - Retries exceeded means the transport gave up on the peer: it died
-//     or tore its queue pair down. That is ErrPeerClosed too, whichever
-//     of the completion and the end of the control channel comes first.
+//     or tore its queue pair down. That is ErrPeerLost, whichever of the
+//     completion and the end of the control channel comes first.
 //   - A remote operational error (or abort) means the peer's queue pair
 //     failed under our request. A go-rdma peer posts only receives it
 //     can fill, so its side of the connection is gone: it died (rxe
 //     NAKs this way while a killed process's SRQ and QPs are torn down)
-//     or failed on its own. That is ErrPeerClosed as well; an access or
-//     invalid-request error stays ours to explain.
+//     or failed on its own. That is ErrPeerLost as well, unless the
+//     peer said why (its abort): an access or invalid-request error
+//     stays ours to explain.
 func (c *Conn) completionErr(wc *verbs.WorkCompletion) error {
+	if c.ctl.closeHeard.Load() {
+		return c.peerClosedErr()
+	}
 	var err error = completionError(wc)
 	switch {
 	case wc.Status == verbs.WCWRFlushErr:
 		cause := c.err()
-		if cause == nil {
-			cause = c.peerGone()
+		if cause == nil && c.cm != nil {
+			cause = c.peerClosedErr()
+		} else if cause == nil {
+			cause = c.peerLostErr()
 		}
 		return fmt.Errorf("%w (%w)", cause, err)
-	case wc.Status == verbs.WCRetryExcErr, wc.Status == verbs.WCRemOpErr, wc.Status == verbs.WCRemAbortErr:
+	case wc.Status == verbs.WCRetryExcErr, wc.Status == verbs.WCRemOpErr, wc.Status == verbs.WCRemAbortErr,
+		c.peerClosed.Load():
 		c.peerClosed.Store(true)
-		return fmt.Errorf("%w (%w)", c.peerGone(), err)
-	case c.peerClosed.Load():
 		// The peer's end may carry its reason (an abort's): keep it.
 		cause := c.err()
-		if cause == nil || !errors.Is(cause, ErrPeerClosed) {
-			cause = c.peerGone()
+		if cause == nil || !(errors.Is(cause, ErrPeerClosed) || errors.Is(cause, ErrPeerLost)) {
+			cause = c.peerLostErr()
 		}
 		return fmt.Errorf("%w (%w)", cause, err)
 	}
 	return fmt.Errorf("rdma: peer %v: %w", c.remote, err)
 }
 
-// peerGone is the error of a connection whose peer closed or died.
-func (c *Conn) peerGone() error { return fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerClosed) }
+// peerClosedErr is the error of a connection whose peer closed it in
+// order: one text, whatever failed since.
+func (c *Conn) peerClosedErr() error { return fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerClosed) }
+
+// peerLostErr is the error of a connection whose peer went away without
+// closing it.
+func (c *Conn) peerLostErr() error { return fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerLost) }
 
 // finish resolves a send-side op: a signaled one (or any that failed)
 // resolves its future; its buffer and credit go back.
@@ -648,8 +663,9 @@ func (c *Conn) finish(o *op, err error) {
 //     still queued for room or credits go out as the peer makes room;
 //     if it makes none for half a second (it does not read), they fail
 //     with ErrClosed.
-//   - The peer hears of the close, posts nothing more (its new
-//     operations fail with ErrPeerClosed), and its operations in flight
+//   - The peer hears of the close, posts nothing more (its new and
+//     pending operations and its Err give one error matching
+//     ErrPeerClosed), and its operations in flight
 //     complete too: Close keeps the queue pair up until the peer says
 //     they are done (up to 2 s more). So a message that this side's Recv
 //     took before Close counts as delivered on the sender's side, and a

@@ -188,7 +188,8 @@ func (c *Conn) cutOff(err error) {
 // limits above. The end of the channel is the end of the connection: a
 // peer that exits, even when killed, closes its socket, and this side
 // then fails every pending operation instead of waiting for transport
-// timeouts.
+// timeouts: with ErrPeerLost, or, once the peer's close was heard, with
+// the close's ErrPeerClosed.
 func (c *Conn) readControl(r *bufio.Reader) {
 	defer close(c.ctl.ctrlDone)
 	buf := make([]byte, maxCtrl)
@@ -198,23 +199,28 @@ func (c *Conn) readControl(r *bufio.Reader) {
 			if c.closing.Load() || c.told.Load() {
 				return // the end of our close or abort, not the peer's doing
 			}
-			if errors.Is(err, ErrProtocol) {
+			switch {
+			case errors.Is(err, ErrProtocol):
 				// A frame too long: the peer is told and cut off, as for
 				// every other illegal frame.
 				c.cutOff(fmt.Errorf("rdma: peer %v: %w", c.remote, err))
-				return
+			case c.ctl.closeHeard.Load():
+				// The peer closed in order and then its socket: the
+				// close's error, however the socket ended.
+				c.peerClosed.Store(true)
+				c.fail(c.peerClosedErr())
+			default:
+				// The socket ended without the peer's close: it
+				// died (its kernel closed or reset the socket), or
+				// the network between us did. The read's error
+				// stays in the chain unless it is a plain end.
+				c.peerClosed.Store(true)
+				if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, ErrClosed) {
+					c.fail(c.peerLostErr())
+				} else {
+					c.fail(fmt.Errorf("%w (%w)", c.peerLostErr(), err))
+				}
 			}
-			// The socket ended without the peer's close: it died (the
-			// kernel reset the socket), or the network between us did.
-			// Either way the peer is gone; the read's error stays in
-			// the chain.
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, ErrClosed) {
-				err = ErrPeerClosed
-			} else {
-				err = fmt.Errorf("%w (%w)", ErrPeerClosed, err)
-			}
-			c.peerClosed.Store(true)
-			c.fail(fmt.Errorf("rdma: peer %v: %w", c.remote, err))
 			return
 		}
 		if c.ctl.deaf.Load() {
@@ -300,9 +306,9 @@ func (c *Conn) onPeerClose() {
 		return // said twice: once is served
 	}
 	c.later(func() {
-		c.quiesce(c.peerGone(), false)
+		c.quiesce(c.peerClosedErr(), false)
 		c.writeControl(ctrlCloseAck, nil)
-		c.fail(fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerClosed))
+		c.fail(c.peerClosedErr())
 	})
 }
 

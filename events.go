@@ -78,7 +78,7 @@ func (c *Conn) logEnded(err error) {
 		lvl = slog.LevelInfo // closed here
 	}
 	l.Log(context.Background(), lvl, "rdma: connection ended", "local", c.local, "remote", c.remote,
-		"peer_closed", errors.Is(err, ErrPeerClosed), "cause", err)
+		"peer_closed", errors.Is(err, ErrPeerClosed), "peer_lost", errors.Is(err, ErrPeerLost), "cause", err)
 }
 
 // logRefused counts a handshake the listener refused (refused: by its

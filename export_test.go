@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"encoding/binary"
+	"sync"
 
 	"github.com/go-rdma/rdma/internal/poller"
 	"github.com/go-rdma/rdma/internal/soft"
@@ -198,3 +199,27 @@ func EndSettled(c *Conn) bool {
 
 // InlineSize is the most bytes c posts inline.
 func InlineSize(c *Conn) int { return c.inline }
+
+// DebugFutures turns GORDMA_DEBUG=futures on until t ends and returns
+// a function that takes the reports made since its last call.
+func DebugFutures(t interface{ Cleanup(func()) }) (reports func() []string) {
+	var mu sync.Mutex
+	var got []string
+	old := futureDebug.Swap(&futureDebugger{report: func(s string) {
+		mu.Lock()
+		got = append(got, s)
+		mu.Unlock()
+	}})
+	t.Cleanup(func() { futureDebug.Store(old) })
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		r := got
+		got = nil
+		return r
+	}
+}
+
+// FuturesDebugged reports whether GORDMA_DEBUG=futures is on: released
+// futures are then never reused.
+func FuturesDebugged() bool { return futureDebug.Load() != nil }

@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -19,9 +20,17 @@ import (
 //
 // A loop that issues many operations can Release each future once it is
 // done with it, so that the next operation reuses it and allocates
-// nothing.
+// nothing. A released future must not be used: until an operation
+// reuses it, Wait and Err return ErrFutureReleased, Done is closed,
+// Resolved is true, the other methods return zero values and Release
+// does nothing; once reused, it is that operation's future, and a stale
+// pointer to it sees the other operation's result. To find such uses,
+// run the program with GORDMA_DEBUG=futures in its environment: released
+// futures are then never reused (every operation allocates its own) and
+// each use after Release is reported on standard error with the stack
+// of the use and the stack of the Release.
 type Future struct {
-	state atomic.Uint32  // 0 pending, 1 resolved
+	state atomic.Uint32  // futurePending, futureResolved or futureReleased
 	drv   *poller.Poller // set when the connection's poller is Busy: Wait drives it
 	recv  *Conn          // a Recv waiting for a message, which Cancel may withdraw
 
@@ -48,15 +57,38 @@ type Future struct {
 	cell *atomic.Pointer[pool.Buffer]
 }
 
+// A future's states. A released future stays released until newFuture
+// hands it to an operation: with GORDMA_DEBUG=futures, for ever.
+const (
+	futurePending = iota
+	futureResolved
+	futureReleased
+)
+
+// ErrFutureReleased: the Future was released (Release); its result is
+// gone. A released future's Wait and Err return it.
+var ErrFutureReleased = errors.New("future already released")
+
 // futurePool holds released futures (Release) for the next operations.
-var futurePool = sync.Pool{New: func() any { return new(Future) }}
+var futurePool = sync.Pool{New: func() any { return &Future{reusable: true} }}
 
 // newFuture is a pending future of one operation, reused if one was
 // released.
 func newFuture(drv *poller.Poller) *Future {
 	f := futurePool.Get().(*Future)
-	f.drv, f.reusable = drv, true
+	f.reuse(drv)
 	return f
+}
+
+// reuse makes a new or released future pending for its operation. Its
+// err stays until it resolves: nothing reads it before. The state's
+// store is a plain one, as nothing else may hold a future the pool
+// handed out (code that does uses it after Release, and the race
+// detector reports it when that use is concurrent), and it keeps
+// newFuture inlined.
+func (f *Future) reuse(drv *poller.Poller) {
+	f.drv = drv
+	f.state = atomic.Uint32{}
 }
 
 // closedChan is the Done channel of futures that resolved before anyone
@@ -66,7 +98,7 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 func newResolved(err error) *Future {
 	f := newFuture(nil)
 	f.err = err
-	f.state.Store(1)
+	f.state.Store(futureResolved)
 	return f
 }
 
@@ -74,11 +106,18 @@ func newResolved(err error) *Future {
 // operation, so that a loop of operations allocates nothing. It is
 // optional: a future that is not released is collected as usual. After
 // Release neither f nor the Buffer it delivered may be used, as after
-// a Close. Release does nothing to a future that has not resolved, to a
-// Batch's future, and to one whose Buffer is still held: Release the
-// Buffer first.
+// a Close (see Future for what a use gets, and how to find one).
+// Release does nothing to a future that has not resolved, to a Batch's
+// future, to one whose Buffer is still held (Release the Buffer first),
+// and to one released already.
 func (f *Future) Release() {
-	if f == nil || !f.reusable || f.state.Load() != 1 {
+	if f == nil {
+		return
+	}
+	if st := f.state.Load(); st != futureResolved || !f.reusable {
+		if st == futureReleased {
+			f.usedAfterRelease()
+		}
 		return
 	}
 	f.mu.Lock() // resolve may still be waking a waiter
@@ -86,24 +125,30 @@ func (f *Future) Release() {
 	if f.rbuf.p.Load() != nil {
 		return
 	}
-	f.resetLocked()
+	if d := futureDebug.Load(); d != nil {
+		// Never reused: the future stays released, and remembers
+		// where, for the report of a later use.
+		f.releaseLocked(&releasedError{at: callers(2)})
+		return
+	}
+	f.releaseLocked(ErrFutureReleased)
 	futurePool.Put(f)
 }
 
-// resetLocked makes a resolved future pending again for its next
-// operation; the gen bump keeps the records of the last one from
-// resolving it (resolveOp). Caller holds f.mu.
-func (f *Future) resetLocked() {
+// releaseLocked clears a resolved future's results and makes it
+// released, its error why; the gen bump keeps the records of its
+// operation from resolving it once it is reused (resolveOp). Caller
+// holds f.mu.
+func (f *Future) releaseLocked(why error) {
 	if f.cell == nil {
 		f.cell = new(atomic.Pointer[pool.Buffer])
 		runtime.AddCleanup(f, collectedCell, f.cell)
 	}
 	f.gen++
-	f.state.Store(0)
 	f.drv, f.recv, f.done, f.waiter = nil, nil, nil, nil
-	f.err, f.n, f.imm, f.has, f.buf, f.old = nil, 0, 0, false, nil, 0
+	f.err, f.n, f.imm, f.has, f.buf, f.old = why, 0, 0, false, nil, 0
 	f.rbuf = Buffer{cell: f.cell}
-	f.reusable = false // until newFuture takes it: a second Release is a no-op
+	f.state.Store(futureReleased)
 }
 
 // collectedCell is the safety net of a reused future's received buffer:
@@ -121,7 +166,10 @@ func collectedCell(cell *atomic.Pointer[pool.Buffer]) {
 // channel does not poll the CQ: to look without blocking, use Resolved,
 // and to block, Wait, which polls from the calling goroutine.
 func (f *Future) Done() <-chan struct{} {
-	if f.state.Load() == 1 {
+	if st := f.state.Load(); st != futurePending {
+		if st == futureReleased {
+			f.usedAfterRelease()
+		}
 		return closedChan
 	}
 	if f.drv != nil {
@@ -129,7 +177,7 @@ func (f *Future) Done() <-chan struct{} {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.state.Load() == 1 {
+	if f.state.Load() != futurePending {
 		return closedChan
 	}
 	if f.done == nil {
@@ -139,19 +187,26 @@ func (f *Future) Done() <-chan struct{} {
 }
 
 // Wait waits for the future to resolve and returns its error. When ctx
-// ends first it returns ctx.Err() at once; the operation goes on.
+// ends first it returns ctx.Err() at once; the operation goes on. A nil
+// ctx is context.Background(): Wait waits as long as the operation takes.
 //
 // With a Busy poller (WithPollMode(PollBusy)) Wait polls the CQ from
 // the calling goroutine until the future resolves, run to completion, as
 // perftest's loops do: no thread has to wake it. One goroutine polls at a
 // time; other Waits block as usual.
 func (f *Future) Wait(ctx context.Context) error {
-	if f.state.Load() == 1 {
+	if st := f.state.Load(); st != futurePending {
+		if st == futureReleased {
+			f.usedAfterRelease()
+		}
 		return f.err
+	}
+	if ctx == nil {
+		ctx = context.Background()
 	}
 	if f.drv != nil {
 		if f.drv.Drive(ctx, &f.state) {
-			if f.state.Load() == 1 {
+			if f.state.Load() == futureResolved {
 				return f.err
 			}
 			if err := ctx.Err(); err != nil {
@@ -165,7 +220,7 @@ func (f *Future) Wait(ctx context.Context) error {
 	// waited on once, typically, and this keeps Wait free of allocations.
 	w := wakePool.Get().(chan struct{})
 	f.mu.Lock()
-	if f.state.Load() == 1 {
+	if f.state.Load() != futurePending {
 		f.mu.Unlock()
 		wakePool.Put(w)
 		return f.err
@@ -215,7 +270,13 @@ func (f *Future) Wait(ctx context.Context) error {
 //		f.Wait(context.Background()) // matched as ctx ended: the message is in f
 //	}
 func (f *Future) Cancel() bool {
-	if f.recv == nil || f.state.Load() == 1 {
+	if st := f.state.Load(); st != futurePending {
+		if st == futureReleased {
+			f.usedAfterRelease()
+		}
+		return false
+	}
+	if f.recv == nil {
 		return false
 	}
 	return f.recv.withdraw(f)
@@ -225,11 +286,20 @@ func (f *Future) Cancel() bool {
 var wakePool = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
 
 // Resolved reports whether the future has resolved, without blocking.
-func (f *Future) Resolved() bool { return f.state.Load() == 1 }
+func (f *Future) Resolved() bool {
+	st := f.state.Load()
+	if st == futureReleased {
+		f.usedAfterRelease()
+	}
+	return st != futurePending
+}
 
 // Err is the operation's error once resolved, and nil before.
 func (f *Future) Err() error {
-	if f.state.Load() == 1 {
+	if st := f.state.Load(); st != futurePending {
+		if st == futureReleased {
+			f.usedAfterRelease()
+		}
 		return f.err
 	}
 	return nil
@@ -238,7 +308,10 @@ func (f *Future) Err() error {
 // Len is the number of bytes the operation moved (for a receive: the
 // message length). Valid once resolved.
 func (f *Future) Len() int {
-	if f.state.Load() == 1 {
+	if st := f.state.Load(); st != futurePending {
+		if st == futureReleased {
+			f.usedAfterRelease()
+		}
 		return f.n
 	}
 	return 0
@@ -247,7 +320,10 @@ func (f *Future) Len() int {
 // Imm is the immediate value of a receive that carried one; ok is false
 // otherwise.
 func (f *Future) Imm() (imm uint32, ok bool) {
-	if f.state.Load() == 1 {
+	if st := f.state.Load(); st != futurePending {
+		if st == futureReleased {
+			f.usedAfterRelease()
+		}
 		return f.imm, f.has
 	}
 	return 0, false
@@ -256,7 +332,10 @@ func (f *Future) Imm() (imm uint32, ok bool) {
 // Buffer is the buffer a receive delivered into. The caller owns it and
 // must Release it. Nil for other operations and before resolution.
 func (f *Future) Buffer() *Buffer {
-	if f.state.Load() == 1 {
+	if st := f.state.Load(); st != futurePending {
+		if st == futureReleased {
+			f.usedAfterRelease()
+		}
 		if f.buf != nil && leak.Enabled() {
 			// Tests: blame a leak on whoever took the buffer, not
 			// on the poller that delivered it.
@@ -271,7 +350,10 @@ func (f *Future) Buffer() *Buffer {
 
 // Old is the value the remote word held before an atomic.
 func (f *Future) Old() uint64 {
-	if f.state.Load() == 1 {
+	if st := f.state.Load(); st != futurePending {
+		if st == futureReleased {
+			f.usedAfterRelease()
+		}
 		return f.old
 	}
 	return 0
@@ -299,7 +381,7 @@ func (o *op) resolveOp(err error, n int, old uint64) {
 
 // resolveLocked is resolve with f.mu held; it unlocks it.
 func (f *Future) resolveLocked(err error, n int, imm uint32, hasImm bool, pb *pool.Buffer, old uint64) bool {
-	if f.state.Load() == 1 {
+	if f.state.Load() != futurePending {
 		f.mu.Unlock()
 		return false
 	}
@@ -308,7 +390,7 @@ func (f *Future) resolveLocked(err error, n int, imm uint32, hasImm bool, pb *po
 		f.rbuf.own(pb) // an interior pointer: AddCleanup allows it
 		f.buf = &f.rbuf
 	}
-	f.state.Store(1)
+	f.state.Store(futureResolved)
 	if f.done != nil {
 		close(f.done)
 	}

@@ -18,6 +18,7 @@ func TestMain(m *testing.M) {
 	// The roles the tests start this binary in, as a second process.
 	testchild.Main(map[string]func() int{
 		"dialer": dialerChild,
+		"closer": closerChild,
 		"many":   manyChild,
 		"hold":   holdChild,
 		"burst":  burstChild,

@@ -19,7 +19,7 @@ import (
 )
 
 // Rule: when a process holding 1,000 connections is SIGKILLed, every
-// future of every connection resolves with ErrPeerClosed in bounded
+// future of every connection resolves with ErrPeerLost in bounded
 // time, and closing them leaves no goroutine, buffer or descriptor.
 func TestManyConnsPeerKilled(t *testing.T) { eachProvider(t, testManyConnsPeerKilled) }
 
@@ -72,8 +72,8 @@ func testManyConnsPeerKilled(t *testing.T, opts []rdma.Option) {
 	child.Kill(t)
 	start := time.Now()
 	for i, f := range futures {
-		if err := f.Wait(ctx); err != nil && !errors.Is(err, rdma.ErrPeerClosed) {
-			t.Fatalf("future %d failed with %v, want ErrPeerClosed", i, err)
+		if err := f.Wait(ctx); err != nil && !errors.Is(err, rdma.ErrPeerLost) {
+			t.Fatalf("future %d failed with %v, want ErrPeerLost", i, err)
 		}
 	}
 	failed := 0
@@ -82,12 +82,12 @@ func testManyConnsPeerKilled(t *testing.T, opts []rdma.Option) {
 			failed++
 		}
 	}
-	t.Logf("%d connections: %d of %d futures failed with ErrPeerClosed, all resolved %v after SIGKILL", n, failed, len(futures), time.Since(start).Round(time.Millisecond))
+	t.Logf("%d connections: %d of %d futures failed with ErrPeerLost, all resolved %v after SIGKILL", n, failed, len(futures), time.Since(start).Round(time.Millisecond))
 	// Every Recv and the sends past the child's credits (4 of 8) failed.
 	assert.GreaterOrEqual(t, failed, 5*n)
 	for _, c := range conns {
 		<-c.Done()
-		require.ErrorIs(t, c.Err(), rdma.ErrPeerClosed)
+		require.ErrorIs(t, c.Err(), rdma.ErrPeerLost)
 	}
 	for i, c := range conns {
 		require.NoError(t, bufs[i].Release())

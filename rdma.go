@@ -457,10 +457,28 @@ var devList struct {
 	err  error
 }
 
-// ErrPeerClosed means the peer closed the connection, its process ended,
-// or its side failed (or called Abort) and told this side: then the
-// error's text quotes the peer's reason. It wraps net.ErrClosed.
+// ErrPeerClosed means the peer ended the connection and said so: it
+// closed it (Close), or its side failed (or called Abort) and told this
+// side, and then the error's text quotes the peer's reason. After the
+// peer's Close, the connection's Err, its pending operations and those
+// issued later all fail with one error, "rdma: peer ADDR: peer closed
+// the connection", whatever completions the close flushed. It wraps
+// net.ErrClosed. A peer that went away without saying so is ErrPeerLost.
 var ErrPeerClosed error = peerClosedError{}
+
+// ErrPeerLost means the peer went away without ending the connection:
+// its process was killed or crashed, its host or the network went down,
+// its control socket was reset or ended without the close handshake, or
+// the transport gave up on it (RETRY_EXC_ERR, or its queue pair failed
+// under ours). The error keeps the first symptom in its chain (the
+// socket's error, the *CompletionError). It wraps net.ErrClosed, like
+// ErrPeerClosed, but does not match ErrPeerClosed: code that treats the
+// peer's close as the normal end of a conversation must not treat a
+// crash as one. (The stream package reports both as "connection reset
+// by peer" when they come before the stream's own close.) Connections
+// set up through rdma_cm cannot tell the two apart: the peer's
+// disconnect is ErrPeerClosed, however its process ended.
+var ErrPeerLost error = peerLostError{}
 
 // peerClosedError is ErrPeerClosed: it matches net.ErrClosed without
 // repeating its text, which speaks of a use of a closed connection.
@@ -468,3 +486,10 @@ type peerClosedError struct{}
 
 func (peerClosedError) Error() string { return "peer closed the connection" }
 func (peerClosedError) Unwrap() error { return net.ErrClosed }
+
+// peerLostError is ErrPeerLost; it matches net.ErrClosed, as
+// peerClosedError does.
+type peerLostError struct{}
+
+func (peerLostError) Error() string { return "peer went away without closing the connection" }
+func (peerLostError) Unwrap() error { return net.ErrClosed }

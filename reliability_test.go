@@ -72,8 +72,9 @@ func testPeerKilled(t *testing.T, opts []rdma.Option) {
 			// exceeded, a flush): the peer went away, named, with the
 			// completion's status kept where a completion failed (the
 			// posted receives; sends past the credits never reached
-			// the device).
-			assert.ErrorIs(t, err, rdma.ErrPeerClosed, "a future of the dead peer's connection")
+			// the device). A kill is no orderly close.
+			assert.ErrorIs(t, err, rdma.ErrPeerLost, "a future of the dead peer's connection")
+			assert.NotErrorIs(t, err, rdma.ErrPeerClosed, "a killed peer reads as an orderly close")
 			assert.Contains(t, err.Error(), c.RemoteAddr().String(), "the error names the dead peer")
 			var ce *rdma.CompletionError
 			if i < len(recvs)-3 {
@@ -85,6 +86,8 @@ func testPeerKilled(t *testing.T, opts []rdma.Option) {
 	// so at most 64 sends could succeed; the rest, and the 5 receives
 	// the child never sent, must have failed.
 	assert.GreaterOrEqual(t, failed, len(sends)-64+len(recvs)-3, "futures failed")
+	assert.ErrorIs(t, c.Err(), rdma.ErrPeerLost)
+	assert.NotErrorIs(t, c.Err(), rdma.ErrPeerClosed)
 	t.Logf("%d pending futures failed %v after SIGKILL (%s)", failed, time.Since(start).Round(time.Millisecond), provider)
 	assert.Error(t, c.Send(buf).Err(), "send on the dead connection")
 	assert.NoError(t, c.Close(), "close")

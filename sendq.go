@@ -389,7 +389,10 @@ func (c *Conn) postable(wrs []verbs.SendWR, ops []op, queued bool) error {
 	// The peer's close quiesces too: a post then fails as the peer's
 	// doing, not as a close of ours.
 	if c.peerClosed.Load() {
-		return c.peerGone()
+		if c.ctl.closeHeard.Load() {
+			return c.peerClosedErr()
+		}
+		return c.peerLostErr() // the failure that says so is on its way
 	}
 	if c.sq.quiescing && !queued {
 		return c.closedErr()

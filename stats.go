@@ -185,8 +185,9 @@ type LifecycleStats struct {
 	// or by the peer's.
 	ClosedLocal uint64
 	ClosedPeer  uint64
-	// PeerGone counts the connections whose peer died, aborted or tore
-	// its side down without an orderly close (ErrPeerClosed).
+	// PeerGone counts the connections whose peer went away (ErrPeerLost:
+	// it died, or tore its side down without an orderly close) or
+	// aborted (ErrPeerClosed with the peer's reason).
 	PeerGone uint64
 	// The failures of this side: a failed completion (see ConnStats
 	// SendFailures and RecvFailures), the peer cut off for breaking the
@@ -235,7 +236,7 @@ func (l *lifeCounters) ended(c *Conn, err error) {
 		l.closedPeer.Add(1)
 	case c.orderly():
 		l.closedLocal.Add(1)
-	case errors.Is(err, ErrPeerClosed):
+	case errors.Is(err, ErrPeerClosed), errors.Is(err, ErrPeerLost):
 		l.peerGone.Add(1)
 	case errors.Is(err, ErrProtocol):
 		l.protocolFailed.Add(1)

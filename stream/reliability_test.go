@@ -100,6 +100,8 @@ func testStreamPeerKilled(t *testing.T, opts []rdma.Option) {
 	rc := c.(*stream.Conn).RDMAConn()
 	require.NotErrorIs(t, rerr, os.ErrDeadlineExceeded, "Read after the peer was killed: want a reset; the connection's error: %v; stream: %s", rc.Err(), stream.DebugState(c.(*stream.Conn)))
 	assert.ErrorIs(t, rerr, syscall.ECONNRESET, "Read error")
+	assert.ErrorIs(t, rerr, rdma.ErrPeerLost, "Read error: the reset's cause")
+	assert.NotErrorIs(t, rerr, rdma.ErrPeerClosed, "Read error: a killed peer is no orderly close")
 	var oe *net.OpError
 	if assert.ErrorAs(t, rerr, &oe, "Read error is not a *net.OpError") {
 		assert.Equal(t, "read", oe.Op, "Read error's Op")
