@@ -69,13 +69,13 @@ func testBatchPastCreditCap(t *testing.T, opts []rdma.Option) {
 // for ever.
 func TestBatchPastSharedReceives(t *testing.T) {
 	opts := []rdma.Option{rdma.WithProvider(rdma.ProviderSoft)}
-	se, err := rdma.OpenEngine(append(opts, rdma.WithSharedReceives(16))...)
+	se, err := rdma.OpenEngine(append(engineOpts(opts), rdma.WithSharedReceives(16))...)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, se.Close()) }()
-	ce, err := rdma.OpenEngine(opts...)
+	ce, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, ce.Close()) }()
-	clients, servers := enginePairs(t, ce, se, 1)
+	clients, servers := enginePairs(t, ce, se, 1, opts...)
 	c, s := clients[0], servers[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -154,13 +154,13 @@ func TestBatchSharedReceivesNoHoldAndWait(t *testing.T) {
 }
 
 func testBatchSharedReceivesNoHoldAndWait(t *testing.T, opts []rdma.Option) {
-	se, err := rdma.OpenEngine(append(opts, rdma.WithSharedReceives(64))...)
+	se, err := rdma.OpenEngine(append(engineOpts(opts), rdma.WithSharedReceives(64))...)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, se.Close()) }()
-	ce, err := rdma.OpenEngine(opts...)
+	ce, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, ce.Close()) }()
-	clients, accepted := enginePairs(t, ce, se, 2)
+	clients, accepted := enginePairs(t, ce, se, 2, opts...)
 	servers := peers(t, clients, accepted)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -215,13 +215,13 @@ func testBatchSharedReceivesNoHoldAndWait(t *testing.T, opts []rdma.Option) {
 func TestBatchLoopsShareReceives(t *testing.T) {
 	const conns, batch, rounds = 32, 64, 16
 	opts := []rdma.Option{rdma.WithProvider(rdma.ProviderSoft)}
-	se, err := rdma.OpenEngine(opts...)
+	se, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, se.Close()) }()
-	ce, err := rdma.OpenEngine(opts...)
+	ce, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, ce.Close()) }()
-	clients, accepted := enginePairs(t, ce, se, conns)
+	clients, accepted := enginePairs(t, ce, se, conns, opts...)
 	servers := peers(t, clients, accepted)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -27,8 +27,8 @@ import (
 // connection with ErrPeerClosed; a connection that fails here (or Abort)
 // disconnects at once, so its peer learns of it without waiting, though
 // not why.
-func WithRDMACM() Option {
-	return func(c *config) error { c.cm = true; return nil }
+func WithRDMACM() ConnOption {
+	return connOpt(func(c *config) error { c.cm = true; return nil })
 }
 
 // cmEngine returns, with a reference, the engine for an rdma_cm

@@ -84,7 +84,7 @@ func Dial(ctx context.Context, network, address string, opts ...Option) (*Conn, 
 		return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("%w: network %q (want \"rdma\")", ErrInvalid, network)}
 	}
 	cfg := defaultConfig()
-	if err := cfg.apply(opts); err != nil {
+	if err := applyOptions(&cfg, opts); err != nil {
 		return nil, err
 	}
 	return dial(ctx, nil, cfg, address)

@@ -126,13 +126,13 @@ func testCreditsWholeCapChain(t *testing.T, opts []rdma.Option) {
 func TestCreditsShare(t *testing.T) {
 	const conns, depth = 16, 256
 	opts := []rdma.Option{rdma.WithProvider(rdma.ProviderSoft), rdma.WithQueueDepth(8, 64)}
-	se, err := rdma.OpenEngine(append(opts, rdma.WithSharedReceives(depth))...)
+	se, err := rdma.OpenEngine(append(engineOpts(opts), rdma.WithSharedReceives(depth))...)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, se.Close()) }()
-	ce, err := rdma.OpenEngine(opts...)
+	ce, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, ce.Close()) }()
-	clients, servers := enginePairs(t, ce, se, conns)
+	clients, servers := enginePairs(t, ce, se, conns, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for i, c := range clients {

@@ -14,7 +14,9 @@ import (
 // when a connection's messages wait and fewer than the bound run, and
 // exits when none wait, so an idle engine runs no worker. It is not a
 // library's such as ants, which starts a default pool from a package
-// variable: importing this package must start nothing.
+// variable: importing this package must start nothing. A service that
+// bounds its work with a pool of its own (ants' among them) passes it
+// in with WithHandlerPool.
 
 // RecvHandler handles one message of c: f is a resolved Recv future
 // (Buffer, Len, Imm). The handler owns f's Buffer and must Release it.
@@ -35,28 +37,55 @@ type RecvHandler func(c *Conn, f *Future)
 //
 // loses none of them. h therefore must not wait for Done of its own
 // connection. A Close before Done drops what h has not been called for.
-func WithRecvHandler(h RecvHandler) Option {
-	return func(c *config) error {
+func WithRecvHandler(h RecvHandler) ConnOption {
+	return connOpt(func(c *config) error {
 		if h == nil {
 			return fmt.Errorf("rdma: %w: nil RecvHandler", ErrInvalid)
 		}
 		c.handler = h
 		return nil
-	}
+	})
+}
+
+// HandlerPool runs RecvHandlers on goroutines of the application's:
+// github.com/panjf2000/ants/v2's *Pool satisfies it, as does any pool
+// with this method. Submit runs task on one of the pool's goroutines, or
+// says why it cannot.
+type HandlerPool interface {
+	Submit(task func()) error
+}
+
+// WithHandlerPool runs the RecvHandler of the connection (or of every
+// connection a Listener accepts) on p instead of the engine's own
+// workers, so that a service bounds its handlers with the pool it bounds
+// the rest of its work with. A connection's messages still reach the
+// handler one at a time, in order: p runs one task per connection at a
+// time, which hands the handler every message waiting. The engine's
+// workers submit the tasks (a poller never waits for p), so a Submit
+// that blocks until p has room holds back the start of other
+// connections' handlers, as a busy engine pool does; when Submit fails
+// (p is closed or full and does not wait), an engine worker runs the
+// task itself, so no message is left waiting. Without it, or with a nil
+// p, handlers run on the engine's own workers (WithHandlerWorkers).
+func WithHandlerPool(p HandlerPool) ConnOption {
+	return connOpt(func(c *config) error {
+		c.handlerPool = p
+		return nil
+	})
 }
 
 // WithHandlerWorkers bounds the RecvHandler calls an engine runs at once
 // to n (n ≥ 1; default 4 × GOMAXPROCS at the engine's first handler).
 // It is an engine setting: connections with different bounds use
 // different engines, and an Engine's bound is given to OpenEngine.
-func WithHandlerWorkers(n int) Option {
-	return func(c *config) error {
+func WithHandlerWorkers(n int) EngineOption {
+	return engineOpt(func(c *config) error {
 		if n < 1 {
 			return fmt.Errorf("rdma: %w: handler workers %d (want ≥ 1)", ErrInvalid, n)
 		}
 		c.handlerWorkers = n
 		return nil
-	}
+	})
 }
 
 // dispatchLocked schedules c's handler for the messages in c.ready, if it
@@ -124,6 +153,9 @@ func (e *engine) worker() {
 		}
 		c := e.runq.pop()
 		e.dmu.Unlock()
+		if p := c.cfg.handlerPool; p != nil && p.Submit(c.handle) == nil {
+			continue
+		}
 		c.handle()
 	}
 }

@@ -2,6 +2,7 @@ package rdma_test
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -44,10 +45,10 @@ func testRecvHandler(t *testing.T, opts []rdma.Option) {
 		runtime.Gosched() // let other workers overlap this one
 		assert.NoError(t, f.Buffer().Release())
 	}
-	se, err := rdma.OpenEngine(append(opts, rdma.WithHandlerWorkers(handlerWorkers))...)
+	se, err := rdma.OpenEngine(append(engineOpts(opts), rdma.WithHandlerWorkers(handlerWorkers))...)
 	require.NoError(t, err)
 	defer se.Close()
-	ce, err := rdma.OpenEngine(opts...)
+	ce, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	defer ce.Close()
 	ln, err := se.Listen("rdma", "127.0.0.1:0", rdma.WithRecvHandler(handler), rdma.WithQueueDepth(8, 4))
@@ -88,18 +89,115 @@ func testRecvHandler(t *testing.T, opts []rdma.Option) {
 	assert.LessOrEqual(t, most.Load(), int32(handlerWorkers))
 }
 
-// Rule: WithHandlerWorkers takes a bound of at least 1, and it is an
-// engine setting: an Engine's connections cannot ask for another.
+// Rule: WithHandlerWorkers takes a bound of at least 1; it is an engine
+// option (TestOptionKinds).
 func TestWithHandlerWorkers(t *testing.T) {
 	soft := rdma.WithProvider(rdma.ProviderSoft)
 	_, err := rdma.OpenEngine(soft, rdma.WithHandlerWorkers(0))
 	require.ErrorIs(t, err, rdma.ErrInvalid)
 	e, err := rdma.OpenEngine(soft, rdma.WithHandlerWorkers(2))
 	require.NoError(t, err)
-	defer e.Close()
-	_, err = e.Listen("rdma", "127.0.0.1:0", rdma.WithHandlerWorkers(3))
-	require.ErrorIs(t, err, rdma.ErrInvalid)
-	ln, err := e.Listen("rdma", "127.0.0.1:0", rdma.WithHandlerWorkers(2))
-	require.NoError(t, err, "the engine's own bound")
-	require.NoError(t, ln.Close())
+	require.NoError(t, e.Close())
+}
+
+// countingPool is a HandlerPool of the test's: at most size tasks at
+// once, each on a goroutine of its own, counted; a closed pool refuses
+// tasks, as ants' does.
+type countingPool struct {
+	sem       chan struct{}
+	wg        sync.WaitGroup
+	submitted atomic.Int64
+	closed    atomic.Bool
+}
+
+func newCountingPool(size int) *countingPool { return &countingPool{sem: make(chan struct{}, size)} }
+
+var errPoolClosed = errors.New("pool closed")
+
+func (p *countingPool) Submit(task func()) error {
+	if p.closed.Load() {
+		return errPoolClosed
+	}
+	p.submitted.Add(1)
+	p.sem <- struct{}{}
+	p.wg.Go(func() {
+		defer func() { <-p.sem }()
+		task()
+	})
+	return nil
+}
+
+// Rule: WithHandlerPool runs the handlers on the application's pool, a
+// connection's messages still one at a time and in order, at most the
+// pool's size at once; a pool that refuses (closed) leaves no message
+// waiting: the engine's workers run them.
+func TestHandlerPool(t *testing.T) {
+	const conns, msgs, size = 20, 10, 2
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := newCountingPool(size)
+	defer pool.wg.Wait()
+	var mu sync.Mutex
+	next := map[*rdma.Conn]uint32{}
+	got := make(chan struct{}, conns*msgs)
+	var running, most atomic.Int32
+	handler := func(c *rdma.Conn, f *rdma.Future) {
+		n := running.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		mu.Lock()
+		imm, _ := f.Imm()
+		assert.Equal(t, next[c], imm, "a connection's messages in order")
+		next[c] = imm + 1
+		mu.Unlock()
+		runtime.Gosched()
+		assert.NoError(t, f.Buffer().Release())
+		running.Add(-1)
+		got <- struct{}{}
+	}
+	soft := rdma.WithProvider(rdma.ProviderSoft)
+	se, err := rdma.OpenEngine(soft)
+	require.NoError(t, err)
+	defer se.Close()
+	ce, err := rdma.OpenEngine(soft)
+	require.NoError(t, err)
+	defer ce.Close()
+	ln, err := se.Listen("rdma", "127.0.0.1:0", rdma.WithRecvHandler(handler), rdma.WithHandlerPool(pool))
+	require.NoError(t, err)
+	defer ln.Close()
+	var clients []*rdma.Conn
+	for range conns {
+		c, _ := rdmatest.Connect(t, ln, func(ctx context.Context, address string) (*rdma.Conn, error) {
+			return ce.Dial(ctx, "rdma", address)
+		})
+		clients = append(clients, c)
+	}
+	b, err := ce.Alloc(8)
+	require.NoError(t, err)
+	defer b.Release()
+	send := func(round int) {
+		t.Helper()
+		for _, c := range clients {
+			require.NoError(t, c.SendWithImm(b, uint32(round)).Wait(ctx))
+		}
+		for range conns {
+			select {
+			case <-got:
+			case <-ctx.Done():
+				require.FailNow(t, "a message was not handled")
+			}
+		}
+	}
+	for i := range msgs / 2 {
+		send(i)
+	}
+	assert.Positive(t, pool.submitted.Load(), "no handler ran on the pool")
+	assert.LessOrEqual(t, most.Load(), int32(size), "more handlers at once than the pool runs")
+	// A pool that refuses: the engine's workers run the handlers.
+	pool.closed.Store(true)
+	submitted := pool.submitted.Load()
+	for i := msgs / 2; i < msgs; i++ {
+		send(i)
+	}
+	assert.Equal(t, submitted, pool.submitted.Load(), "a closed pool took tasks")
 }

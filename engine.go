@@ -585,12 +585,12 @@ type Engine struct {
 }
 
 // OpenEngine opens an engine on the device and port opts choose (by
-// default the first usable device, port 1). opts may also set the
-// defaults of the connections it makes (queue depths, message size,
-// limits); Dial and Listen take more options for each.
-func OpenEngine(opts ...Option) (*Engine, error) {
+// default the first usable device, port 1), with the pool, pollers and
+// handler workers they set. Its Dial and Listen take the options of each
+// connection and listener.
+func OpenEngine(opts ...EngineOption) (*Engine, error) {
 	cfg := defaultConfig()
-	if err := cfg.apply(opts); err != nil {
+	if err := applyOptions(&cfg, opts); err != nil {
 		return nil, err
 	}
 	prov, dev, err := resolveDevice(cfg, netip.Addr{})
@@ -608,29 +608,26 @@ func OpenEngine(opts ...Option) (*Engine, error) {
 	return &Engine{e: e, cfg: cfg}, nil
 }
 
-// connConfig applies opts to the engine's defaults; options that set the
-// engine itself must not differ from it.
-func (x *Engine) connConfig(opts []Option) (config, error) {
+// connConfig is the engine's settings with the connection or listener
+// options opts applied.
+func connConfig[O ListenOption](x *Engine, opts []O) (config, error) {
 	if x.closed.Load() {
 		return config{}, fmt.Errorf("rdma: engine %s: %w", x.Device(), ErrClosed)
 	}
 	cfg := x.cfg
-	if err := cfg.apply(opts); err != nil {
+	if err := applyOptions(&cfg, opts); err != nil {
 		return config{}, err
-	}
-	if cfg.engineKey("", "") != x.cfg.engineKey("", "") || cfg.provider != x.cfg.provider || cfg.device != x.cfg.device {
-		return config{}, fmt.Errorf("rdma: %w: provider, device, port, poller, pool and handler-worker options configure the engine: give them to OpenEngine", ErrInvalid)
 	}
 	return cfg, nil
 }
 
 // Dial connects to a Listener at address over network "rdma", as the
 // package-level Dial does, on this engine.
-func (x *Engine) Dial(ctx context.Context, network, address string, opts ...Option) (*Conn, error) {
+func (x *Engine) Dial(ctx context.Context, network, address string, opts ...ConnOption) (*Conn, error) {
 	if network != "rdma" {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("%w: network %q (want \"rdma\")", ErrInvalid, network)}
 	}
-	cfg, err := x.connConfig(opts)
+	cfg, err := connConfig(x, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -638,12 +635,13 @@ func (x *Engine) Dial(ctx context.Context, network, address string, opts ...Opti
 }
 
 // Listen listens on address over network "rdma", as the package-level
-// Listen does, on this engine.
-func (x *Engine) Listen(network, address string, opts ...Option) (*Listener, error) {
+// Listen does, on this engine. opts are the listener's and those of the
+// connections it accepts.
+func (x *Engine) Listen(network, address string, opts ...ListenOption) (*Listener, error) {
 	if network != "rdma" {
 		return nil, &net.OpError{Op: "listen", Net: network, Err: fmt.Errorf("%w: network %q (want \"rdma\")", ErrInvalid, network)}
 	}
-	cfg, err := x.connConfig(opts)
+	cfg, err := connConfig(x, opts)
 	if err != nil {
 		return nil, err
 	}

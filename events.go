@@ -30,14 +30,14 @@ var ErrPortDown = errors.New("device port went down")
 // of such addresses and reasons: refusals past them are counted and
 // reported with the next record logged ("others_since").
 // Without it nothing is logged.
-func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error {
+func WithLogger(l *slog.Logger) LoggerOption {
+	return loggerOpt(func(c *config) error {
 		if l == nil {
 			return fmt.Errorf("rdma: %w: nil logger", ErrInvalid)
 		}
 		c.log = l
 		return nil
-	}
+	})
 }
 
 // logConnected records a connection that is up.

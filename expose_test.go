@@ -79,7 +79,7 @@ func testExposeReachesEveryConnOfTheEngine(t *testing.T, opts []rdma.Option) {
 // connections made on it (cleanups run last first).
 func openEngine(t *testing.T, opts []rdma.Option) *rdma.Engine {
 	t.Helper()
-	e, err := rdma.OpenEngine(opts...)
+	e, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, e.Close()) })
 	return e

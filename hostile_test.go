@@ -663,7 +663,8 @@ func testReplayedHellos(t *testing.T, secure bool) {
 	const bound = 10 * time.Second // the default handshake bound
 	soft := rdma.WithProvider(rdma.ProviderSoft)
 	p := newTestPKI(t)
-	var lnOpts, dialOpts []rdma.Option
+	var lnOpts []rdma.ListenOption
+	var dialOpts []rdma.Option
 	var dialTLS *tls.Config
 	if secure {
 		lnOpts = append(lnOpts, rdma.WithTLS(&tls.Config{Certificates: []tls.Certificate{p.server}}))

@@ -21,10 +21,10 @@ import (
 func TestLatencySampled(t *testing.T) { eachProvider(t, testLatencySampled) }
 
 func testLatencySampled(t *testing.T, opts []rdma.Option) {
-	se, err := rdma.OpenEngine(opts...)
+	se, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	defer se.Close()
-	ce, err := rdma.OpenEngine(opts...)
+	ce, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	defer ce.Close()
 	ln, err := se.Listen("rdma", "127.0.0.1:0")

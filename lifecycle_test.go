@@ -22,10 +22,10 @@ import (
 func TestLifecycleCounts(t *testing.T) { eachProvider(t, testLifecycleCounts) }
 
 func testLifecycleCounts(t *testing.T, opts []rdma.Option) {
-	se, err := rdma.OpenEngine(opts...)
+	se, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	defer se.Close()
-	ce, err := rdma.OpenEngine(opts...)
+	ce, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	defer ce.Close()
 	var refuse atomic.Bool

@@ -56,7 +56,7 @@ func Listen(network, address string, opts ...Option) (*Listener, error) {
 		return nil, &net.OpError{Op: "listen", Net: network, Err: fmt.Errorf("%w: network %q (want \"rdma\")", ErrInvalid, network)}
 	}
 	cfg := defaultConfig()
-	if err := cfg.apply(opts); err != nil {
+	if err := applyOptions(&cfg, opts); err != nil {
 		return nil, err
 	}
 	return listen(nil, cfg, address)

@@ -12,6 +12,7 @@ import (
 	"github.com/go-rdma/rdma"
 	"github.com/go-rdma/rdma/internal/leak"
 	"github.com/go-rdma/rdma/internal/testchild"
+	"github.com/go-rdma/rdma/rdmatest"
 )
 
 func TestMain(m *testing.M) {
@@ -88,4 +89,24 @@ func dialerChild() int {
 	fmt.Println("ready")
 	<-ctx.Done() // killed long before this
 	return 1
+}
+
+// engineOpts are the engine options of opts (rdmatest.Split), for
+// OpenEngine.
+func engineOpts(opts []rdma.Option) []rdma.EngineOption {
+	e, _, _ := rdmatest.Split(opts)
+	return e
+}
+
+// connOpts are the connection options of opts, for an Engine's Dial.
+func connOpts(opts []rdma.Option) []rdma.ConnOption {
+	_, c, _ := rdmatest.Split(opts)
+	return c
+}
+
+// listenOpts are the listener and connection options of opts, for an
+// Engine's Listen.
+func listenOpts(opts []rdma.Option) []rdma.ListenOption {
+	_, _, l := rdmatest.Split(opts)
+	return l
 }

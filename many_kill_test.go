@@ -33,10 +33,10 @@ func testManyConnsPeerKilled(t *testing.T, opts []rdma.Option) {
 	}
 	opts = append(opts, rdma.WithQueueDepth(16, 4), rdma.WithMaxMessage(4096))
 	g0, fd0 := runtime.NumGoroutine(), openFDs(t)
-	e, err := rdma.OpenEngine(opts...)
+	e, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	provider := e.Provider()
-	ln, err := e.Listen("rdma", "127.0.0.1:0")
+	ln, err := e.Listen("rdma", "127.0.0.1:0", listenOpts(opts)...)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -111,12 +111,12 @@ func testConnChurn(t *testing.T, opts []rdma.Option) {
 	}
 	opts = append(opts, rdma.WithQueueDepth(8, 4), rdma.WithMaxMessage(4096))
 	g0, fd0 := runtime.NumGoroutine(), openFDs(t)
-	se, err := rdma.OpenEngine(opts...)
+	se, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
-	ce, err := rdma.OpenEngine(opts...)
+	ce, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	for w := range waves {
-		clients, servers := enginePairs(t, ce, se, size)
+		clients, servers := enginePairs(t, ce, se, size, opts...)
 		exercise(t, clients, servers)
 		var wg sync.WaitGroup
 		for i := range clients {
@@ -156,13 +156,13 @@ func holdChild() int {
 	n, _ := strconv.Atoi(os.Getenv("RDMA_TEST_N"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	e, err := rdma.OpenEngine(rdma.WithProvider(os.Getenv("RDMA_TEST_PROVIDER")), rdma.WithQueueDepth(16, 4), rdma.WithMaxMessage(4096))
+	e, err := rdma.OpenEngine(rdma.WithProvider(os.Getenv("RDMA_TEST_PROVIDER")))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
 	}
 	for i := range n {
-		if _, err := e.Dial(ctx, "rdma", os.Getenv("RDMA_TEST_ADDR")); err != nil {
+		if _, err := e.Dial(ctx, "rdma", os.Getenv("RDMA_TEST_ADDR"), rdma.WithQueueDepth(16, 4), rdma.WithMaxMessage(4096)); err != nil {
 			fmt.Fprintf(os.Stderr, "child: dial %d: %v\n", i, err)
 			return 1
 		}

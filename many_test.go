@@ -26,13 +26,13 @@ import (
 // and returned with its peer. It reports the rate of setup.
 func manyConns(t testing.TB, n, dialers int, opts ...rdma.Option) (clients, servers []*rdma.Conn, perSecond float64) {
 	t.Helper()
-	se, err := rdma.OpenEngine(opts...)
+	se, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { se.Close() })
-	ce, err := rdma.OpenEngine(opts...)
+	ce, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { ce.Close() })
-	ln, err := se.Listen("rdma", "127.0.0.1:0")
+	ln, err := se.Listen("rdma", "127.0.0.1:0", listenOpts(opts)...)
 	require.NoError(t, err)
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -66,7 +66,7 @@ func manyConns(t testing.TB, n, dialers int, opts ...rdma.Option) (clients, serv
 	for d := range dialers {
 		wg.Go(func() {
 			for i := d; i < n; i += dialers {
-				c, err := ce.Dial(ctx, "rdma", ln.Addr().String())
+				c, err := ce.Dial(ctx, "rdma", ln.Addr().String(), connOpts(opts)...)
 				if err != nil {
 					errs <- fmt.Errorf("dial %d: %w", i, err)
 					return
@@ -223,7 +223,7 @@ func TestManyConnsTwoProcesses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	opts := []rdma.Option{rdma.WithProvider(rdma.ProviderSoft), rdma.WithQueueDepth(8, 4), rdma.WithMaxMessage(4096)}
-	e, err := rdma.OpenEngine(opts...)
+	e, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	defer e.Close()
 
@@ -244,7 +244,7 @@ func TestManyConnsTwoProcesses(t *testing.T) {
 		}
 		f.Buffer().Release()
 	}
-	ln, err := e.Listen("rdma", "127.0.0.1:0", rdma.WithRecvHandler(handler))
+	ln, err := e.Listen("rdma", "127.0.0.1:0", append(listenOpts(opts), rdma.WithRecvHandler(handler))...)
 	require.NoError(t, err)
 	defer ln.Close()
 
@@ -292,7 +292,7 @@ func manyChild() int {
 	n, _ := strconv.Atoi(os.Getenv("RDMA_TEST_N"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	e, err := rdma.OpenEngine(rdma.WithProvider(rdma.ProviderSoft), rdma.WithQueueDepth(8, 4), rdma.WithMaxMessage(4096))
+	e, err := rdma.OpenEngine(rdma.WithProvider(rdma.ProviderSoft))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
@@ -304,7 +304,7 @@ func manyChild() int {
 	for d := range 8 {
 		wg.Go(func() {
 			for i := d; i < n; i += 8 {
-				c, err := e.Dial(ctx, "rdma", os.Getenv("RDMA_TEST_ADDR"))
+				c, err := e.Dial(ctx, "rdma", os.Getenv("RDMA_TEST_ADDR"), rdma.WithQueueDepth(8, 4), rdma.WithMaxMessage(4096))
 				if err != nil {
 					errs <- fmt.Errorf("dial %d: %w", i, err)
 					return

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -57,15 +56,14 @@ func TestPollerCPUsEveryCQ(t *testing.T) {
 	want := allowed[len(allowed)-1:]
 	// A connection of 4096+4096 entries fills the first CQ, so the
 	// engine's two ends of one connection need two CQs.
-	e, err := rdma.OpenEngine(rdma.WithProvider(rdma.ProviderSoft), rdma.WithPollerCPUs(want...),
-		rdma.WithQueueDepth(4096, 4096), rdma.WithMaxMessage(64))
+	e, err := rdma.OpenEngine(rdma.WithProvider(rdma.ProviderSoft), rdma.WithPollerCPUs(want...))
 	require.NoError(t, err)
 	defer e.Close()
-	ln, err := e.Listen("rdma", "127.0.0.1:0")
+	ln, err := e.Listen("rdma", "127.0.0.1:0", rdma.WithQueueDepth(4096, 4096), rdma.WithMaxMessage(64))
 	require.NoError(t, err)
 	defer ln.Close()
 	rdmatest.Connect(t, ln, func(ctx context.Context, address string) (*rdma.Conn, error) {
-		return e.Dial(ctx, "rdma", address)
+		return e.Dial(ctx, "rdma", address, rdma.WithQueueDepth(4096, 4096), rdma.WithMaxMessage(64))
 	})
 
 	tids := rdma.EnginePollerThreads(e)
@@ -78,15 +76,13 @@ func TestPollerCPUsEveryCQ(t *testing.T) {
 }
 
 // Rule: the CPU set is part of the engine's key: the package-level Dial
-// and Listen make one engine per set, and an Engine refuses connections
-// that ask for another set.
+// and Listen make one engine per set (an Engine's connections cannot
+// ask for another set: TestOptionKinds).
 func TestPollerCPUsEngineKey(t *testing.T) {
 	allowed := threadCPUs(t, 0)
 	if len(allowed) < 2 {
 		t.Skip("needs two CPUs")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	dialOn := func(cpu int) *rdma.Conn {
 		opts := []rdma.Option{rdma.WithProvider(rdma.ProviderSoft), rdma.WithPollerCPUs(cpu)}
 		ln, err := rdma.Listen("rdma", "127.0.0.1:0", opts...)
@@ -100,14 +96,6 @@ func TestPollerCPUsEngineKey(t *testing.T) {
 	a, b := dialOn(allowed[0]), dialOn(allowed[1])
 	assert.Equal(t, allowed[:1], threadCPUs(t, rdma.ConnPollerThread(a)))
 	assert.Equal(t, allowed[1:2], threadCPUs(t, rdma.ConnPollerThread(b)))
-
-	e, err := rdma.OpenEngine(rdma.WithProvider(rdma.ProviderSoft), rdma.WithPollerCPUs(allowed[0]))
-	require.NoError(t, err)
-	defer e.Close()
-	_, err = e.Dial(ctx, "rdma", "127.0.0.1:1", rdma.WithPollerCPUs(allowed[1]))
-	require.ErrorIs(t, err, rdma.ErrInvalid, "an engine's connection with other CPUs")
-	_, err = e.Dial(ctx, "rdma", "127.0.0.1:1", rdma.WithPollerCPUs())
-	require.ErrorIs(t, err, rdma.ErrInvalid, "an engine's connection without its CPUs")
 }
 
 // Rule: a CPU the process may not run on is refused by the option, so

@@ -25,8 +25,8 @@ const maxProtocol = 32
 // ASCII. With WithRDMACM, the name travels in the private data of
 // rdma_cm's connect request and accept, as the rest of the hello does
 // not.
-func WithProtocol(name string) Option {
-	return func(c *config) error {
+func WithProtocol(name string) ConnOption {
+	return connOpt(func(c *config) error {
 		if len(name) == 0 || len(name) > maxProtocol {
 			return fmt.Errorf("rdma: %w: protocol name of %d bytes (want 1..%d)", ErrInvalid, len(name), maxProtocol)
 		}
@@ -37,7 +37,7 @@ func WithProtocol(name string) Option {
 		}
 		c.protocol = name
 		return nil
-	}
+	})
 }
 
 // sameProtocol refuses a peer whose hello names another protocol than

@@ -54,9 +54,6 @@ const (
 	ProviderSoft  = "soft"
 )
 
-// Option configures Dial and Listen.
-type Option func(*config) error
-
 type config struct {
 	provider       string
 	device         string
@@ -77,6 +74,7 @@ type config struct {
 	cpus           []int         // pollers' CPUs, sorted, no duplicates (poller.CheckCPUs)
 	spin           time.Duration // Adaptive pollers' spin; 0: the provider's default
 	handler        RecvHandler   // messages go to it instead of Recv
+	handlerPool    HandlerPool   // runs the handler instead of the engine's workers
 	handlerWorkers int           // RecvHandler calls an engine runs at once; 0: 4 × GOMAXPROCS
 	log            *slog.Logger  // lifecycle and device events (events.go); nil: none
 	protocol       string        // the application protocol named in the hello (protocol.go)
@@ -103,62 +101,49 @@ func defaultConfig() config {
 	return c
 }
 
-// apply applies opts and checks the result (config.check).
-func (c *config) apply(opts []Option) error {
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(c); err != nil {
-			return err
-		}
-	}
-	return c.check()
-}
-
 // WithProvider chooses the provider: "auto" (verbs where a usable device
 // exists, the build has cgo and libibverbs loads at run time, else soft),
 // "verbs" or "soft". The default is $RDMA_PROVIDER, or "auto".
-func WithProvider(name string) Option {
-	return func(c *config) error {
+func WithProvider(name string) EngineOption {
+	return engineOpt(func(c *config) error {
 		switch name {
 		case ProviderAuto, ProviderVerbs, ProviderSoft:
 			c.provider = name
 			return nil
 		}
 		return fmt.Errorf("rdma: %w: provider %q (want auto, verbs or soft)", ErrInvalid, name)
-	}
+	})
 }
 
 // WithDevice names the device to use; the default is chosen by the local
 // address of the connection, else the first usable device.
-func WithDevice(name string) Option {
-	return func(c *config) error { c.device = name; return nil }
+func WithDevice(name string) EngineOption {
+	return engineOpt(func(c *config) error { c.device = name; return nil })
 }
 
 // WithPort chooses the device port (default 1).
-func WithPort(port int) Option {
-	return func(c *config) error {
+func WithPort(port int) EngineOption {
+	return engineOpt(func(c *config) error {
 		if port < 1 || port > 255 {
 			return fmt.Errorf("rdma: %w: port %d (want 1..255)", ErrInvalid, port)
 		}
 		c.port = uint8(port)
 		return nil
-	}
+	})
 }
 
 // WithPollMode sets how this connection's or listener's pollers wait:
 // PollAdaptive (the default), PollBusy or PollEvent. It is an engine
 // setting: connections with different modes use different engines.
-func WithPollMode(m PollMode) Option {
-	return func(c *config) error {
+func WithPollMode(m PollMode) EngineOption {
+	return engineOpt(func(c *config) error {
 		switch m {
 		case PollAdaptive, PollBusy, PollEvent:
 			c.pollMode = m
 			return nil
 		}
 		return fmt.Errorf("rdma: %w: poll mode %v", ErrInvalid, m)
-	}
+	})
 }
 
 // WithPollSpin sets how long an Adaptive poller keeps polling an empty
@@ -168,14 +153,14 @@ func WithPollMode(m PollMode) Option {
 // verbs (an fd waited for through the netpoller) and
 // 10 µs for soft (a Go channel). Longer spins lower latency when
 // completions come at longer gaps, at the price of a core.
-func WithPollSpin(d time.Duration) Option {
-	return func(c *config) error {
+func WithPollSpin(d time.Duration) EngineOption {
+	return engineOpt(func(c *config) error {
 		if d <= 0 {
 			return fmt.Errorf("rdma: %w: poll spin %v (want > 0)", ErrInvalid, d)
 		}
 		c.spin = d
 		return nil
-	}
+	})
 }
 
 // softSpin is the soft provider's default Adaptive spin. Measured on 2
@@ -205,14 +190,14 @@ func (c *config) pollSpin(prov string) time.Duration {
 // waiter and halved the stream's throughput (docs/poller.md). Lock
 // them where the thread must be pinned (CPU affinity, a per-thread
 // provider resource).
-func WithPollerThreadLock(locked bool) Option {
-	return func(c *config) error {
+func WithPollerThreadLock(locked bool) EngineOption {
+	return engineOpt(func(c *config) error {
 		c.threadLock = poller.LockNever
 		if locked {
 			c.threadLock = poller.LockAlways
 		}
 		return nil
-	}
+	})
 }
 
 // WithPollerCPUs pins the threads of the engine's completion pollers to
@@ -230,15 +215,15 @@ func WithPollerThreadLock(locked bool) Option {
 // with different sets are different engines. With
 // WithPollMode(PollBusy), a Future.Wait polls the CQ from the waiting
 // goroutine's thread, which is not pinned.
-func WithPollerCPUs(cpus ...int) Option {
-	return func(c *config) error {
+func WithPollerCPUs(cpus ...int) EngineOption {
+	return engineOpt(func(c *config) error {
 		set, err := poller.CheckCPUs(cpus)
 		if err != nil {
 			return fmt.Errorf("rdma: %w", err)
 		}
 		c.cpus = set
 		return nil
-	}
+	})
 }
 
 // WithQueueDepth sets how many operations a connection keeps in flight
@@ -247,26 +232,26 @@ func WithPollerCPUs(cpus ...int) Option {
 // shared receive queue that the connection may hold at once, taken
 // messages included (see WithSharedReceives). Connections set up through
 // rdma_cm post that many receives of their own.
-func WithQueueDepth(send, recv int) Option {
-	return func(c *config) error {
+func WithQueueDepth(send, recv int) ConnOption {
+	return connOpt(func(c *config) error {
 		if send < 1 || send > 16384 || recv < 1 || recv > 16384 {
 			return fmt.Errorf("rdma: %w: queue depth %d/%d (want 1..16384)", ErrInvalid, send, recv)
 		}
 		c.sqDepth, c.rqDepth = send, recv
 		return nil
-	}
+	})
 }
 
 // WithMaxMessage sets the largest message Send may carry to this side
 // (the size of each posted receive buffer). Default 64 KiB.
-func WithMaxMessage(n int) Option {
-	return func(c *config) error {
+func WithMaxMessage(n int) ConnOption {
+	return connOpt(func(c *config) error {
 		if n < 64 || n > 1<<30 {
 			return fmt.Errorf("rdma: %w: max message %d (want 64 B..1 GiB)", ErrInvalid, n)
 		}
 		c.maxMsg = n
 		return nil
-	}
+	})
 }
 
 // WithSharedReceives bounds the receives an engine's shared receive
@@ -280,37 +265,37 @@ func WithMaxMessage(n int) Option {
 // in turn, and the credits that connections hold and do not use are
 // recalled for them. A posted receive cannot be taken back: when the
 // load falls, fewer are posted again as messages use them.
-func WithSharedReceives(n int) Option {
-	return func(c *config) error {
+func WithSharedReceives(n int) EngineOption {
+	return engineOpt(func(c *config) error {
 		if n < 1 || n > MaxSharedReceives {
 			return fmt.Errorf("rdma: %w: shared receives %d (want 1..%d)", ErrInvalid, n, MaxSharedReceives)
 		}
 		c.sharedRecvs = n
 		return nil
-	}
+	})
 }
 
 // WithPoolLimit bounds the registered memory of the buffer pool.
-func WithPoolLimit(bytes int64) Option {
-	return func(c *config) error {
+func WithPoolLimit(bytes int64) EngineOption {
+	return engineOpt(func(c *config) error {
 		if bytes < 0 {
 			return fmt.Errorf("rdma: %w: pool limit %d", ErrInvalid, bytes)
 		}
 		c.maxPool = bytes
 		return nil
-	}
+	})
 }
 
 // WithRegionLimit bounds the memory a peer may obtain with RequestRegion
 // in total (default 64 MiB; 0 refuses every request).
-func WithRegionLimit(bytes int) Option {
-	return func(c *config) error {
+func WithRegionLimit(bytes int) ConnOption {
+	return connOpt(func(c *config) error {
 		if bytes < 0 {
 			return fmt.Errorf("rdma: %w: region limit %d", ErrInvalid, bytes)
 		}
 		c.maxExpose = bytes
 		return nil
-	}
+	})
 }
 
 // WithRegionLifetime sets the longest life of a region this side grants
@@ -318,14 +303,14 @@ func WithRegionLimit(bytes int) Option {
 // less (RegionLifetime). When it ends the region is revoked in order
 // (Conn.Revoke) and the peer's accesses to it fail with
 // ErrRegionRevoked.
-func WithRegionLifetime(d time.Duration) Option {
-	return func(c *config) error {
+func WithRegionLifetime(d time.Duration) ConnOption {
+	return connOpt(func(c *config) error {
 		if d <= 0 {
 			return fmt.Errorf("rdma: %w: region lifetime %v (want > 0)", ErrInvalid, d)
 		}
 		c.regionLife = d
 		return nil
-	}
+	})
 }
 
 // defaultHandshakeTimeout is the handshake's bound without
@@ -341,14 +326,14 @@ const defaultHandshakeTimeout = 10 * time.Second
 // nothing costs the listener a goroutine and a file descriptor until
 // then, and nothing else: the queue pair and its receives are made only
 // after a valid hello.
-func WithHandshakeTimeout(d time.Duration) Option {
-	return func(c *config) error {
+func WithHandshakeTimeout(d time.Duration) ConnOption {
+	return connOpt(func(c *config) error {
 		if d <= 0 {
 			return fmt.Errorf("rdma: %w: handshake timeout %v (want > 0)", ErrInvalid, d)
 		}
 		c.setup = d
 		return nil
-	}
+	})
 }
 
 // providers are the verbs providers in the order Devices lists them.

@@ -81,14 +81,14 @@ func defaultSendQueueLimit(sqDepth int) int { return max(4096, 8*sqDepth) }
 // a context) on the Future of an earlier operation of the connection and
 // post again. A peer that never reads holds the sender at the limit, and
 // no more memory than that.
-func WithSendQueueLimit(n int) Option {
-	return func(c *config) error {
+func WithSendQueueLimit(n int) ConnOption {
+	return connOpt(func(c *config) error {
 		if n < 1 {
 			return fmt.Errorf("rdma: %w: send queue limit %d (want at least the send depth)", ErrInvalid, n)
 		}
 		c.sqLimit = n
 		return nil
-	}
+	})
 }
 
 // queuedPost is a chain waiting for room, with copies of its WRs, SGEs

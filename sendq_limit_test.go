@@ -140,9 +140,11 @@ func TestSendQueueLimitBatch(t *testing.T) {
 // Rule: WithSendQueueLimit takes a limit of at least the send depth (a
 // batch of the send depth must fit).
 func TestSendQueueLimitOption(t *testing.T) {
-	_, err := rdma.OpenEngine(rdma.WithProvider(rdma.ProviderSoft), rdma.WithSendQueueLimit(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := rdma.Dial(ctx, "rdma", "127.0.0.1:1", rdma.WithProvider(rdma.ProviderSoft), rdma.WithSendQueueLimit(0))
 	require.ErrorIs(t, err, rdma.ErrInvalid)
-	_, err = rdma.OpenEngine(rdma.WithProvider(rdma.ProviderSoft), rdma.WithQueueDepth(128, 16), rdma.WithSendQueueLimit(64))
+	_, err = rdma.Dial(ctx, "rdma", "127.0.0.1:1", rdma.WithProvider(rdma.ProviderSoft), rdma.WithQueueDepth(128, 16), rdma.WithSendQueueLimit(64))
 	require.ErrorIs(t, err, rdma.ErrInvalid)
 }
 
@@ -151,17 +153,17 @@ func TestSendQueueLimitOption(t *testing.T) {
 func TestQueueFullCounted(t *testing.T) {
 	const limit = 64
 	opts := []rdma.Option{rdma.WithProvider(rdma.ProviderSoft), rdma.WithQueueDepth(32, 8), rdma.WithSendQueueLimit(limit)}
-	se, err := rdma.OpenEngine(opts...)
+	se, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	defer se.Close()
-	ce, err := rdma.OpenEngine(opts...)
+	ce, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	defer ce.Close()
-	ln, err := se.Listen("rdma", "127.0.0.1:0")
+	ln, err := se.Listen("rdma", "127.0.0.1:0", listenOpts(opts)...)
 	require.NoError(t, err)
 	defer ln.Close()
 	c, _ := rdmatest.Connect(t, ln, func(ctx context.Context, address string) (*rdma.Conn, error) {
-		return ce.Dial(ctx, "rdma", address)
+		return ce.Dial(ctx, "rdma", address, connOpts(opts)...)
 	})
 	b, err := c.Alloc(64)
 	require.NoError(t, err)

@@ -129,13 +129,13 @@ func TestSRQContention(t *testing.T) { eachProvider(t, testSRQContention) }
 func testSRQContention(t *testing.T, opts []rdma.Option) {
 	const conns, n, depth = 8, 300, 16
 	opts = append(opts, rdma.WithQueueDepth(16, 8), rdma.WithMaxMessage(1024))
-	se, err := rdma.OpenEngine(append(opts, rdma.WithSharedReceives(depth))...)
+	se, err := rdma.OpenEngine(append(engineOpts(opts), rdma.WithSharedReceives(depth))...)
 	require.NoError(t, err)
 	defer se.Close()
-	ce, err := rdma.OpenEngine(opts...)
+	ce, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	defer ce.Close()
-	clients, servers := enginePairs(t, ce, se, conns)
+	clients, servers := enginePairs(t, ce, se, conns, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var mu sync.Mutex
@@ -168,13 +168,13 @@ func TestSRQPoolLimit(t *testing.T) {
 	opts := []rdma.Option{rdma.WithProvider(rdma.ProviderSoft), rdma.WithQueueDepth(64, 64), rdma.WithMaxMessage(64 << 10)}
 	// One 4 MiB slab: 64 buffers of 64 KiB, all of which the receiver
 	// ends up holding.
-	se, err := rdma.OpenEngine(append(opts, rdma.WithPoolLimit(4<<20))...)
+	se, err := rdma.OpenEngine(append(engineOpts(opts), rdma.WithPoolLimit(4<<20))...)
 	require.NoError(t, err)
 	defer se.Close()
-	ce, err := rdma.OpenEngine(opts...)
+	ce, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	defer ce.Close()
-	clients, servers := enginePairs(t, ce, se, 2)
+	clients, servers := enginePairs(t, ce, se, 2, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const n = 200
@@ -302,13 +302,13 @@ func TestMessageWithoutCredit(t *testing.T) {
 
 // enginePairs opens n connections from ce to a listener on se, closed
 // when the test ends (unless the test closed them itself).
-func enginePairs(t *testing.T, ce, se *rdma.Engine, n int) (clients, servers []*rdma.Conn) {
+func enginePairs(t *testing.T, ce, se *rdma.Engine, n int, opts ...rdma.Option) (clients, servers []*rdma.Conn) {
 	t.Helper()
-	ln, err := se.Listen("rdma", "127.0.0.1:0")
+	ln, err := se.Listen("rdma", "127.0.0.1:0", listenOpts(opts)...)
 	require.NoError(t, err)
 	defer ln.Close()
 	dial := func(ctx context.Context, address string) (*rdma.Conn, error) {
-		return ce.Dial(ctx, "rdma", address)
+		return ce.Dial(ctx, "rdma", address, connOpts(opts)...)
 	}
 	for range n {
 		c, s := rdmatest.Connect(t, ln, dial)
@@ -324,13 +324,13 @@ func enginePairs(t *testing.T, ce, se *rdma.Engine, n int) (clients, servers []*
 // closed, with nothing in use.
 func TestMemoryFollowsLoad(t *testing.T) {
 	opts := []rdma.Option{rdma.WithProvider(rdma.ProviderSoft)}
-	se, err := rdma.OpenEngine(opts...)
+	se, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, se.Close()) }()
-	ce, err := rdma.OpenEngine(opts...)
+	ce, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, ce.Close()) }()
-	clients, accepted := enginePairs(t, ce, se, 40)
+	clients, accepted := enginePairs(t, ce, se, 40, opts...)
 	servers := peers(t, clients, accepted)
 	burst(t, clients, servers, 100)
 	t.Logf("after the burst: server pool %+v, SRQ %+v", se.PoolStats(), rdma.SharedRecvStats(servers[0]))

@@ -27,13 +27,13 @@ const srqIdleHeadroom = 16
 func TestReceivesFollowLoad(t *testing.T) { eachProvider(t, testReceivesFollowLoad) }
 
 func testReceivesFollowLoad(t *testing.T, opts []rdma.Option) {
-	se, err := rdma.OpenEngine(opts...)
+	se, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, se.Close()) }()
-	ce, err := rdma.OpenEngine(opts...)
+	ce, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, ce.Close()) }()
-	clients, accepted := enginePairs(t, ce, se, 40)
+	clients, accepted := enginePairs(t, ce, se, 40, opts...)
 	servers := peers(t, clients, accepted)
 	defer func() {
 		for i := range clients {

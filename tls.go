@@ -34,14 +34,14 @@ import (
 // waiting for their hello. It cannot be combined with WithRDMACM
 // (ErrNotSupported): rdma_cm has no TCP channel. cfg must not be changed
 // after it is passed.
-func WithTLS(cfg *tls.Config) Option {
-	return func(c *config) error {
+func WithTLS(cfg *tls.Config) ConnOption {
+	return connOpt(func(c *config) error {
 		if cfg == nil {
 			return fmt.Errorf("rdma: %w: WithTLS(nil)", ErrInvalid)
 		}
 		c.tls = cfg
 		return nil
-	}
+	})
 }
 
 // PeerInfo describes a peer to a Listener's accept check: who it is,
@@ -77,14 +77,14 @@ type PeerInfo struct {
 // checks the listener through its tls.Config, e.g. VerifyConnection).
 // With WithRDMACM it sees the connection request's addresses, and a
 // refusal is rdma_cm's reject, carrying the first bytes of the text.
-func WithAcceptCheck(check func(PeerInfo) error) Option {
-	return func(c *config) error {
+func WithAcceptCheck(check func(PeerInfo) error) ListenOption {
+	return listenOpt(func(c *config) error {
 		if check == nil {
 			return fmt.Errorf("rdma: %w: WithAcceptCheck(nil)", ErrInvalid)
 		}
 		c.acceptCheck = check
 		return nil
-	}
+	})
 }
 
 // ConnectionState is the state of the TLS session of the connection's

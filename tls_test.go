@@ -209,7 +209,7 @@ func TestAcceptCheck(t *testing.T) { eachProvider(t, testAcceptCheck) }
 
 func testAcceptCheck(t *testing.T, opts []rdma.Option) {
 	p := newTestPKI(t)
-	x, err := rdma.OpenEngine(opts...)
+	x, err := rdma.OpenEngine(engineOpts(opts)...)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, x.Close()) }()
 	var mu sync.Mutex

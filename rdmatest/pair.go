@@ -20,28 +20,49 @@ const connectTimeout = 20 * time.Second
 // Pair returns a connected client and server. Each is on an engine of its
 // own (rdma.OpenEngine), as they would be in two processes: their buffer
 // pools, completion queues and pollers are apart, so the test sees what a
-// peer in another process would. opts configure both engines, and so the
-// defaults of both connections (provider, queue depths, message size,
-// handlers ...). When the test ends both connections are closed, then
-// both engines, and each Close must succeed. A test may close either
-// connection itself first.
+// peer in another process would. opts configure both engines (the
+// engine options), both connections (the connection options: provider,
+// queue depths, message size, handlers ...) and the listener (the
+// listener options). When the test ends both connections are closed,
+// then both engines, and each Close must succeed. A test may close
+// either connection itself first.
 func Pair(t testing.TB, opts ...rdma.Option) (client, server *rdma.Conn) {
 	t.Helper()
-	se := openEngine(t, opts)
-	ce := openEngine(t, opts)
-	ln, err := se.Listen("rdma", "127.0.0.1:0")
+	eopts, copts, lopts := Split(opts)
+	se := openEngine(t, eopts)
+	ce := openEngine(t, eopts)
+	ln, err := se.Listen("rdma", "127.0.0.1:0", lopts...)
 	require.NoError(t, err)
 	defer ln.Close() // if Connect fails the test; Close is idempotent
 	client, server = Connect(t, ln, func(ctx context.Context, address string) (*rdma.Conn, error) {
-		return ce.Dial(ctx, "rdma", address)
+		return ce.Dial(ctx, "rdma", address, copts...)
 	})
 	require.NoError(t, ln.Close())
 	return client, server
 }
 
+// Split sorts opts by what takes them: OpenEngine (engine), an Engine's
+// Dial (conn) and an Engine's Listen (listen: the listener's own and the
+// connection options). An option of two kinds (rdma.WithLogger) goes to
+// each.
+func Split(opts []rdma.Option) (engine []rdma.EngineOption, conn []rdma.ConnOption, listen []rdma.ListenOption) {
+	for _, o := range opts {
+		if e, ok := o.(rdma.EngineOption); ok {
+			engine = append(engine, e)
+		}
+		if c, ok := o.(rdma.ConnOption); ok {
+			conn = append(conn, c)
+		}
+		if l, ok := o.(rdma.ListenOption); ok {
+			listen = append(listen, l)
+		}
+	}
+	return engine, conn, listen
+}
+
 // openEngine opens an engine that is closed when the test ends, after
 // the connections made on it (cleanups run last first).
-func openEngine(t testing.TB, opts []rdma.Option) *rdma.Engine {
+func openEngine(t testing.TB, opts []rdma.EngineOption) *rdma.Engine {
 	t.Helper()
 	e, err := rdma.OpenEngine(opts...)
 	require.NoError(t, err)

@@ -56,7 +56,11 @@ func dial(ctx context.Context, eng *rdma.Engine, address string, ringSize int, o
 	opts = streamOptions(opts)
 	var c *rdma.Conn
 	if eng != nil {
-		c, err = eng.Dial(ctx, "rdma", address, opts...)
+		var copts []rdma.ConnOption
+		if copts, err = engineOptions[rdma.ConnOption](opts); err != nil {
+			return nil, &net.OpError{Op: "dial", Net: "rdma", Err: err}
+		}
+		c, err = eng.Dial(ctx, "rdma", address, copts...)
 	} else {
 		c, err = rdma.Dial(ctx, "rdma", address, opts...)
 	}
@@ -77,10 +81,30 @@ func dial(ctx context.Context, eng *rdma.Engine, address string, ringSize int, o
 // carry at most a header and a hello (its bytes go by WRITE into the
 // ring), so its receives are that small, not the async API's 64 KiB.
 func streamOptions(opts []rdma.Option) []rdma.Option {
+	// The stream's defaults are connection options, which every kind of
+	// Dial and Listen takes.
 	all := make([]rdma.Option, 0, len(opts)+3)
 	all = append(all, rdma.WithQueueDepth(64, 32), rdma.WithMaxMessage(maxMessage))
 	all = append(all, opts...)
 	return append(all, rdma.WithProtocol(Protocol))
+}
+
+// engineOptions are opts as an Engine's Dial (O is rdma.ConnOption) or
+// Listen (rdma.ListenOption) takes them: an option that sets up an
+// engine has no place there.
+func engineOptions[O rdma.Option](opts []rdma.Option) ([]O, error) {
+	out := make([]O, 0, len(opts))
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		x, ok := o.(O)
+		if !ok {
+			return nil, fmt.Errorf("rdma: stream: %w: an engine option (%T) with Engine set: give it to rdma.OpenEngine", rdma.ErrInvalid, o)
+		}
+		out = append(out, x)
+	}
+	return out, nil
 }
 
 // streamReserve is how many send slots a stream leaves free of its own
@@ -226,7 +250,11 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 	opts := streamOptions(lc.Options)
 	var l *rdma.Listener
 	if lc.Engine != nil {
-		l, err = lc.Engine.Listen(network, address, opts...)
+		var lopts []rdma.ListenOption
+		if lopts, err = engineOptions[rdma.ListenOption](opts); err != nil {
+			return nil, &net.OpError{Op: "listen", Net: network, Err: err}
+		}
+		l, err = lc.Engine.Listen(network, address, lopts...)
 	} else {
 		l, err = rdma.Listen(network, address, opts...)
 	}
