@@ -78,7 +78,7 @@ type controlChan struct {
 	heard        chan struct{} // closed when closeHeard is set
 	closeAck     chan struct{} // closed when the peer answers our ctrlClose
 	closeAckOnce sync.Once
-	deaf         atomic.Bool // tests: play a peer that reads its control frames and drops them
+	deaf         atomic.Bool                   // tests: play a peer that reads its control frames and drops them
 	slow         atomic.Pointer[chan struct{}] // tests: the reader waits for it to close before each frame
 
 	// The regions' state: the maps and counts under emu; the channels
