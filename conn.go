@@ -68,6 +68,7 @@ type Conn struct {
 
 	rq  receives    // the receive side: rmu and what it guards (recv.go)
 	ctl controlChan // the control channel and the regions' state on it (control.go)
+	vd  verdict     // completions waiting for the control channel's word (verdict.go)
 
 	peerClosed  atomic.Bool // the peer closed or went away: post nothing more
 	closeCalled atomic.Bool // Close began: what fails from here on is the orderly close's
@@ -160,7 +161,7 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 	}
 	c := &Conn{eng: eng, cfg: cfg, local: local, remote: remote, rq: receives{recvSize: cfg.maxMsg},
 		drained: make(chan struct{}), done: make(chan struct{}),
-		ctl: controlChan{ctrlDone: make(chan struct{}), closeAck: make(chan struct{}),
+		ctl: controlChan{ctrlDone: make(chan struct{}), closeAck: make(chan struct{}), heard: make(chan struct{}),
 			exposed: map[uint32]*exposure{}, requests: map[uint32]*request{},
 			reqSlots: make(chan struct{}, maxRegionRequests), regionSlots: make(chan struct{}, maxQueuedRegions),
 			revokeSlots: make(chan struct{}, maxRevokes), regions: make(chan RemoteRegion, maxQueuedRegions),
@@ -546,6 +547,22 @@ func (c *Conn) dropBuf(o *op) {
 func (c *Conn) opDone() {
 	if c.inflight.Add(-1) == 0 && c.closing.Load() {
 		c.drainOnce.Do(func() { close(c.drained) })
+	}
+}
+
+// complete hands the completion of o to what posted it. It runs on a
+// poller.
+func (c *Conn) complete(o *op, wc *verbs.WorkCompletion) {
+	switch o.kind {
+	case opRecv:
+		c.onRecv(o.buf, wc)
+	case opBeacon:
+		c.onBeacon(wc)
+		c.opDone()
+	case opCredit:
+		c.onCreditWritten(wc)
+	default:
+		c.onSendDone(o, wc)
 	}
 }
 

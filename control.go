@@ -75,9 +75,11 @@ type controlChan struct {
 	workers sync.WaitGroup
 
 	closeHeard   atomic.Bool   // the peer's ctrlClose came
+	heard        chan struct{} // closed when closeHeard is set
 	closeAck     chan struct{} // closed when the peer answers our ctrlClose
 	closeAckOnce sync.Once
-	deaf         atomic.Bool // tests: play a peer that reads its control frames and drops them
+	deaf         atomic.Bool                   // tests: play a peer that reads its control frames and drops them
+	slow         atomic.Pointer[chan struct{}] // tests: the reader waits for it to close before each frame
 
 	// The regions' state: the maps and counts under emu; the channels
 	// bound what is in flight (control.go).
@@ -195,6 +197,9 @@ func (c *Conn) readControl(r *bufio.Reader) {
 	buf := make([]byte, maxCtrl)
 	for {
 		typ, p, err := readFrame(r, buf)
+		if slow := c.ctl.slow.Load(); slow != nil {
+			<-*slow
+		}
 		if err != nil {
 			if c.closing.Load() || c.told.Load() {
 				return // the end of our close or abort, not the peer's doing
@@ -305,6 +310,7 @@ func (c *Conn) onPeerClose() {
 	if c.ctl.closeHeard.Swap(true) {
 		return // said twice: once is served
 	}
+	close(c.ctl.heard)
 	c.later(func() {
 		c.quiesce(c.peerClosedErr(), false)
 		c.writeControl(ctrlCloseAck, nil)

@@ -518,20 +518,10 @@ func (e *engine) completions(u *cqUnit, wcs []verbs.WorkCompletion) {
 			continue // a closed connection's
 		}
 		o, ok := c.ops.take(wc.WRID)
-		if !ok {
+		if !ok || c.holdForVerdict(&o, nil, wc) {
 			continue
 		}
-		switch o.kind {
-		case opRecv:
-			c.onRecv(o.buf, wc)
-		case opBeacon:
-			c.onBeacon(wc)
-			c.opDone()
-		case opCredit:
-			c.onCreditWritten(wc)
-		default:
-			c.onSendDone(&o, wc)
-		}
+		c.complete(&o, wc)
 	}
 	// The check after a poll: refill an SRQ that fell below its low
 	// watermark, without waiting for the limit event.
@@ -558,7 +548,9 @@ func (e *engine) sharedRecv(u *cqUnit, wc *verbs.WorkCompletion) {
 	}
 	v, ok := e.qpns.Load(wc.QPN)
 	if c, _ := v.(*Conn); ok && c.unit == u {
-		c.onSharedRecv(pb, wc)
+		if !c.holdForVerdict(nil, pb, wc) {
+			c.onSharedRecv(pb, wc)
+		}
 		return
 	}
 	pb.Release()

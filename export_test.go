@@ -77,6 +77,18 @@ func Exposed(c *Conn) int {
 // or hostile peer would: it answers nothing.
 func Deafen(c *Conn) { c.ctl.deaf.Store(true) }
 
+// SlowControl makes c's control reader wait, before it serves the next
+// frame or the channel's end, until release is called.
+func SlowControl(c *Conn) (release func()) {
+	ch := make(chan struct{})
+	c.ctl.slow.Store(&ch)
+	return sync.OnceFunc(func() { close(ch) })
+}
+
+// AwaitsVerdict reports whether c's completions wait for the control
+// channel's word on why the peer went.
+func AwaitsVerdict(c *Conn) bool { return c.vd.holding.Load() }
+
 // PoolDrained is closed once the pool c shares with its engine (its
 // Listener's, or its own for a dialed Conn) is closed and every slab is
 // freed: then the engine closes the PD and the device context.

@@ -349,3 +349,48 @@ func TestMemoryFollowsLoad(t *testing.T) {
 		"registered with nothing in use, no Trim: %+v", se.PoolStats())
 	t.Logf("later: server pool %+v", se.PoolStats())
 }
+
+// Rule: a peer's abort reaches the sender as the peer's close, with its
+// reason, even when the NAKs of the messages the peer refused reach the
+// sender's poller before the abort frame reaches its control reader (here
+// the reader is held until they have): the failed completions wait for
+// the control channel's word. Without it they said ErrPeerLost in up to
+// 4 runs in 10 of TestMessageWithoutCredit.
+func TestAbortBeatsItsNAKs(t *testing.T) {
+	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, streamMessages(ctx, c, s, 1, 10, nil))
+	release := rdma.SlowControl(c)
+	defer release()
+	rdma.ForgeCredits(c, 1000)
+	b, err := c.Alloc(8)
+	require.NoError(t, err)
+	defer b.Release()
+	var sends []*rdma.Future
+	for range 100 {
+		sends = append(sends, c.Send(b))
+	}
+	// The peer cuts this side off at the first message without a
+	// credit; the messages after that find its queue pair failed.
+	require.Eventually(t, func() bool { return errors.Is(s.Err(), rdma.ErrProtocol) }, 20*time.Second, time.Millisecond)
+	for range 10 {
+		sends = append(sends, c.Send(b))
+	}
+	require.Eventually(t, func() bool { return rdma.AwaitsVerdict(c) }, 20*time.Second, time.Millisecond,
+		"no completion said the peer's queue pair failed")
+	release()
+	select {
+	case <-c.Done():
+	case <-ctx.Done():
+		t.Fatal("the cut-off sender did not see its connection end")
+	}
+	require.ErrorIs(t, c.Err(), rdma.ErrPeerClosed, "sender: %v", c.Err())
+	assert.NotErrorIs(t, c.Err(), rdma.ErrPeerLost)
+	assert.Contains(t, c.Err().Error(), "without a credit", "the peer's reason")
+	for i, f := range sends {
+		if err := f.Wait(ctx); err != nil {
+			assert.ErrorIs(t, err, rdma.ErrPeerClosed, "send %d", i)
+		}
+	}
+}

@@ -65,10 +65,9 @@ type conn struct {
 	events  []*cq // CQ events of the frame being served (see cq.push)
 	rsrc    streamSource
 	rdead   atomic.Bool
-	heard   atomic.Int64 // when a read last brought bytes from the peer, in Unix ns
-	rflush  []respEntry  // the reader's scratch for writing responses
-	unacked int          // requests served since the reader last wrote responses
-	unbytes uint64       // and their payload bytes
+	rflush  []respEntry // the reader's scratch for writing responses
+	unacked int         // requests served since the reader last wrote responses
+	unbytes uint64      // and their payload bytes
 
 	// Writing: requests (QP workers) and responses (reader, writer
 	// goroutine), a writev at a time.
@@ -144,7 +143,7 @@ func (c *conn) fail(err error, protocol bool) {
 }
 
 // lastHeard is when a read last brought bytes from the peer.
-func (c *conn) lastHeard() time.Time { return time.Unix(0, c.heard.Load()) }
+func (c *conn) lastHeard() time.Time { return time.Unix(0, c.rx.heard.Load()) }
 
 // armRead keeps a read deadline ioTimeout ahead, refreshed lazily.
 func (c *conn) armRead() {
@@ -192,7 +191,6 @@ func (c *conn) readFrame() error {
 			}
 			return err
 		}
-		c.heard.Store(time.Now().UnixNano())
 	}
 	c.armRead()
 	h := &c.h

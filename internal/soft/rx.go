@@ -4,6 +4,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync/atomic"
+	"time"
 )
 
 // rx reads a connection's byte stream: headers through a small read-ahead
@@ -25,6 +27,9 @@ type rx struct {
 	// may wait; pending says whether it has anything to do.
 	idle    func()
 	pending func() bool
+	// heard is when a read last brought bytes, in Unix ns: the peer's
+	// process is alive (qp.peerHeard).
+	heard atomic.Int64
 }
 
 func (x *rx) buffered() int { return x.w - x.r }
@@ -86,6 +91,7 @@ func (x *rx) read(a []byte) (int, error) {
 			n = len(a)
 		}
 		if n > 0 || x.w > w0 {
+			x.heard.Store(time.Now().UnixNano())
 			return n, nil // an error will come again
 		}
 		if err != nil {

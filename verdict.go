@@ -1,0 +1,111 @@
+package rdma
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-rdma/rdma/internal/pool"
+	"github.com/go-rdma/rdma/internal/verbs"
+)
+
+// When a WR fails because the peer's queue pair failed under it (the
+// transport gave up: RETRY_EXC_ERR, REM_OP_ERR, REM_ABORT_ERR), the
+// completion does not say why the peer went: it may have aborted, telling
+// its reason on the control channel, closed in order, or died. The
+// control channel knows: an abort or close frame, or the end of the
+// socket that a dead process's kernel closes. The two race: the peer's
+// abort moves its queue pair to the error state, and the NAK of a message
+// in flight can reach this side's poller before the abort frame reaches
+// its control reader. So the completions of such a connection wait, held
+// in order, until the control channel has had its word or verdictBound
+// has passed (a peer whose host or network went says nothing): then the
+// connection fails with the channel's verdict, ErrPeerLost without one,
+// and the held completions are handled as they came, with that error.
+
+// verdictBound is how long failed completions wait for the control
+// channel's word on why the peer went.
+const verdictBound = 2 * time.Second
+
+// verdict holds a connection's completions while it waits for the
+// control channel's word.
+type verdict struct {
+	holding atomic.Bool // completions wait in held
+	mu      sync.Mutex
+	held    []heldWC
+}
+
+// heldWC is a completion waiting for the verdict: of an op of the
+// connection's table, or of a receive of the SRQ (pb).
+type heldWC struct {
+	o  op
+	pb *pool.Buffer
+	wc verbs.WorkCompletion
+}
+
+// peerQPFailed reports whether a completion says the peer's queue pair
+// failed under the WR.
+func peerQPFailed(st verbs.WCStatus) bool {
+	return st == verbs.WCRetryExcErr || st == verbs.WCRemOpErr || st == verbs.WCRemAbortErr
+}
+
+// holdForVerdict keeps the completion of o (or of an SRQ receive, pb) for the
+// verdict when the connection waits for one, or starts waiting when the
+// completion says the peer's queue pair failed and the control channel
+// has not spoken yet. It reports whether it kept it. It runs on a poller.
+func (c *Conn) holdForVerdict(o *op, pb *pool.Buffer, wc *verbs.WorkCompletion) bool {
+	if !c.vd.holding.Load() {
+		if wc.Status == verbs.WCSuccess || !peerQPFailed(wc.Status) || c.ctl.ctrl == nil || c.err() != nil ||
+			c.ctl.closeHeard.Load() || !c.vd.holding.CompareAndSwap(false, true) {
+			return false
+		}
+		go c.awaitVerdict()
+	}
+	c.vd.mu.Lock()
+	defer c.vd.mu.Unlock()
+	if !c.vd.holding.Load() {
+		return false // the verdict came meanwhile: handle it now
+	}
+	h := heldWC{pb: pb, wc: *wc}
+	if o != nil {
+		h.o = *o
+	}
+	c.vd.held = append(c.vd.held, h)
+	return true
+}
+
+// awaitVerdict waits for the control channel's word, fails the
+// connection with it, and hands the held completions on in order.
+func (c *Conn) awaitVerdict() {
+	t := time.NewTimer(verdictBound)
+	select {
+	case <-c.ctx.Done(): // failed: an abort's reason, the socket's end, a close here
+	case <-c.ctl.ctrlDone:
+	case <-c.ctl.heard: // the peer closed in order
+	case <-t.C:
+	}
+	t.Stop()
+	if c.ctl.closeHeard.Load() {
+		c.fail(c.peerClosedErr())
+	}
+	c.fail(c.peerLostErr()) // nothing if it failed already
+	for {
+		c.vd.mu.Lock()
+		held := c.vd.held
+		c.vd.held = nil
+		if len(held) == 0 {
+			c.vd.holding.Store(false)
+			c.vd.mu.Unlock()
+			return
+		}
+		c.vd.mu.Unlock()
+		for i := range held {
+			h := &held[i]
+			if h.pb != nil {
+				c.onSharedRecv(h.pb, &h.wc)
+			} else {
+				c.complete(&h.o, &h.wc)
+			}
+		}
+	}
+}
