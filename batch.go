@@ -48,7 +48,7 @@ func (b *Batch) addSend(opc verbs.Opcode, src Local, imm uint32) {
 	}
 	pb, off, n, err := local(src)
 	if err == nil && opc == verbs.OpSendWithImm {
-		if err = b.c.eng.lacks(verbs.FeatureImmediate); err != nil {
+		if err = b.c.eng.Lacks(verbs.FeatureImmediate); err != nil {
 			err = fmt.Errorf("rdma: %v: %w", opc, err)
 		}
 	}
@@ -66,7 +66,7 @@ func (b *Batch) addRDMA(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, 
 	}
 	pb, off, n, err := local(l)
 	if err == nil && opc == verbs.OpWriteWithImm {
-		if err = b.c.eng.lacks(verbs.FeatureImmediate); err != nil {
+		if err = b.c.eng.Lacks(verbs.FeatureImmediate); err != nil {
 			err = fmt.Errorf("rdma: %v: %w", opc, err)
 		}
 	}

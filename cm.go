@@ -41,10 +41,10 @@ func cmEngine(eng *engine, cfg config, dev string) (*engine, error) {
 		return nil, fmt.Errorf("rdma: %w: rdma_cm needs the verbs provider", ErrInvalid)
 	}
 	if eng != nil {
-		if eng.prov.Name() != ProviderVerbs || (dev != "" && eng.ctx.Info().Name != dev) {
-			return nil, fmt.Errorf("rdma: %w: rdma_cm chose device %q, the engine is on %s device %q", ErrInvalid, dev, eng.prov.Name(), eng.ctx.Info().Name)
+		if eng.Prov.Name() != ProviderVerbs || (dev != "" && eng.Name() != dev) {
+			return nil, fmt.Errorf("rdma: %w: rdma_cm chose device %q, the engine is on %s device %q", ErrInvalid, dev, eng.Prov.Name(), eng.Name())
 		}
-		if err := eng.acquire(); err != nil {
+		if err := eng.Acquire(); err != nil {
 			return nil, err
 		}
 	} else {
@@ -55,7 +55,7 @@ func cmEngine(eng *engine, cfg config, dev string) (*engine, error) {
 		}
 	}
 	if err := eng.check(cfg); err != nil {
-		eng.release()
+		eng.Release()
 		return nil, err
 	}
 	return eng, nil
@@ -78,7 +78,7 @@ func dialCM(ctx context.Context, eng *engine, cfg config, address string) (*Conn
 		}
 		return learnCMHello(cfg, id.PrivateData(), true)
 	})
-	eng.release() // the connection holds its own reference
+	eng.Release() // the connection holds its own reference
 	return c, err
 }
 
@@ -158,7 +158,7 @@ func (l *Listener) acceptCM() {
 		if err != nil {
 			return
 		}
-		if req.Device() != l.eng.ctx.Info().Name {
+		if req.Device() != l.eng.Name() {
 			req.Reject([]byte("go-rdma: request on another device than the listener's"))
 			req.Close()
 			continue

@@ -146,7 +146,7 @@ func (c *Conn) postCombinedLocked() {
 	c.pullLocked()
 	credits := c.cr.credits
 	i := 0
-	for ; i < len(q) && c.sq.pending.len() == 0; i++ {
+	for ; i < len(q) && c.sq.pending.Len() == 0; i++ {
 		r := &q[i]
 		wr1, op1 := unsafe.Slice(&r.wr, 1), unsafe.Slice(&r.op, 1)
 		if err := c.postable(wr1, op1, false); err != nil {

@@ -14,6 +14,8 @@ import (
 	"time"
 	"unsafe"
 
+	ieng "github.com/go-rdma/rdma/internal/engine"
+
 	"github.com/go-rdma/rdma/internal/ibv"
 	"github.com/go-rdma/rdma/internal/poller"
 	"github.com/go-rdma/rdma/internal/pool"
@@ -29,13 +31,12 @@ import (
 // OS thread blocks per connection.
 type Conn struct {
 	eng      *engine
-	slot     uint32 // in eng.slots (slots.go)
-	slotGen  uint8
-	ops      opTable // its WRs in flight, by wr_id
+	slot     ieng.Slot // its place in the engine's table: the top of its wr_ids
+	ops      opTable   // its WRs in flight, by wr_id
 	st       connCounters
 	cfg      config // the connection's own settings (queue depths, sizes, limits)
-	unit     *cqUnit
-	srq      *sharedRecv    // where its receives come from; nil on rdma_cm connections
+	unit     *ieng.Unit
+	srq      *ieng.SRQ      // where its receives come from; nil on rdma_cm connections
 	drv      *poller.Poller // unit's poller when Busy: Wait drives it (poller/drive.go)
 	qp       verbs.QP
 	cm       *ibv.CMID // the rdma_cm connection; nil on TCP-set-up ones
@@ -118,8 +119,8 @@ func dial(ctx context.Context, eng *engine, cfg config, address string) (*Conn, 
 		tc.Close()
 		return nil, &net.OpError{Op: "dial", Net: network, Addr: tc.RemoteAddr(), Err: err}
 	}
-	if err := eng.lacks(verbs.FeatureManualConnect); err != nil {
-		eng.release()
+	if err := eng.Lacks(verbs.FeatureManualConnect); err != nil {
+		eng.Release()
 		tc.Close()
 		return nil, &net.OpError{Op: "dial", Net: network, Addr: tc.RemoteAddr(), Err: fmt.Errorf("rdma: %w; dial and listen WithRDMACM", err)}
 	}
@@ -130,7 +131,7 @@ func dial(ctx context.Context, eng *engine, cfg config, address string) (*Conn, 
 		}
 		eng.life.handshake(err)
 	}
-	eng.release() // the connection holds its own reference
+	eng.Release() // the connection holds its own reference
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Addr: tc.RemoteAddr(), Err: asTimeout(err)}
 	}
@@ -156,7 +157,7 @@ func randPSN() uint32 {
 // room reserved in a CQ for every WR it can have outstanding. On error
 // nothing is left behind.
 func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
-	if err := eng.acquire(); err != nil {
+	if err := eng.Acquire(); err != nil {
 		return nil, err
 	}
 	c := &Conn{eng: eng, cfg: cfg, local: local, remote: remote, rq: receives{recvSize: cfg.maxMsg},
@@ -166,43 +167,44 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 			reqSlots: make(chan struct{}, maxRegionRequests), regionSlots: make(chan struct{}, maxQueuedRegions),
 			revokeSlots: make(chan struct{}, maxRevokes), regions: make(chan RemoteRegion, maxQueuedRegions),
 			jobs: make(chan func(), maxRegionRequests+6)}}
-	if err := eng.slots.add(c); err != nil {
-		eng.release()
+	slot, err := eng.AddEndpoint(c.ep())
+	if err != nil {
+		eng.Release()
 		return nil, err
 	}
+	c.slot, c.ops.base = slot, slot.Base()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.cr.returnCreditsJob, c.cr.askJob, c.cr.backJob, c.cr.recallJob = c.returnCredits, c.askCredits, c.returnUnused, c.sendRecall
 	c.sq.sqFree = cfg.sqDepth
 	c.sq.sent = newRing(cfg.sqDepth)
-	var err error
 	if !cfg.cm {
 		// go-rdma's handshake receives through the shared receive
 		// queue (its credits count its receives); rdma_cm
 		// connections post their own.
-		if err = eng.lacks(verbs.FeatureSRQ); err != nil {
+		if err = eng.Lacks(verbs.FeatureSRQ); err != nil {
 			err = fmt.Errorf("rdma: %w; connections WithRDMACM post their own receives", err)
 		} else {
-			c.srq, err = eng.srqFor(cfg.maxMsg)
+			c.srq, err = eng.SRQFor(cfg.maxMsg, c.ep())
 		}
 	}
 	if err == nil {
-		c.unit, err = eng.reserve(c, c.cqNeed())
+		c.unit, err = eng.Reserve(c.ep(), c.cqNeed())
 	}
 	if err == nil {
 		if eng.cfg.pollMode == PollBusy {
-			c.drv = c.unit.p
+			c.drv = c.unit.P
 		}
 		qc := verbs.QPCap{MaxSendWR: cfg.sqDepth, MaxRecvWR: cfg.rqDepth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
-		init := verbs.QPInit{Type: verbs.RC, SendCQ: c.unit.cq, RecvCQ: c.unit.cq, Cap: qc}
+		init := verbs.QPInit{Type: verbs.RC, SendCQ: c.unit.CQ, RecvCQ: c.unit.CQ, Cap: qc}
 		if c.srq != nil {
-			init.SRQ = c.srq.q
+			init.SRQ = c.srq.Q()
 			init.Cap.MaxSendWR += 2 // room for the beacon and a credit WRITE
 			init.Cap.MaxRecvWR, init.Cap.MaxRecvSGE = 0, 0
 		}
-		if c.qp, err = eng.pd.CreateQP(init); err != nil {
+		if c.qp, err = eng.PD.CreateQP(init); err != nil {
 			err = fmt.Errorf("rdma: create QP: %w", err)
 		} else if c.srq != nil {
-			eng.qpns.Store(c.qp.QPN(), c)
+			eng.RegisterQPN(c.qp.QPN(), c.ep(), c.unit)
 		}
 	}
 	if err != nil {
@@ -239,10 +241,10 @@ func (c *Conn) LocalAddr() net.Addr { return c.local }
 func (c *Conn) RemoteAddr() net.Addr { return c.remote }
 
 // Provider is "verbs" or "soft".
-func (c *Conn) Provider() string { return c.eng.prov.Name() }
+func (c *Conn) Provider() string { return c.eng.Prov.Name() }
 
 // Device is the name of the device the connection uses.
-func (c *Conn) Device() string { return c.eng.ctx.Info().Name }
+func (c *Conn) Device() string { return c.eng.Name() }
 
 // MaxMessage is the largest message Send may carry to the peer.
 func (c *Conn) MaxMessage() int { return int(c.peer.MaxMsg) }
@@ -268,7 +270,7 @@ func (c *Conn) fail(err error) {
 	if c.qp != nil {
 		c.qp.ToError()
 		c.postBeacon()
-		if c.eng.lacks(verbs.FeatureFlushInError) != nil {
+		if c.eng.Lacks(verbs.FeatureFlushInError) != nil {
 			time.AfterFunc(abandonAfter, c.abandonPosted)
 		}
 	}
@@ -396,7 +398,7 @@ func (c *Conn) SendWithImm(b Local, imm uint32) *Future { return c.sendOp(verbs.
 
 func (c *Conn) sendOp(opc verbs.Opcode, b Local, imm uint32) *Future {
 	if opc == verbs.OpSendWithImm {
-		if err := c.eng.lacks(verbs.FeatureImmediate); err != nil {
+		if err := c.eng.Lacks(verbs.FeatureImmediate); err != nil {
 			return newResolved(fmt.Errorf("rdma: %v: %w", opc, err))
 		}
 	}
@@ -447,7 +449,7 @@ func (c *Conn) Read(dst Local, src RemoteRegion) *Future {
 
 func (c *Conn) rdmaOp(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, imm uint32) *Future {
 	if opc == verbs.OpWriteWithImm {
-		if err := c.eng.lacks(verbs.FeatureImmediate); err != nil {
+		if err := c.eng.Lacks(verbs.FeatureImmediate); err != nil {
 			return newResolved(fmt.Errorf("rdma: %v: %w", opc, err))
 		}
 	}
@@ -482,7 +484,7 @@ func (c *Conn) FetchAdd(r RemoteRegion, delta uint64) *Future {
 }
 
 func (c *Conn) atomic(opc verbs.Opcode, r RemoteRegion, cmpAdd, swap uint64) *Future {
-	if err := c.eng.lacks(verbs.FeatureAtomics); err != nil {
+	if err := c.eng.Lacks(verbs.FeatureAtomics); err != nil {
 		return newResolved(fmt.Errorf("rdma: %v: %w", opc, err))
 	}
 	if r.Len < 8 || r.Addr%8 != 0 {
@@ -491,7 +493,7 @@ func (c *Conn) atomic(opc verbs.Opcode, r RemoteRegion, cmpAdd, swap uint64) *Fu
 	if c.err() != nil {
 		return newResolved(c.closedErr())
 	}
-	pb, err := c.eng.pool.Get(8)
+	pb, err := c.eng.Pool.Get(8)
 	if err != nil {
 		return newResolved(fmt.Errorf("rdma: %v: %w", opc, err))
 	}
@@ -526,7 +528,7 @@ func (c *Conn) hold(o *op) error {
 	if o.kind == opAtomic {
 		return nil
 	}
-	if o.buf.Pool() != c.eng.pool {
+	if o.buf.Pool() != c.eng.Pool {
 		return fmt.Errorf("rdma: %w: buffer from another connection's pool (allocate it with this connection's Alloc)", ErrInvalid)
 	}
 	if err := o.buf.Ref(); err != nil {
@@ -752,7 +754,7 @@ func (c *Conn) teardown() error {
 		}
 		var stopped <-chan struct{} // a stopped poller drains nothing
 		if c.unit != nil {
-			stopped = c.unit.p.Done()
+			stopped = c.unit.P.Done()
 		}
 		select {
 		case <-c.drained:
@@ -764,13 +766,16 @@ func (c *Conn) teardown() error {
 			// The beacon flushed (or the bounds above ran out): no
 			// completion of the QP is left to reach the next user of
 			// its QPN.
-			c.eng.qpns.CompareAndDelete(c.qp.QPN(), c)
+			c.eng.UnregisterQPN(c.qp.QPN(), c.ep())
 		}
 	}
 	errs = append(errs, c.closeCreditWord())
 	if c.srq != nil {
-		c.srq.leave(c)
-		errs = append(errs, c.eng.dropSRQ(c.srq))
+		c.rq.rmu.Lock()
+		held := c.cr.creditHeld.Swap(0) + c.cr.creditTaken.Swap(0)
+		c.rq.rmu.Unlock()
+		c.srq.Leave(c.ep(), held, int(c.cr.creditOut.Swap(0)))
+		errs = append(errs, c.eng.DropSRQ(c.srq))
 	}
 	// Posts check closing under postMu, so none is half done here.
 	c.sq.postMu.Lock()
@@ -785,7 +790,7 @@ func (c *Conn) teardown() error {
 	// resolve it here.
 	c.resolveLeft()
 	c.rq.rmu.Lock()
-	for _, m := range c.rq.ready.take() {
+	for _, m := range c.rq.ready.Take() {
 		if m.pb != nil {
 			m.pb.Release()
 		}
@@ -828,13 +833,13 @@ func (c *Conn) teardown() error {
 	}
 	c.eng.retire(c) // its ops are all resolved: later completions are dropped
 	if c.unit != nil {
-		c.eng.unreserve(c, c.unit, c.cfg.sqDepth+c.cfg.rqDepth)
+		c.eng.Unreserve(c.ep(), c.unit, c.cfg.sqDepth+c.cfg.rqDepth)
 	}
-	errs = append(errs, c.eng.release())
+	errs = append(errs, c.eng.Release())
 	return errors.Join(errs...)
 }
 
 // PoolStats reports the buffer pool of the connection's engine, which
 // every connection of the engine shares: slabs, registered bytes, buffers
 // in use.
-func (c *Conn) PoolStats() PoolStats { return PoolStats(c.eng.pool.Stats()) }
+func (c *Conn) PoolStats() PoolStats { return PoolStats(c.eng.Pool.Stats()) }

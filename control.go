@@ -336,7 +336,7 @@ func (c *Conn) quiesce(why error, drain bool) {
 			c.postCombinedLocked()
 		}
 		c.sq.quiescing = true
-		for drain && c.sq.pending.len() > 0 {
+		for drain && c.sq.pending.Len() > 0 {
 			if c.sq.progress == nil {
 				c.sq.progress = make(chan struct{})
 			}

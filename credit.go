@@ -110,7 +110,7 @@ const maxAsk = 1 << 16
 // receive).
 func (c *Conn) recvCap() int {
 	if c.srq != nil {
-		return min(c.cfg.rqDepth, c.srq.depth)
+		return min(c.cfg.rqDepth, c.srq.Depth())
 	}
 	return c.cfg.rqDepth
 }
@@ -166,7 +166,7 @@ func (c *Conn) askCredits() {
 	c.pullLocked()
 	c.drainLocked()
 	want, need, seen := -c.cr.credits, 0, c.cr.cw.seen
-	for i, q := range c.sq.pending.items() {
+	for i, q := range c.sq.pending.Items() {
 		n := needCredits(q.wrs)
 		if i == 0 {
 			need = n - c.cr.credits
@@ -221,7 +221,7 @@ func (c *Conn) idleCredits() {
 	switch {
 	case c.cr.credits <= 0 || c.err() != nil || c.closing.Load():
 		c.cr.idleArmed = false
-	case c.sq.posted == c.cr.idleSeen && c.sq.pending.len() == 0:
+	case c.sq.posted == c.cr.idleSeen && c.sq.pending.Len() == 0:
 		c.cr.creditBack.Add(int64(c.cr.credits))
 		c.cr.credits, c.cr.idleArmed = 0, false
 		c.cr.backNow = true
@@ -252,8 +252,8 @@ func (c *Conn) onRecall() {
 	if c.cr.credits <= 0 || c.err() != nil {
 		return
 	}
-	waiting := c.sq.pending.len() > 0
-	if waiting && c.cr.credits >= needCredits(c.sq.pending.items()[0].wrs) {
+	waiting := c.sq.pending.Len() > 0
+	if waiting && c.cr.credits >= needCredits(c.sq.pending.Items()[0].wrs) {
 		return // it waits for room in the send queue, not for credits
 	}
 	c.cr.creditBack.Add(int64(c.cr.credits))
@@ -298,8 +298,7 @@ func (c *Conn) arrived() bool {
 		c.protocolErr("a message without a credit")
 		return false
 	}
-	c.srq.granted.Add(-1)
-	c.srq.held.Add(1)
+	c.srq.Arrived()
 	c.cr.creditHeld.Add(1)
 	return true
 }
@@ -321,7 +320,7 @@ func (c *Conn) creditBatch() int64 { return max(1, int64(c.cfg.rqDepth/8)) } // 
 func (c *Conn) tookLocked() {
 	c.cr.creditHeld.Add(-1)
 	taken := c.cr.creditTaken.Add(1)
-	if taken >= c.creditBatch() || c.cr.creditOut.Load() == 0 || c.cr.peerShort.Load() || c.srq.wq.n.Load() > 0 {
+	if taken >= c.creditBatch() || c.cr.creditOut.Load() == 0 || c.cr.peerShort.Load() || c.srq.HasWaiters() {
 		c.cr.peerShort.Store(false)
 		c.giveTakenLocked(true)
 	}
@@ -335,9 +334,9 @@ func (c *Conn) giveTakenLocked(regrant bool) {
 	if k == 0 {
 		return
 	}
-	c.srq.held.Add(-k)
+	c.srq.Taken(k)
 	if regrant && c.cr.peerWants.Load() && c.err() == nil {
-		c.srq.regrant(c, int(k))
+		c.srq.Regrant(c.ep(), int(k))
 	}
 }
 
@@ -362,7 +361,7 @@ func (c *Conn) onCreditAsk(want, seen, need uint32) {
 	c.giveTakenLocked(false)
 	c.cr.peerShort.Store(w > c.creditRoom())
 	c.rq.rmu.Unlock()
-	c.srq.ask(c, w, n)
+	c.srq.Ask(c.ep(), w, n)
 	// Answer at once when the peer has credits it has not seen (a WRITE
 	// in flight); else the next grant answers.
 	if !c.cr.creditQueued.Swap(true) {
@@ -384,7 +383,8 @@ func (c *Conn) onCreditBack(n uint32) {
 	c.rq.rmu.Lock()
 	c.giveTakenLocked(false)
 	c.rq.rmu.Unlock()
-	c.srq.giveBack(c, int(n))
+	c.cr.creditOut.Add(-int64(n))
+	c.srq.GiveBack(c.ep(), int(n))
 }
 
 // owe records n credits given to the peer and tells it (credit_word.go).

@@ -2,13 +2,12 @@ package rdma
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/go-rdma/rdma/internal/mem"
+	ieng "github.com/go-rdma/rdma/internal/engine"
+
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -45,12 +44,11 @@ import (
 const (
 	creditWordIn  = 0
 	creditWordOut = 8
-	creditBufSize = 16
 )
 
 // creditWord is a connection's side of the in-band credits.
 type creditWord struct {
-	buf creditBuf // registered memory for both words
+	buf ieng.Cell // registered memory for both words
 	mr  verbs.MR  // the 4 bytes at creditWordIn, for the peer to write
 
 	// Sending side, under postMu: the total of the peer's word last
@@ -78,13 +76,13 @@ func (c *Conn) makeCreditWord() error {
 	if c.ctl.ctrl == nil || c.srq == nil {
 		return nil
 	}
-	b, err := c.eng.credits.get(c.eng.pd)
+	b, err := c.eng.Cells.Get(c.eng.PD)
 	if err != nil {
 		return fmt.Errorf("rdma: credit word: %w", err)
 	}
-	mr, err := c.eng.pd.RegMR(b.mem[creditWordIn:creditWordIn+4], verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	mr, err := c.eng.PD.RegMR(b.Mem[creditWordIn:creditWordIn+4], verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	if err != nil {
-		c.eng.credits.put(b)
+		c.eng.Cells.Put(b)
 		return fmt.Errorf("rdma: register the credit word: %w", err)
 	}
 	c.cr.cw.buf, c.cr.cw.mr = b, mr
@@ -104,13 +102,13 @@ func (c *Conn) closeCreditWord() error {
 		return nil
 	}
 	err := mr.Close()
-	c.eng.credits.put(c.cr.cw.buf)
+	c.eng.Cells.Put(c.cr.cw.buf)
 	return err
 }
 
 // word returns the uint32 at off of the credit buffer.
 func (w *creditWord) word(off int) *uint32 {
-	return (*uint32)(unsafe.Pointer(&w.buf.mem[off]))
+	return (*uint32)(unsafe.Pointer(&w.buf.Mem[off]))
 }
 
 // takeTotalLocked takes the credits a total from the peer adds to what
@@ -178,7 +176,7 @@ func (c *Conn) writeCredits() {
 	atomic.StoreUint32(c.cr.cw.word(creditWordOut), t)
 	id := c.ops.add(op{kind: opCredit, conn: c})
 	cw := &c.cr.cw
-	cw.sge[0] = verbs.SGE{Addr: cw.buf.addr + creditWordOut, Length: 4, LKey: cw.buf.lkey}
+	cw.sge[0] = verbs.SGE{Addr: cw.buf.Addr + creditWordOut, Length: 4, LKey: cw.buf.LKey}
 	flags := verbs.SendSignaled
 	if c.inline >= 4 {
 		flags |= verbs.SendInline
@@ -212,74 +210,4 @@ func (c *Conn) onCreditWritten(wc *verbs.WorkCompletion) {
 func (w *creditWord) openAsk(seen uint32) {
 	w.askSeen.Store(seen)
 	w.askOpen.Store(true)
-}
-
-// creditBuf is a connection's credit buffer: creditBufSize bytes of
-// registered memory, and the lkey of the page they are on.
-type creditBuf struct {
-	mem  []byte
-	addr uint64
-	lkey uint32
-}
-
-// creditPages hands out the credit buffers of an engine's connections,
-// in pages of their own rather than from the buffer pool, so that a
-// connection holds no pool buffer of the application's: each page is
-// registered once for local access (a credit WRITE's source); the word
-// each peer writes gets a registration of its own (makeCreditWord).
-type creditPages struct {
-	mu    sync.Mutex
-	pages []creditPage
-	free  []creditBuf
-}
-
-type creditPage struct {
-	mem []byte
-	mr  verbs.MR
-}
-
-// get returns a zeroed credit buffer, mapping and registering a page
-// when none is free.
-func (p *creditPages) get(pd verbs.PD) (creditBuf, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.free) == 0 {
-		m, err := mem.Map(mem.PageSize)
-		if err != nil {
-			return creditBuf{}, err
-		}
-		mr, err := pd.RegMR(m, verbs.AccessLocalWrite)
-		if err != nil {
-			mem.Unmap(m)
-			return creditBuf{}, err
-		}
-		p.pages = append(p.pages, creditPage{mem: m, mr: mr})
-		for off := len(m) - creditBufSize; off >= 0; off -= creditBufSize {
-			p.free = append(p.free, creditBuf{mem: m[off : off+creditBufSize : off+creditBufSize], addr: mr.Addr() + uint64(off), lkey: mr.LKey()})
-		}
-	}
-	b := p.free[len(p.free)-1]
-	p.free = p.free[:len(p.free)-1]
-	clear(b.mem)
-	return b, nil
-}
-
-// put takes back a credit buffer whose word is deregistered.
-func (p *creditPages) put(b creditBuf) {
-	p.mu.Lock()
-	p.free = append(p.free, b)
-	p.mu.Unlock()
-}
-
-// close deregisters and unmaps the pages: the engine's connections are
-// gone.
-func (p *creditPages) close() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var errs []error
-	for _, pg := range p.pages {
-		errs = append(errs, pg.mr.Close(), mem.Unmap(pg.mem))
-	}
-	p.pages, p.free = nil, nil
-	return errors.Join(errs...)
 }

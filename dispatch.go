@@ -2,7 +2,6 @@ package rdma
 
 import (
 	"fmt"
-	"runtime"
 )
 
 // A handler takes a connection's messages instead of Recv, for servers
@@ -92,11 +91,22 @@ func WithHandlerWorkers(n int) EngineOption {
 // is not running already. Caller holds rmu; it may run on a poller, so it
 // only queues.
 func (c *Conn) dispatchLocked() {
-	if c.rq.handling || c.rq.ready.len() == 0 {
+	if c.rq.handling || c.rq.ready.Len() == 0 {
 		return
 	}
 	c.rq.handling = true
-	c.eng.dispatch(c)
+	c.eng.Dispatch(c.ep())
+}
+
+// Handle runs on an engine worker: it hands the connection's ready
+// messages to its handler, on the application's pool when it gave one
+// (WithHandlerPool).
+func (e *endpoint) Handle() {
+	c := (*Conn)(e)
+	if p := c.cfg.handlerPool; p != nil && p.Submit(c.handle) == nil {
+		return
+	}
+	c.handle()
 }
 
 // handle runs on a worker: it hands c's ready messages to the handler,
@@ -104,70 +114,13 @@ func (c *Conn) dispatchLocked() {
 func (c *Conn) handle() {
 	for {
 		c.rq.rmu.Lock()
-		if c.rq.ready.len() == 0 || c.closing.Load() {
+		if c.rq.ready.Len() == 0 || c.closing.Load() {
 			c.rq.handling = false
 			c.endIfDeliveredLocked() // the handler returned for the last one
 			c.rq.rmu.Unlock()
 			return
 		}
 		f := c.takeReadyLocked()
-		c.eng.handlers.Add(1)
 		c.cfg.handler(c, f)
-		c.eng.handlers.Add(-1)
 	}
-}
-
-// dispatch queues c for a worker, and starts one if fewer than the
-// engine's bound run. The queue is bounded by the receives the engine's
-// connections have posted (a connection is in it at most once), so it
-// never blocks the poller.
-func (e *engine) dispatch(c *Conn) {
-	e.dmu.Lock()
-	e.runq.push(c)
-	if e.maxWorkers == 0 {
-		// Here rather than at open: GOMAXPROCS takes the scheduler's
-		// lock, and most engines have no handler.
-		e.maxWorkers = e.cfg.handlerWorkers
-		if e.maxWorkers == 0 {
-			e.maxWorkers = 4 * runtime.GOMAXPROCS(0)
-		}
-	}
-	if e.workers < e.maxWorkers {
-		e.workers++
-		e.dwg.Add(1)
-		go e.worker()
-	}
-	e.dmu.Unlock()
-}
-
-// worker runs the handlers of queued connections until the queue is
-// empty, then exits.
-func (e *engine) worker() {
-	defer e.dwg.Done()
-	for {
-		e.dmu.Lock()
-		if e.runq.len() == 0 {
-			e.workers--
-			e.dmu.Unlock()
-			return
-		}
-		c := e.runq.pop()
-		e.dmu.Unlock()
-		if p := c.cfg.handlerPool; p != nil && p.Submit(c.handle) == nil {
-			continue
-		}
-		c.handle()
-	}
-}
-
-// stopWorkers waits for the workers to exit: the engine's connections
-// are closed, so their handle returns at once. When a handler is still
-// running (it closed the engine's last connection itself, and so runs
-// this) it does not wait: the workers exit when their handler returns.
-func (e *engine) stopWorkers() error {
-	if e.handlers.Load() > 0 {
-		return nil
-	}
-	e.dwg.Wait()
-	return nil
 }

@@ -5,81 +5,32 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/bits"
 	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	ieng "github.com/go-rdma/rdma/internal/engine"
 	"github.com/go-rdma/rdma/internal/poller"
 	"github.com/go-rdma/rdma/internal/pool"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
-// engine holds what the connections of one device port share: the
-// device context, the PD, the buffer pool, the CQs with their pollers and
-// the table of operations in flight. Its cfg holds the engine's settings
-// (engineKey); each connection has its own config for the rest.
+// engine is an engine of the package: the device port (internal/engine)
+// and what the API keeps of it: the settings it was opened with, its key
+// in the registry of the package-level Dial and Listen, and the counters
+// of its connections' lives and of those that closed.
 type engine struct {
-	cfg     config
-	key     engineKey
-	shared  bool // in the registry of the package-level Dial and Listen
-	prov    verbs.Provider
-	ctx     verbs.Context
-	attr    verbs.DeviceAttr
-	lacking map[verbs.Feature]error // what the device cannot do (verbs.Lacks), read at the call
-	pd      verbs.PD
-	pool    *pool.Pool
-	credits creditPages // the connections' credit words (credit_word.go)
-	port    verbs.PortInfo
-	slots   slots                               // wr_id -> connection
-	srqs    [maxSRQs]atomic.Pointer[sharedRecv] // by id; made under mu (srq.go)
-	qpns    sync.Map                            // QPN -> *Conn, for receives from an SRQ
-	events  context.CancelFunc                  // stops readEvents
-	evDone  chan struct{}
-
-	logLimit logLimiter // device events (events.go)
-
-	// RecvHandler dispatch (dispatch.go)
-	dmu        sync.Mutex
-	runq       fifo[*Conn]
-	workers    int            // running
-	maxWorkers int            // WithHandlerWorkers, set at the first dispatch
-	dwg        sync.WaitGroup // the workers
-	handlers   atomic.Int64   // RecvHandler calls running
+	*ieng.Engine
+	cfg    config
+	key    engineKey
+	shared bool // in the registry of the package-level Dial and Listen
 
 	// Counters of the closed connections (stats.go)
 	retired closedStats
 	life    lifeCounters
-
-	mu     sync.Mutex
-	units  []*cqUnit
-	refs   int
-	closed bool
 }
-
-// cqUnit is one CQ, its completion channel and its poller. Connections
-// reserve room in it for every WR they can have outstanding, so the CQ
-// can never overrun.
-type cqUnit struct {
-	cq    verbs.CQ
-	ch    verbs.CompChannel
-	p     *poller.Poller
-	free  int
-	conns map[*Conn]struct{} // under engine.mu
-}
-
-// cqEntries bounds one connection's CQ reservation (its send and
-// receive depths); firstCQ and maxCQ bound the CQs an engine makes. Each
-// new CQ is twice the size of the last, up to maxCQ and the device's
-// max_cqe, so a process with few connections keeps small CQs and one
-// with thousands needs few CQs and pollers.
-const (
-	cqEntries = 8192
-	firstCQ   = 4096
-	maxCQ     = 1 << 16
-)
 
 // engineKey is what makes two engines different: the device port and the
 // settings of its pool and pollers.
@@ -121,7 +72,7 @@ func sharedEngine(cfg config, local netip.Addr) (*engine, error) {
 	key := cfg.engineKey(prov.Name(), dev)
 	engines.mu.Lock()
 	defer engines.mu.Unlock()
-	if e := engines.m[key]; e != nil && e.acquire() == nil {
+	if e := engines.m[key]; e != nil && e.Acquire() == nil {
 		return e, nil
 	}
 	e, err := openEngine(cfg, prov, dev)
@@ -129,6 +80,13 @@ func sharedEngine(cfg config, local netip.Addr) (*engine, error) {
 		return nil, err
 	}
 	e.key, e.shared = key, true
+	e.OnClose(func() {
+		engines.mu.Lock()
+		if engines.m[key] == e {
+			delete(engines.m, key)
+		}
+		engines.mu.Unlock()
+	})
 	if engines.m == nil {
 		engines.m = map[engineKey]*engine{}
 	}
@@ -144,13 +102,13 @@ func engineFor(eng *engine, cfg config, local netip.Addr) (*engine, error) {
 	if eng == nil {
 		eng, err = sharedEngine(cfg, local)
 	} else {
-		err = eng.acquire()
+		err = eng.Acquire()
 	}
 	if err != nil {
 		return nil, err
 	}
 	if err := eng.check(cfg); err != nil {
-		eng.release()
+		eng.Release()
 		return nil, err
 	}
 	return eng, nil
@@ -173,81 +131,22 @@ func resolveDevice(cfg config, local netip.Addr) (verbs.Provider, string, error)
 
 // openEngine opens device dev of prov for an engine of cfg's settings.
 func openEngine(cfg config, prov verbs.Provider, dev string) (*engine, error) {
-	ctx, err := prov.Open(dev)
+	ie, err := ieng.Open(ieng.Config{Port: cfg.port, PollMode: cfg.pollMode.poller(), Spin: cfg.pollSpin(prov.Name()),
+		ThreadLock: cfg.threadLock, CPUs: cfg.cpus, SlabSize: cfg.slabSize, MaxPool: cfg.maxPool,
+		SharedRecvs: cfg.sharedRecvs, HandlerWorkers: cfg.handlerWorkers, Log: cfg.log}, prov, dev)
 	if err != nil {
-		return nil, fmt.Errorf("rdma: open %s device %q: %w", prov.Name(), dev, err)
+		return nil, err
 	}
-	e := &engine{cfg: cfg, prov: prov, ctx: ctx, refs: 1, key: cfg.engineKey(prov.Name(), dev)}
-	info := ctx.Info()
-	for _, p := range info.Ports {
-		if p.Port == cfg.port {
-			e.port = p
-		}
-	}
-	if e.port.Port == 0 {
-		ctx.Close()
-		return nil, fmt.Errorf("rdma: device %s has no port %d: %w", info.Name, cfg.port, ErrNoDevice)
-	}
-	if e.attr, err = ctx.QueryDevice(); err != nil {
-		ctx.Close()
-		return nil, fmt.Errorf("rdma: query device %s: %w", info.Name, err)
-	}
-	for _, f := range verbs.Features {
-		if err := verbs.Lacks(info, e.attr, f); err != nil {
-			if e.lacking == nil {
-				e.lacking = map[verbs.Feature]error{}
-			}
-			e.lacking[f] = err
-		}
-	}
-	if e.pd, err = ctx.AllocPD(); err != nil {
-		ctx.Close()
-		return nil, fmt.Errorf("rdma: %w", err)
-	}
-	e.pool, err = pool.New(e.pd, pool.Options{SlabSize: cfg.slabSize, MaxBytes: cfg.maxPool, Decay: poolDecay})
-	if err != nil {
-		e.pd.Close()
-		ctx.Close()
-		return nil, fmt.Errorf("rdma: %w", err)
-	}
-	evctx, cancel := context.WithCancel(context.Background())
-	e.events, e.evDone = cancel, make(chan struct{})
-	go e.readEvents(evctx)
+	e := &engine{Engine: ie, cfg: cfg, key: cfg.engineKey(prov.Name(), dev)}
 	e.register()
+	e.OnClose(e.unregister)
 	return e, nil
-}
-
-// readEvents reads the device's asynchronous events until the engine
-// closes (events.go).
-func (e *engine) readEvents(ctx context.Context) {
-	defer close(e.evDone)
-	for {
-		ev, err := e.ctx.AsyncEvent(ctx)
-		if err != nil {
-			return
-		}
-		e.onAsyncEvent(ev)
-	}
 }
 
 // check refuses a configuration the device cannot serve, at Dial or
 // Listen rather than at every handshake: queue depths past the device's
 // queue pairs or CQs (see also config.check).
-func (e *engine) check(cfg config) error {
-	attr := e.attr
-	if attr.MaxQPWR > 0 && max(cfg.sqDepth, cfg.rqDepth) > attr.MaxQPWR {
-		return fmt.Errorf("rdma: %w: queue depths %d/%d: device %s allows %d work requests per queue", ErrInvalid, cfg.sqDepth, cfg.rqDepth, e.ctx.Info().Name, attr.MaxQPWR)
-	}
-	if n := cfg.sqDepth + cfg.rqDepth; attr.MaxCQE > 0 && n > attr.MaxCQE {
-		return fmt.Errorf("rdma: %w: queue depths %d/%d need %d completion queue entries per connection; device %s allows %d", ErrInvalid, cfg.sqDepth, cfg.rqDepth, n, e.ctx.Info().Name, attr.MaxCQE)
-	}
-	return nil
-}
-
-// lacks is nil when the engine's device has f, else why not (an error
-// wrapping ErrNotSupported that names the device): the calls that need f
-// fail with it at once rather than with a failed completion later.
-func (e *engine) lacks(f verbs.Feature) error { return e.lacking[f] }
+func (e *engine) check(cfg config) error { return e.CheckDepths(cfg.sqDepth, cfg.rqDepth) }
 
 // check refuses, before anything is opened, a configuration no
 // connection could work with: queue depths that do not fit one CQ, or a
@@ -259,8 +158,8 @@ func (c *config) check() error {
 	if c.sqLimit > 0 && c.sqLimit < c.sqDepth {
 		return fmt.Errorf("rdma: %w: send queue limit %d is below the send depth %d (WithSendQueueLimit, WithQueueDepth)", ErrInvalid, c.sqLimit, c.sqDepth)
 	}
-	if n := c.sqDepth + c.rqDepth; n > cqEntries {
-		return fmt.Errorf("rdma: %w: queue depths %d/%d need %d completion queue entries per connection; the most is %d", ErrInvalid, c.sqDepth, c.rqDepth, n, cqEntries)
+	if n := c.sqDepth + c.rqDepth; n > ieng.CQEntries {
+		return fmt.Errorf("rdma: %w: queue depths %d/%d need %d completion queue entries per connection; the most is %d", ErrInvalid, c.sqDepth, c.rqDepth, n, ieng.CQEntries)
 	}
 	slab := c.slabSize
 	if slab == 0 {
@@ -334,228 +233,6 @@ func iwarpHas(d verbs.DeviceInfo, local netip.Addr) bool {
 	return false
 }
 
-// gidFor picks the GID a connection whose local address is local uses:
-// the one carrying that address, else the port's RoCE v2 (or IB) GID.
-func (e *engine) gidFor(local netip.Addr) (verbs.GIDEntry, error) {
-	if local.IsValid() {
-		for _, g := range e.port.GIDs {
-			if g.GID.IP() == local.Unmap() && (g.Type == verbs.GIDTypeRoCEv2 || e.port.LinkLayer != "Ethernet") {
-				return g, nil
-			}
-		}
-	}
-	return verbs.SelectGID(e.port, !local.IsValid() || local.Unmap().Is4())
-}
-
-// reserve finds a CQ with room for n more entries, making a new one (and
-// its poller) when all are full.
-func (e *engine) reserve(c *Conn, n int) (*cqUnit, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return nil, e.closedErr()
-	}
-	for _, u := range e.units {
-		if u.free >= n {
-			u.free -= n
-			u.conns[c] = struct{}{}
-			return u, nil
-		}
-	}
-	size := firstCQ
-	if k := len(e.units); k > 0 {
-		size = 2 * e.units[k-1].cq.Len()
-	}
-	size = min(max(size, n), maxCQ)
-	if e.attr.MaxCQE > 0 {
-		size = min(size, e.attr.MaxCQE)
-	}
-	if n > size {
-		return nil, fmt.Errorf("rdma: %w: queue depths need %d CQ entries, the device allows %d", ErrInvalid, n, size)
-	}
-	u := &cqUnit{}
-	var err error
-	// Busy pollers too: they park on it while goroutines wait for a P.
-	if u.ch, err = e.ctx.CreateCompChannel(); err != nil {
-		return nil, fmt.Errorf("rdma: %w", err)
-	}
-	if u.cq, err = e.ctx.CreateCQ(size, u.ch); err != nil {
-		u.close()
-		return nil, fmt.Errorf("rdma: %w", err)
-	}
-	handle := func(wcs []verbs.WorkCompletion) { e.completions(u, wcs) }
-	if u.p, err = poller.New(u.cq, u.ch, poller.HandlerFunc(handle), poller.Config{Mode: e.cfg.pollMode.poller(), Lock: e.cfg.threadLock, CPUs: e.cfg.cpus, Spin: e.cfg.pollSpin(e.prov.Name())}); err == nil {
-		err = u.p.Start()
-	}
-	if err != nil {
-		u.close()
-		return nil, fmt.Errorf("rdma: %w", err)
-	}
-	u.free = u.cq.Len() - n
-	u.conns = map[*Conn]struct{}{c: {}}
-	e.units = append(e.units, u)
-	go e.watch(u)
-	return u, nil
-}
-
-// watch fails the connections of u if its poller stops on an error: no
-// completion of theirs could be delivered any more.
-func (e *engine) watch(u *cqUnit) {
-	<-u.p.Done()
-	err := u.p.Err()
-	if err == nil {
-		return
-	}
-	e.mu.Lock()
-	conns := make([]*Conn, 0, len(u.conns))
-	for c := range u.conns {
-		conns = append(conns, c)
-	}
-	e.mu.Unlock()
-	for _, c := range conns {
-		c.fail(fmt.Errorf("rdma: completion poller stopped: %w", err))
-	}
-}
-
-func (e *engine) unreserve(c *Conn, u *cqUnit, n int) {
-	e.mu.Lock()
-	u.free += n
-	delete(u.conns, c)
-	e.mu.Unlock()
-}
-
-func (u *cqUnit) close() error {
-	var errs []error
-	if u.p != nil {
-		errs = append(errs, u.p.Close())
-	}
-	if u.cq != nil {
-		errs = append(errs, u.cq.Close())
-	}
-	if u.ch != nil {
-		errs = append(errs, u.ch.Close())
-	}
-	return errors.Join(errs...)
-}
-
-// closedErr is the error of a use of the engine after it closed.
-func (e *engine) closedErr() error {
-	return fmt.Errorf("rdma: engine %s: %w", e.ctx.Info().Name, ErrClosed)
-}
-
-// acquire adds a user (a connection or the listener).
-func (e *engine) acquire() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return e.closedErr()
-	}
-	e.refs++
-	return nil
-}
-
-// release drops a user; the last one tears the engine down. Buffers the
-// application still holds keep the PD and device open until they are
-// released (see pool.Drained), by Release or, for a handle the
-// application lost, by the Buffer's GC safety net.
-func (e *engine) release() error {
-	e.mu.Lock()
-	e.refs--
-	if e.refs > 0 || e.closed {
-		e.mu.Unlock()
-		return nil
-	}
-	e.closed = true
-	units := e.units
-	e.units = nil
-	e.mu.Unlock()
-	e.unregister()
-	if e.shared {
-		engines.mu.Lock()
-		if engines.m[e.key] == e {
-			delete(engines.m, e.key)
-		}
-		engines.mu.Unlock()
-	}
-	var errs []error
-	for _, u := range units {
-		errs = append(errs, u.close())
-	}
-	e.events()
-	<-e.evDone
-	errs = append(errs, e.stopWorkers())
-	errs = append(errs, e.credits.close())
-	if err := e.pool.Close(); err != nil && !errors.Is(err, verbs.ErrBusy) {
-		errs = append(errs, err)
-	}
-	select {
-	case <-e.pool.Drained():
-		errs = append(errs, e.pd.Close(), e.ctx.Close())
-	default:
-		// The application holds buffers: close the PD once they are back.
-		go func() {
-			<-e.pool.Drained()
-			e.pd.Close()
-			e.ctx.Close()
-		}()
-	}
-	return errors.Join(errs...)
-}
-
-// completions dispatches a batch of completions of u's CQ to their
-// operations. It runs on u's poller and allocates nothing on success.
-func (e *engine) completions(u *cqUnit, wcs []verbs.WorkCompletion) {
-	var shared uint32 // bit i: SRQ i gave receives
-	for i := range wcs {
-		wc := &wcs[i]
-		if isSRQ(wc.WRID) {
-			shared |= 1 << uint8(wc.WRID>>40)
-			e.sharedRecv(u, wc)
-			continue
-		}
-		c := e.slots.conn(wc.WRID)
-		if c == nil {
-			continue // a closed connection's
-		}
-		o, ok := c.ops.take(wc.WRID)
-		if !ok || c.holdForVerdict(&o, nil, wc) {
-			continue
-		}
-		c.complete(&o, wc)
-	}
-	// The check after a poll: refill an SRQ that fell below its low
-	// watermark, without waiting for the limit event.
-	for shared != 0 && srqPollRefill.Load() {
-		i := bits.TrailingZeros32(shared)
-		shared &^= 1 << i
-		if s := e.srqs[i%maxSRQs].Load(); s != nil && s.posted.Load() < s.low.Load() {
-			s.refill(refillPoll)
-		}
-	}
-}
-
-// sharedRecv delivers a receive of an SRQ to the connection whose QP
-// took it. A connection's QPN leaves the map only once no completion of
-// its QP is left (postBeacon); the CQ check is a second guard.
-func (e *engine) sharedRecv(u *cqUnit, wc *verbs.WorkCompletion) {
-	s := e.srqs[uint8(wc.WRID>>40)%maxSRQs].Load()
-	if s == nil {
-		return
-	}
-	pb := s.take(wc.WRID)
-	if pb == nil {
-		return
-	}
-	v, ok := e.qpns.Load(wc.QPN)
-	if c, _ := v.(*Conn); ok && c.unit == u {
-		if !c.holdForVerdict(nil, pb, wc) {
-			c.onSharedRecv(pb, wc)
-		}
-		return
-	}
-	pb.Release()
-}
-
 // Engine is one RDMA device port and what the connections on it share:
 // the device context, the protection domain, one buffer pool, and the
 // completion queues and pollers. Memory from Alloc works on every
@@ -594,7 +271,7 @@ func OpenEngine(opts ...EngineOption) (*Engine, error) {
 		return nil, err
 	}
 	if err := e.check(cfg); err != nil {
-		e.release()
+		e.Release()
 		return nil, err
 	}
 	return &Engine{e: e, cfg: cfg}, nil
@@ -650,12 +327,7 @@ func (x *Engine) Alloc(n int) (*Buffer, error) {
 }
 
 // PoolStats reports the engine's buffer pool.
-func (x *Engine) PoolStats() PoolStats { return PoolStats(x.e.pool.Stats()) }
-
-// poolDecay is how long pool memory stays registered idle before the
-// engine gives it back by itself: a slab idle from one look to the next,
-// so between one and two of these.
-const poolDecay = time.Second
+func (x *Engine) PoolStats() PoolStats { return PoolStats(x.e.Pool.Stats()) }
 
 // Trim gives back the engine's idle memory now: every slab of its buffer
 // pool without a buffer in use, and every cached large buffer, is
@@ -668,12 +340,8 @@ const poolDecay = time.Second
 // The error reports failed withdrawals and deregistrations.
 func (x *Engine) Trim() error {
 	var errs []error
-	for i := range x.e.srqs {
-		if s := x.e.srqs[i].Load(); s != nil {
-			errs = append(errs, s.trim())
-		}
-	}
-	errs = append(errs, x.e.pool.Trim())
+	errs = append(errs, x.e.TrimSRQs())
+	errs = append(errs, x.e.Pool.Trim())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("rdma: engine %s: trim: %w", x.Device(), err)
 	}
@@ -681,13 +349,13 @@ func (x *Engine) Trim() error {
 }
 
 // Provider is "verbs" or "soft".
-func (x *Engine) Provider() string { return x.e.prov.Name() }
+func (x *Engine) Provider() string { return x.e.Prov.Name() }
 
 // Device is the name of the engine's device.
-func (x *Engine) Device() string { return x.e.ctx.Info().Name }
+func (x *Engine) Device() string { return x.e.Name() }
 
 // Port is the engine's port number.
-func (x *Engine) Port() uint8 { return x.e.port.Port }
+func (x *Engine) Port() uint8 { return x.e.Port.Port }
 
 // Close lets the engine go: it closes once its connections and listeners
 // have closed too (and the buffers they handed out are released). Dial,
@@ -695,7 +363,7 @@ func (x *Engine) Port() uint8 { return x.e.port.Port }
 func (x *Engine) Close() error {
 	x.closeOnce.Do(func() {
 		x.closed.Store(true)
-		x.closeErr = x.e.release()
+		x.closeErr = x.e.Release()
 	})
 	return x.closeErr
 }
@@ -705,13 +373,10 @@ func (e *engine) alloc(n int) (*Buffer, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("rdma: alloc %d bytes: %w", n, ErrInvalid)
 	}
-	e.mu.Lock()
-	closed := e.closed
-	e.mu.Unlock()
-	if closed {
-		return nil, e.closedErr()
+	if e.Closed() {
+		return nil, e.ClosedErr()
 	}
-	pb, err := e.pool.Get(n)
+	pb, err := e.Pool.Get(n)
 	if err != nil {
 		return nil, fmt.Errorf("rdma: alloc %d bytes: %w", n, err)
 	}

@@ -7,15 +7,14 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/go-rdma/rdma/internal/verbs"
+	ieng "github.com/go-rdma/rdma/internal/engine"
 )
 
 // ErrPortDown means the device port a connection runs on went down (the
 // device reported PORT_ERR): the connection cannot carry anything more.
-var ErrPortDown = errors.New("device port went down")
+var ErrPortDown = ieng.ErrPortDown
 
 // WithLogger sends the connections' lifecycle events to l: a connection
 // made, a connection closed in order by either side (at Info), a
@@ -45,8 +44,8 @@ func (c *Conn) logConnected() {
 	c.up.Store(true)
 	c.eng.life.opened.Add(1)
 	if l := c.cfg.log; l != nil {
-		l.Info("rdma: connected", "local", c.local, "remote", c.remote, "provider", c.eng.prov.Name(),
-			"device", c.eng.ctx.Info().Name, "qpn", c.qp.QPN())
+		l.Info("rdma: connected", "local", c.local, "remote", c.remote, "provider", c.eng.Prov.Name(),
+			"device", c.eng.Name(), "qpn", c.qp.QPN())
 	}
 }
 
@@ -95,7 +94,7 @@ func (l *Listener) logRefused(remote net.Addr, err error, refused bool) {
 	if lg == nil {
 		return
 	}
-	ok, more, others := l.logLimit.allow(refusalKey(remote, err), time.Now())
+	ok, more, others := l.logLimit.Allow(refusalKey(remote, err), time.Now())
 	if !ok {
 		return
 	}
@@ -120,112 +119,4 @@ func refusalKey(remote net.Addr, err error) string {
 	}
 	key := host + " " + strings.ReplaceAll(err.Error(), addr, "")
 	return key[:min(len(key), maxRefusalKey)]
-}
-
-// logEvery is how often a repeated event (a device event of one type, a
-// refused handshake of one peer and reason) is logged at most; the
-// record says how many more came since the last one logged.
-const logEvery = time.Second
-
-// maxLogKeys bounds the keys a logLimiter tracks: a refused handshake's
-// key names its peer and reason, so an attacker chooses how many there
-// are.
-const maxLogKeys = 64
-
-// logLimiter rate-limits repeated log records by key. It tracks at most
-// maxLogKeys keys: past them, the keys not logged for logEvery are
-// forgotten, and if none is, a record of a new key is held back. What
-// forgotten keys held back, and the records held back so, are counted
-// as others and reported with the next record logged: nothing goes
-// uncounted, and the log takes at most maxLogKeys records per logEvery.
-type logLimiter struct {
-	mu     sync.Mutex
-	last   map[string]*logCount
-	others int
-}
-
-type logCount struct {
-	at   time.Time // the last record logged
-	more int       // records not logged since
-}
-
-// allow reports whether a record of key is logged at now and, if so, how
-// many of key were not logged since the last one, and how many of other
-// keys were held back and not reported yet.
-func (l *logLimiter) allow(key string, now time.Time) (ok bool, more, others int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := l.last[key]
-	switch {
-	case n == nil:
-		if l.last == nil {
-			l.last = map[string]*logCount{}
-		}
-		if len(l.last) >= maxLogKeys {
-			l.forget(now)
-		}
-		if len(l.last) >= maxLogKeys {
-			l.others++
-			return false, 0, 0
-		}
-		l.last[key] = &logCount{at: now}
-	case now.Sub(n.at) < logEvery:
-		n.more++
-		return false, 0, 0
-	default:
-		more = n.more
-		n.at, n.more = now, 0
-	}
-	others, l.others = l.others, 0
-	return true, more, others
-}
-
-// forget drops the keys not logged for logEvery, counting what they
-// held back as others.
-func (l *logLimiter) forget(now time.Time) {
-	for k, n := range l.last {
-		if now.Sub(n.at) >= logEvery {
-			l.others += n.more
-			delete(l.last, k)
-		}
-	}
-}
-
-// onAsyncEvent handles one of the device's asynchronous events: it
-// logs it, refills an SRQ at its limit, and fails the connections of a
-// port that went down.
-func (e *engine) onAsyncEvent(ev verbs.AsyncEvent) {
-	if l := e.cfg.log; l != nil {
-		lvl := slog.LevelWarn
-		switch ev.Type {
-		case verbs.EventSRQLimitReached, verbs.EventCommEst, verbs.EventQPLastWQEReached:
-			lvl = slog.LevelDebug
-		case verbs.EventPortActive:
-			lvl = slog.LevelInfo
-		}
-		// A device has a few event types: no key is held back.
-		if ok, more, _ := e.logLimit.allow(ev.Type.String(), time.Now()); ok {
-			l.Log(context.Background(), lvl, "rdma: device event", "device", e.ctx.Info().Name, "event", ev.Type.String(),
-				"port", ev.Port, "qpn", ev.QPN, "more_since", more)
-		}
-	}
-	switch ev.Type {
-	case verbs.EventSRQLimitReached:
-		if !srqEventRefill.Load() {
-			return
-		}
-		for i := range e.srqs {
-			if s := e.srqs[i].Load(); s != nil && s.q == ev.SRQ {
-				s.refill(refillEvent)
-			}
-		}
-	case verbs.EventPortErr:
-		if ev.Port != e.port.Port {
-			return
-		}
-		err := fmt.Errorf("rdma: device %s port %d: %w", e.ctx.Info().Name, ev.Port, ErrPortDown)
-		for _, c := range e.slots.all() {
-			c.fail(err)
-		}
-	}
 }

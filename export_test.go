@@ -4,27 +4,27 @@ import (
 	"encoding/binary"
 	"sync"
 
+	ieng "github.com/go-rdma/rdma/internal/engine"
+
 	"github.com/go-rdma/rdma/internal/poller"
 	"github.com/go-rdma/rdma/internal/soft"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
 // ConnPollerStats is the counters of the poller that serves c's CQ.
-func ConnPollerStats(c *Conn) poller.Stats { return c.unit.p.Stats() }
+func ConnPollerStats(c *Conn) poller.Stats { return c.unit.P.Stats() }
 
 // ConnPollerConfig is the configuration of the poller that serves c's CQ.
-func ConnPollerConfig(c *Conn) poller.Config { return c.unit.p.Config() }
+func ConnPollerConfig(c *Conn) poller.Config { return c.unit.P.Config() }
 
 // ConnPollerThread is the OS thread of c's poller, if it is locked.
-func ConnPollerThread(c *Conn) int { return c.unit.p.ThreadID() }
+func ConnPollerThread(c *Conn) int { return c.unit.P.ThreadID() }
 
 // EnginePollerThreads are the OS threads of x's pollers, one per CQ.
 func EnginePollerThreads(x *Engine) []int {
-	x.e.mu.Lock()
-	defer x.e.mu.Unlock()
 	var tids []int
-	for _, u := range x.e.units {
-		tids = append(tids, u.p.ThreadID())
+	for _, u := range x.e.Units() {
+		tids = append(tids, u.P.ThreadID())
 	}
 	return tids
 }
@@ -32,7 +32,7 @@ func EnginePollerThreads(x *Engine) []int {
 // StopPoller stops c's poller as an error would, then fails c as
 // engine.watch does when a poller stops on an error.
 func StopPoller(c *Conn, err error) {
-	c.unit.p.Close()
+	c.unit.P.Close()
 	c.fail(err)
 }
 
@@ -92,7 +92,7 @@ func AwaitsVerdict(c *Conn) bool { return c.vd.holding.Load() }
 // PoolDrained is closed once the pool c shares with its engine (its
 // Listener's, or its own for a dialed Conn) is closed and every slab is
 // freed: then the engine closes the PD and the device context.
-func PoolDrained(c *Conn) <-chan struct{} { return c.eng.pool.Drained() }
+func PoolDrained(c *Conn) <-chan struct{} { return c.eng.Pool.Drained() }
 
 // BufferAddr is the address of b's memory (0 after Release), to tell
 // whether two handles got the same pool buffer.
@@ -100,19 +100,12 @@ func BufferAddr(b *Buffer) uint64 { return b.pb().Addr() }
 
 // SetSRQRefill turns the SRQ's refill by its limit event and by the
 // check after a poll on or off; restore turns both back on.
-func SetSRQRefill(event, poll bool) (restore func()) {
-	srqEventRefill.Store(event)
-	srqPollRefill.Store(poll)
-	return func() {
-		srqEventRefill.Store(true)
-		srqPollRefill.Store(true)
-	}
-}
+func SetSRQRefill(event, poll bool) (restore func()) { return ieng.SetRefillPaths(event, poll) }
 
 // SharedRecvStats reports c's shared receive queue.
 func SharedRecvStats(c *Conn) SRQStats {
 	for _, q := range c.eng.stats(false).SharedReceives {
-		if q.MessageSize == c.srq.size {
+		if q.MessageSize == c.srq.Size() {
 			return q
 		}
 	}
@@ -130,13 +123,13 @@ func ForgeCredits(c *Conn, n int) {
 // InjectDeviceEvent makes c's device report ev, on soft.
 func InjectDeviceEvent(c *Conn, typ string, port uint8) bool {
 	t := map[string]verbs.AsyncEventType{"PORT_ERR": verbs.EventPortErr, "PORT_ACTIVE": verbs.EventPortActive}[typ]
-	return soft.InjectEvent(c.eng.ctx, verbs.AsyncEvent{Type: t, Port: port})
+	return soft.InjectEvent(c.eng.Ctx, verbs.AsyncEvent{Type: t, Port: port})
 }
 
 // FailRecv hands c a receive completion with status st, as its poller
 // would for a receive that failed.
 func FailRecv(c *Conn, st verbs.WCStatus) error {
-	pb, err := c.eng.pool.Get(c.rq.recvSize)
+	pb, err := c.eng.Pool.Get(c.rq.recvSize)
 	if err != nil {
 		return err
 	}
@@ -206,7 +199,7 @@ func EndSettled(c *Conn) bool {
 	c.rq.rmu.Lock()
 	defer c.rq.rmu.Unlock()
 	c.endIfDeliveredLocked()
-	return c.err() != nil && c.rq.ready.len() == 0 && !c.moreToComeLocked()
+	return c.err() != nil && c.rq.ready.Len() == 0 && !c.moreToComeLocked()
 }
 
 // InlineSize is the most bytes c posts inline.

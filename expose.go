@@ -56,7 +56,7 @@ func (c *Conn) Expose(b Local, access Access) (RemoteRegion, error) {
 	if err != nil {
 		return RemoteRegion{}, err
 	}
-	if pb.Pool() != c.eng.pool {
+	if pb.Pool() != c.eng.Pool {
 		return RemoteRegion{}, fmt.Errorf("rdma: expose: %w: buffer from another connection's pool", ErrInvalid)
 	}
 	r, err := c.expose(pb, off, n, access, 0, 0)
@@ -84,7 +84,7 @@ func (c *Conn) expose(pb *pool.Buffer, off, n int, access Access, granted int, l
 		acc |= verbs.AccessLocalWrite
 	}
 	mem := pb.Bytes()[off : off+n]
-	mr, err := c.eng.pd.RegMR(mem, acc)
+	mr, err := c.eng.PD.RegMR(mem, acc)
 	if err != nil {
 		pb.Unref()
 		return RemoteRegion{}, fmt.Errorf("rdma: expose %d bytes: %w", n, err)

@@ -35,34 +35,6 @@ func TestResolveOpStale(t *testing.T) {
 	assert.Equal(t, 4, f.Len())
 }
 
-// TestFIFO: the queue keeps order across wrap-arounds, removes from the
-// middle, and stops allocating once its array is big enough.
-func TestFIFO(t *testing.T) {
-	var q fifo[int]
-	for i := range 5 {
-		q.push(i)
-	}
-	assert.Equal(t, 0, q.pop())
-	q.remove(1) // 2
-	assert.Equal(t, []int{1, 3, 4}, q.items())
-	assert.Equal(t, []int{1, 3, 4}, q.take())
-	assert.Equal(t, 0, q.len())
-	next, want := 0, 0
-	allocs := testing.AllocsPerRun(100, func() {
-		for range 3 {
-			q.push(next)
-			next++
-		}
-		for range 3 {
-			if got := q.pop(); got != want {
-				t.Fatalf("popped %d, want %d", got, want)
-			}
-			want++
-		}
-	})
-	assert.Zero(t, allocs)
-}
-
 // BenchmarkFutureCycle is a future's own cost in a loop that releases
 // its futures: take one, resolve it as a completion does, Wait, read
 // its results, Release.

@@ -197,7 +197,7 @@ func (c *Conn) grant(size uint64, access Access, life time.Duration) (typ byte, 
 	if max := c.cfg.regionLife; life == 0 || life > max {
 		life = max
 	}
-	pb, err := c.eng.pool.Get(int(size))
+	pb, err := c.eng.Pool.Get(int(size))
 	if err == nil {
 		var r RemoteRegion
 		if r, err = c.expose(pb, 0, int(size), access, int(size), life); err == nil {

@@ -234,8 +234,8 @@ func dialHandshake(ctx context.Context, eng *engine, cfg config, tc net.Conn) (*
 // sameProvider refuses a peer on another provider: a soft QP cannot
 // talk to a verbs one.
 func sameProvider(eng *engine, peer *hello) error {
-	if p := providerName(peer.Provider); p != eng.prov.Name() {
-		return fmt.Errorf("%w: peer uses provider %q, this side %q", ErrRefused, p, eng.prov.Name())
+	if p := providerName(peer.Provider); p != eng.Prov.Name() {
+		return fmt.Errorf("%w: peer uses provider %q, this side %q", ErrRefused, p, eng.Prov.Name())
 	}
 	return nil
 }
@@ -329,7 +329,7 @@ func bound(ctx context.Context, tc net.Conn, d time.Duration) (release func() bo
 // hello that describes it.
 func (c *Conn) prepare() (hello, error) {
 	eng, cfg := c.eng, c.cfg
-	if err := c.qp.ToInit(verbs.InitAttr{Port: eng.port.Port, Access: verbs.Access(RemoteRead | RemoteWrite | RemoteAtomic)}); err != nil {
+	if err := c.qp.ToInit(verbs.InitAttr{Port: eng.Port.Port, Access: verbs.Access(RemoteRead | RemoteWrite | RemoteAtomic)}); err != nil {
 		return hello{}, err
 	}
 	if err := c.postReceives(); err != nil {
@@ -338,12 +338,12 @@ func (c *Conn) prepare() (hello, error) {
 	if err := c.makeCreditWord(); err != nil {
 		return hello{}, err
 	}
-	gid, err := eng.gidFor(addrIP(c.ctl.ctrl.LocalAddr()))
+	gid, err := eng.GIDFor(addrIP(c.ctl.ctrl.LocalAddr()))
 	if err != nil {
 		return hello{}, err
 	}
 	c.gidIndex = uint8(gid.Index)
-	me := hello{QPN: c.qp.QPN(), PSN: randPSN(), LID: eng.port.LID, MTU: uint8(eng.port.ActiveMTU), GID: gid.GID,
+	me := hello{QPN: c.qp.QPN(), PSN: randPSN(), LID: eng.Port.LID, MTU: uint8(eng.Port.ActiveMTU), GID: gid.GID,
 		RecvDepth: uint32(c.recvCap()), MaxMsg: uint32(cfg.maxMsg), RecvWindow: uint32(c.RecvWindow())}
 	copy(me.Protocol[:], cfg.protocol)
 	if c.cr.cw.mr != nil {
@@ -352,7 +352,7 @@ func (c *Conn) prepare() (hello, error) {
 	if me.MTU == 0 {
 		me.MTU = uint8(verbs.MTU1024)
 	}
-	copy(me.Provider[:], eng.prov.Name())
+	copy(me.Provider[:], eng.Prov.Name())
 	return me, nil
 }
 
@@ -365,7 +365,7 @@ func (c *Conn) connect(br *bufio.Reader, me, peer *hello, release func() bool) e
 	// No credits yet: the first message asks for them (credit.go).
 	mtu := verbs.MTU(min(me.MTU, peer.MTU))
 	if err := c.qp.ToRTR(verbs.RTRAttr{PathMTU: mtu, DestQPN: peer.QPN, RQPSN: peer.PSN,
-		Dest: verbs.Address{Port: eng.port.Port, LID: peer.LID, GID: peer.GID, SGIDIndex: c.gidIndex}, MinRNRTimer: 12}); err != nil {
+		Dest: verbs.Address{Port: eng.Port.Port, LID: peer.LID, GID: peer.GID, SGIDIndex: c.gidIndex}, MinRNRTimer: 12}); err != nil {
 		return err
 	}
 	if err := c.qp.ToRTS(verbs.RTSAttr{SQPSN: me.PSN, Timeout: 14, RetryCount: 7, RNRRetry: 7}); err != nil {

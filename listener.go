@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/go-rdma/rdma/internal/ibv"
+	"github.com/go-rdma/rdma/internal/loglimit"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -25,8 +26,8 @@ type Listener struct {
 	ctx  context.Context // ends at Close
 	stop context.CancelFunc
 
-	logLimit logLimiter  // refused handshakes (events.go)
-	hs       *handshakes // the handshakes holding a queue pair (handshakes.go)
+	logLimit loglimit.Limiter // refused handshakes (events.go)
+	hs       *handshakes      // the handshakes holding a queue pair (handshakes.go)
 
 	conns     chan *Conn
 	hmu       sync.Mutex
@@ -84,8 +85,8 @@ func listen(eng *engine, cfg config, address string) (*Listener, error) {
 		ln.Close()
 		return nil, &net.OpError{Op: "listen", Net: network, Addr: ln.Addr(), Err: err}
 	}
-	if err := eng.lacks(verbs.FeatureManualConnect); err != nil {
-		eng.release()
+	if err := eng.Lacks(verbs.FeatureManualConnect); err != nil {
+		eng.Release()
 		ln.Close()
 		return nil, &net.OpError{Op: "listen", Net: network, Addr: ln.Addr(), Err: fmt.Errorf("rdma: %w; dial and listen WithRDMACM", err)}
 	}
@@ -100,7 +101,7 @@ func listen(eng *engine, cfg config, address string) (*Listener, error) {
 func (l *Listener) Addr() net.Addr { return l.addr }
 
 // Provider is "verbs" or "soft".
-func (l *Listener) Provider() string { return l.eng.prov.Name() }
+func (l *Listener) Provider() string { return l.eng.Prov.Name() }
 
 func (l *Listener) acceptLoop() {
 	defer l.wg.Done()
@@ -236,14 +237,14 @@ func (l *Listener) Close() error {
 		if l.hs != nil {
 			l.hs.stop()
 		}
-		l.closeErr = errors.Join(err, l.eng.release())
+		l.closeErr = errors.Join(err, l.eng.Release())
 	})
 	return l.closeErr
 }
 
 // PoolStats reports the buffer pool shared by the listener's
 // connections.
-func (l *Listener) PoolStats() PoolStats { return PoolStats(l.eng.pool.Stats()) }
+func (l *Listener) PoolStats() PoolStats { return PoolStats(l.eng.Pool.Stats()) }
 
 // Alloc returns n bytes of registered memory, zero to its capacity, from
 // the pool of the listener's engine, so one buffer can be used, or

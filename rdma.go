@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	ieng "github.com/go-rdma/rdma/internal/engine"
+
 	"github.com/go-rdma/rdma/internal/ibv"
 	"github.com/go-rdma/rdma/internal/poller"
 	"github.com/go-rdma/rdma/internal/pool"
@@ -253,6 +255,10 @@ func WithMaxMessage(n int) ConnOption {
 		return nil
 	})
 }
+
+// MaxSharedReceives bounds WithSharedReceives: the receives one shared
+// receive queue may post.
+const MaxSharedReceives = ieng.MaxSharedReceives
 
 // WithSharedReceives bounds the receives an engine's shared receive
 // queue keeps posted for the messages of all its connections. It is an

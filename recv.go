@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/go-rdma/rdma/internal/fifo"
 	"github.com/go-rdma/rdma/internal/pool"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
@@ -17,8 +18,8 @@ import (
 type receives struct {
 	rmu       sync.Mutex
 	rposted   int // receives posted (without an SRQ)
-	ready     fifo[message]
-	waiters   fifo[*Future]
+	ready     fifo.Queue[message]
+	waiters   fifo.Queue[*Future]
 	rwrs      []verbs.RecvWR
 	rsges     []verbs.SGE
 	recvSize  int
@@ -32,7 +33,7 @@ type receives struct {
 // takeWaitersLocked takes the Recvs that wait, for the caller to fail
 // them once it has unlocked rmu. Caller holds rmu.
 func (r *receives) takeWaitersLocked() []*Future {
-	return r.waiters.take()
+	return r.waiters.Take()
 }
 
 // message is a received message waiting for Recv.
@@ -58,7 +59,7 @@ func (c *Conn) postReceives() error {
 // every message that arrived was handed over: taken by Recv, or handled
 // (the handler returned). Caller holds rmu.
 func (c *Conn) endIfDeliveredLocked() {
-	if c.rq.ended || c.err() == nil || c.rq.ready.len() > 0 || c.rq.handling || c.moreToComeLocked() {
+	if c.rq.ended || c.err() == nil || c.rq.ready.Len() > 0 || c.rq.handling || c.moreToComeLocked() {
 		return
 	}
 	c.rq.ended = true
@@ -124,8 +125,8 @@ func (c *Conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 	} else {
 		pb.Filled(m.n)
 	}
-	if c.rq.waiters.len() > 0 {
-		f := c.rq.waiters.pop()
+	if c.rq.waiters.Len() > 0 {
+		f := c.rq.waiters.Pop()
 		c.refillLocked()
 		c.endIfDeliveredLocked()
 		c.rq.rmu.Unlock()
@@ -134,7 +135,7 @@ func (c *Conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 		}
 		return
 	}
-	c.rq.ready.push(m)
+	c.rq.ready.Push(m)
 	if c.cfg.handler != nil {
 		c.dispatchLocked()
 	}
@@ -150,7 +151,7 @@ func (c *Conn) Recv() *Future {
 		return newResolved(fmt.Errorf("rdma: recv on %v: %w: the connection's messages go to its RecvHandler", c.remote, ErrInvalid))
 	}
 	c.rq.rmu.Lock()
-	if c.rq.ready.len() > 0 {
+	if c.rq.ready.Len() > 0 {
 		return c.takeReadyLocked()
 	}
 	if c.err() != nil && !c.moreToComeLocked() {
@@ -159,7 +160,7 @@ func (c *Conn) Recv() *Future {
 	}
 	f := newFuture(c.drv)
 	f.recv = c
-	c.rq.waiters.push(f)
+	c.rq.waiters.Push(f)
 	c.rq.rmu.Unlock()
 	return f
 }
@@ -167,7 +168,7 @@ func (c *Conn) Recv() *Future {
 // takeReadyLocked takes the oldest message that arrived before a Recv
 // asked for it, as a resolved future, and unlocks rmu.
 func (c *Conn) takeReadyLocked() *Future {
-	m := c.rq.ready.pop()
+	m := c.rq.ready.Pop()
 	c.refillLocked()
 	c.endIfDeliveredLocked()
 	c.rq.rmu.Unlock()
@@ -179,9 +180,9 @@ func (c *Conn) takeReadyLocked() *Future {
 // withdraw removes the pending Recv f, if no message matched it yet.
 func (c *Conn) withdraw(f *Future) bool {
 	c.rq.rmu.Lock()
-	i := slices.Index(c.rq.waiters.items(), f)
+	i := slices.Index(c.rq.waiters.Items(), f)
 	if i >= 0 {
-		c.rq.waiters.remove(i)
+		c.rq.waiters.Remove(i)
 	}
 	c.rq.rmu.Unlock()
 	if i < 0 {
@@ -202,7 +203,7 @@ func (c *Conn) withdraw(f *Future) bool {
 // has stopped, or the receives left were abandoned (abandonPosted),
 // nothing more comes. Caller holds rmu.
 func (c *Conn) moreToComeLocked() bool {
-	if c.closing.Load() || c.rq.abandoned || c.unit == nil || isClosedChan(c.unit.p.Done()) {
+	if c.closing.Load() || c.rq.abandoned || c.unit == nil || isClosedChan(c.unit.P.Done()) {
 		return false
 	}
 	if c.srq != nil {
@@ -270,7 +271,7 @@ func (c *Conn) refillLocked() {
 		c.tookLocked()
 		return
 	}
-	if gap := len(c.rq.rwrs) - c.rq.rposted - c.rq.ready.len(); gap >= max(1, len(c.rq.rwrs)/8) {
+	if gap := len(c.rq.rwrs) - c.rq.rposted - c.rq.ready.Len(); gap >= max(1, len(c.rq.rwrs)/8) {
 		before := c.rq.rposted
 		c.repostLocked(gap)
 		c.owe(c.rq.rposted - before)
@@ -283,12 +284,12 @@ func (c *Conn) repostLocked(k int) error {
 	if c.closing.Load() || c.err() != nil {
 		return nil
 	}
-	k = min(k, len(c.rq.rwrs)-c.rq.rposted-c.rq.ready.len())
+	k = min(k, len(c.rq.rwrs)-c.rq.rposted-c.rq.ready.Len())
 	if k <= 0 {
 		return nil
 	}
 	for i := 0; i < k; i++ {
-		pb, err := c.eng.pool.GetReceive(c.rq.recvSize)
+		pb, err := c.eng.Pool.GetReceive(c.rq.recvSize)
 		if err != nil {
 			c.unpost(i)
 			return fmt.Errorf("rdma: receive buffers: %w", err)

@@ -57,12 +57,12 @@ func TestDeliverToResolvedWaiter(t *testing.T) {
 	require.NoError(t, s.Close())
 	require.NoError(t, c.Close())
 	require.NoError(t, ln.Close())
-	drained := x.e.pool.Drained()
+	drained := x.e.Pool.Drained()
 	closed = true
 	require.NoError(t, x.Close())
 	select {
 	case <-drained:
 	case <-ctx.Done():
-		t.Fatalf("the engine did not drain: %d buffers in use", x.e.pool.Stats().BuffersInUse)
+		t.Fatalf("the engine did not drain: %d buffers in use", x.e.Pool.Stats().BuffersInUse)
 	}
 }

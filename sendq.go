@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/go-rdma/rdma/internal/fifo"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -31,19 +32,19 @@ import (
 // sendQueue is a connection's send queue: postMu and the state it
 // guards. Conn holds it as c.sq.
 type sendQueue struct {
-	postMu     sync.Mutex        // orders posts, so sent matches the send queue
-	sqFree     int               // room in the send queue; given back under postMu by settle, after completed (docs/history/performance.md, "Conn split by concept")
-	beacon     bool              // the beacon is posted (postBeacon)
-	pending    fifo[*queuedPost] // chains waiting for room, oldest first
-	pendingWRs int               // the WRs of pending
-	queuedSeq  uint64            // seq of the last chain queued
-	drainedSeq uint64            // seq of the last chain that left pending
-	posted     uint64            // send WRs the QP accepted
-	completed  atomic.Uint64     // send WRs completed
-	quiescing  bool              // Close waits for what was issued: nothing new
-	progress   chan struct{}     // closed at the next completion or drain, for waitSent
-	failAfter  error             // a post under postMu failed the QP: fail at unlock
-	latencySeq uint64            // send-side ops submitted, for latency sampling (latency.go)
+	postMu     sync.Mutex              // orders posts, so sent matches the send queue
+	sqFree     int                     // room in the send queue; given back under postMu by settle, after completed (docs/history/performance.md, "Conn split by concept")
+	beacon     bool                    // the beacon is posted (postBeacon)
+	pending    fifo.Queue[*queuedPost] // chains waiting for room, oldest first
+	pendingWRs int                     // the WRs of pending
+	queuedSeq  uint64                  // seq of the last chain queued
+	drainedSeq uint64                  // seq of the last chain that left pending
+	posted     uint64                  // send WRs the QP accepted
+	completed  atomic.Uint64           // send WRs completed
+	quiescing  bool                    // Close waits for what was issued: nothing new
+	progress   chan struct{}           // closed at the next completion or drain, for waitSent
+	failAfter  error                   // a post under postMu failed the QP: fail at unlock
+	latencySeq uint64                  // send-side ops submitted, for latency sampling (latency.go)
 	wr         [1]verbs.SendWR
 	sge        [1]verbs.SGE
 	op         [1]op
@@ -135,7 +136,7 @@ func (c *Conn) submitLocked(wrs []verbs.SendWR, ops []op) error {
 		c.dropAll(ops)
 		return err
 	}
-	if c.sq.pending.len() == 0 && c.roomLocked(wrs) {
+	if c.sq.pending.Len() == 0 && c.roomLocked(wrs) {
 		c.stampLatency(ops)
 		return c.postLocked(wrs, ops)
 	}
@@ -156,7 +157,7 @@ func (c *Conn) submitLocked(wrs []verbs.SendWR, ops []op) error {
 	q := newQueued(wrs, ops)
 	c.sq.queuedSeq++
 	q.seq = c.sq.queuedSeq
-	c.sq.pending.push(q)
+	c.sq.pending.Push(q)
 	c.sq.pendingWRs += len(q.wrs)
 	return nil
 }
@@ -172,8 +173,8 @@ func (c *Conn) sendQueueLimit() int {
 // drainLocked posts the queued chains that fit, oldest first. Caller
 // holds postMu.
 func (c *Conn) drainLocked() {
-	for c.sq.pending.len() > 0 && c.roomLocked(c.sq.pending.items()[0].wrs) {
-		q := c.sq.pending.pop()
+	for c.sq.pending.Len() > 0 && c.roomLocked(c.sq.pending.Items()[0].wrs) {
+		q := c.sq.pending.Pop()
 		c.sq.pendingWRs -= len(q.wrs)
 		c.sq.drainedSeq = q.seq
 		err := c.postable(q.wrs, q.ops, true)
@@ -201,7 +202,7 @@ func (c *Conn) failPending() {
 // failPendingLocked fails every queued chain with err. Caller holds
 // postMu.
 func (c *Conn) failPendingLocked(err error) {
-	for _, q := range c.sq.pending.take() {
+	for _, q := range c.sq.pending.Take() {
 		c.dropAll(q.ops)
 		resolveAll(q.ops, err)
 		c.sq.drainedSeq = q.seq
@@ -350,7 +351,7 @@ func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 		// nanoseconds otherwise. An Event poller gets the event anyway:
 		// waking it to poll once would only cost a wake and a park.
 		if c.eng.cfg.pollMode == PollAdaptive {
-			c.unit.p.Kick()
+			c.unit.P.Kick()
 		}
 		return nil
 	}

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	ieng "github.com/go-rdma/rdma/internal/engine"
+
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -350,11 +352,11 @@ type SRQStats struct {
 
 // The indexes of SRQStats.Refills: what started a refill.
 const (
-	RefillEvent  = iota // the SRQ limit event
-	RefillPoll          // the check after a poll
-	RefillGrant         // a grant or a waiting connection found too few receives posted
-	RefillRetry         // the retry after the pool limit cut a refill short
-	RefillCauses        // the number of causes, the length of Refills
+	RefillEvent  = ieng.RefillEvent  // the SRQ limit event
+	RefillPoll   = ieng.RefillPoll   // the check after a poll
+	RefillGrant  = ieng.RefillGrant  // a grant or a waiting connection found too few receives posted
+	RefillRetry  = ieng.RefillRetry  // the retry after the pool limit cut a refill short
+	RefillCauses = ieng.RefillCauses // the number of causes, the length of Refills
 )
 
 // closedStats keeps the counters of an engine's closed connections.
@@ -371,7 +373,7 @@ type closedStats struct {
 func (e *engine) retire(c *Conn) {
 	e.retired.mu.Lock()
 	defer e.retired.mu.Unlock()
-	e.slots.remove(c)
+	e.RemoveEndpoint(c.slot)
 	cs := c.Stats()
 	cs.CreditsOut = 0 // a gauge: nothing is given out by a closed connection
 	e.retired.st.add(cs)
@@ -380,9 +382,10 @@ func (e *engine) retire(c *Conn) {
 // stats reads the engine's counters, each connection's too when conns
 // is set.
 func (e *engine) stats(conns bool) EngineStats {
-	st := EngineStats{Provider: e.prov.Name(), Device: e.ctx.Info().Name, Port: e.port.Port, Pool: PoolStats(e.pool.Stats())}
+	st := EngineStats{Provider: e.Prov.Name(), Device: e.Name(), Port: e.Port.Port, Pool: PoolStats(e.Pool.Stats())}
 	e.retired.mu.Lock()
-	for _, c := range e.slots.all() {
+	for _, ep := range e.Endpoints() {
+		c := (*Conn)(ep.(*endpoint))
 		cs := c.Stats()
 		st.Conns++
 		st.Total.add(cs)
@@ -393,26 +396,11 @@ func (e *engine) stats(conns bool) EngineStats {
 	st.Closed = e.retired.st
 	e.retired.mu.Unlock()
 	st.Lifecycle = e.life.stats()
-	for i := range e.srqs {
-		s := e.srqs[i].Load()
-		if s == nil {
-			continue
-		}
-		q := SRQStats{MessageSize: s.size, Depth: s.depth, Posted: s.posted.Load(), Granted: s.granted.Load(), Held: s.held.Load(),
-			Withdrawn: s.withdrawn.Load()}
-		s.mu.Lock()
-		q.Waiting = s.wq.len()
-		s.mu.Unlock()
-		for k := range q.Refills {
-			q.Refills[k] = s.refills[k].Load()
-		}
-		st.SharedReceives = append(st.SharedReceives, q)
+	for _, s := range e.SRQs() {
+		st.SharedReceives = append(st.SharedReceives, SRQStats(s.Stats()))
 	}
-	e.mu.Lock()
-	units := append([]*cqUnit(nil), e.units...)
-	e.mu.Unlock()
-	for _, u := range units {
-		st.Pollers.add(PollerStats(u.p.Stats()))
+	for _, u := range e.Units() {
+		st.Pollers.add(PollerStats(u.P.Stats()))
 	}
 	return st
 }

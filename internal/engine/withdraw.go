@@ -1,7 +1,9 @@
-package rdma
+package engine
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -57,7 +59,7 @@ type withdrawPair struct {
 
 // armDecay starts the decay look if it is not running: credits came
 // back, so receives may be left over.
-func (s *sharedRecv) armDecay() {
+func (s *SRQ) armDecay() {
 	if !s.decayArmed.Load() && s.decayArmed.CompareAndSwap(false, true) {
 		s.decay.Reset(srqDecay)
 	}
@@ -67,7 +69,7 @@ func (s *sharedRecv) armDecay() {
 // reserved beyond the credits out, the messages held, what waiters
 // want, and, unless bare,
 // the headroom a refill would keep. Caller holds mu.
-func (s *sharedRecv) surplusLocked(bare bool) int64 {
+func (s *SRQ) surplusLocked(bare bool) int64 {
 	g := s.granted.Load() + s.held.Load()
 	keep := g + s.wq.wantSum
 	if !bare {
@@ -82,32 +84,19 @@ func (s *sharedRecv) surplusLocked(bare bool) int64 {
 // timer stopped (it looks when it sends), and they would keep receives
 // posted for ever. It reports whether any connection holds credits, so
 // the look goes on. Caller holds mu.
-func (s *sharedRecv) recallQuietLocked() bool {
+func (s *SRQ) recallQuietLocked() bool {
 	out := false
-	for _, c := range s.e.slots.all() {
-		// creditOut first: a connection being made is in the slots
-		// before its srq is set, and only a grant, under mu, makes
-		// creditOut positive after it.
-		if c.cr.creditOut.Load() <= 0 || c.srq != s {
-			continue
+	for c := range s.members {
+		if c.LookQuiet() {
+			out = true
 		}
-		out = true
-		if n := c.st.recvs.Load(); n != c.cr.lookRecvs {
-			c.cr.lookRecvs = n
-			continue
-		}
-		// A recall of the burst may have found its messages waiting
-		// (they keep their credits) and left recalled set: quiet for a
-		// whole look, the connection is asked again, once a look.
-		c.cr.recalled.Store(false)
-		c.recall()
 	}
 	return out
 }
 
 // decayLook withdraws the surplus that lasted since the last look, and
 // looks again while there is one. It runs on the decay timer.
-func (s *sharedRecv) decayLook() {
+func (s *SRQ) decayLook() {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.mu.Lock()
@@ -131,7 +120,7 @@ func (s *sharedRecv) decayLook() {
 
 // trim withdraws every receive the credits out and the messages held do
 // not need, at once.
-func (s *sharedRecv) trim() error {
+func (s *SRQ) trim() error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.mu.Lock()
@@ -146,7 +135,7 @@ func (s *sharedRecv) trim() error {
 // withdrawLocked reserves k receives, unlocks mu, consumes them and
 // sets the low watermark again. Caller holds wmu and mu; mu is unlocked
 // on return.
-func (s *sharedRecv) withdrawLocked(k int) error {
+func (s *SRQ) withdrawLocked(k int) error {
 	if k <= 0 {
 		s.mu.Unlock()
 		return nil
@@ -154,7 +143,7 @@ func (s *sharedRecv) withdrawLocked(k int) error {
 	s.withdrawing.Add(int64(k))
 	s.mu.Unlock()
 	err := s.consume(k)
-	if l := s.e.cfg.log; err != nil && l != nil {
+	if l := s.e.Cfg.Log; err != nil && l != nil {
 		l.Warn("rdma: withdrawing receives of the shared receive queue", "size", s.size, "err", err)
 	}
 	s.mu.Lock()
@@ -165,7 +154,7 @@ func (s *sharedRecv) withdrawLocked(k int) error {
 
 // consume takes k reserved receives off the SRQ with zero-length SENDs.
 // What it could not take is unreserved again. Caller holds wmu.
-func (s *sharedRecv) consume(k int) error {
+func (s *SRQ) consume(k int) error {
 	var err error
 	for k > 0 && err == nil {
 		n := min(k, withdrawChain)
@@ -181,7 +170,7 @@ func (s *sharedRecv) consume(k int) error {
 // consumeChain posts n zero-length SENDs on the pair (making it first)
 // and waits for their completions; it returns how many receives they
 // took. A failure breaks the pair: it is closed, and made anew next time.
-func (s *sharedRecv) consumeChain(n int) (int, error) {
+func (s *SRQ) consumeChain(n int) (int, error) {
 	if s.pair == nil {
 		p, err := s.newWithdrawPair()
 		if err != nil {
@@ -216,7 +205,7 @@ func (s *sharedRecv) consumeChain(n int) (int, error) {
 // await polls the pair's CQ until n SENDs have completed and as many
 // receives (one per successful SEND), or ctx ends or a SEND fails; it
 // returns the SENDs completed and the receives taken.
-func (s *sharedRecv) await(ctx context.Context, p *withdrawPair, sends, taken, n int) (int, int, error) {
+func (s *SRQ) await(ctx context.Context, p *withdrawPair, sends, taken, n int) (int, int, error) {
 	okSends, armed := 0, false
 	for sends < n || taken < okSends {
 		m, err := p.cq.Poll(p.wc[:])
@@ -270,7 +259,7 @@ func (s *sharedRecv) await(ctx context.Context, p *withdrawPair, sends, taken, n
 // short and posted one more, which an idle queue then kept for good
 // (TestReceivesFollowLoad failed so in 1 of 6 runs of the test suite),
 // and in the other order a grant would see one receive too many.
-func (s *sharedRecv) takeWithdrawn(wc *verbs.WorkCompletion) int {
+func (s *SRQ) takeWithdrawn(wc *verbs.WorkCompletion) int {
 	s.mu.Lock()
 	pb := s.take(wc.WRID)
 	if pb != nil {
@@ -287,7 +276,7 @@ func (s *sharedRecv) takeWithdrawn(wc *verbs.WorkCompletion) int {
 
 // closePair destroys a broken pair and returns the receives its last
 // completions took.
-func (s *sharedRecv) closePair() int {
+func (s *SRQ) closePair() int {
 	p := s.pair
 	if p == nil {
 		return 0
@@ -314,7 +303,7 @@ func (s *sharedRecv) closePair() int {
 // newWithdrawPair makes the loopback connection: both QPs on one CQ of
 // their own, rx on the SRQ, connected to each other on the engine's
 // port.
-func (s *sharedRecv) newWithdrawPair() (*withdrawPair, error) {
+func (s *SRQ) newWithdrawPair() (*withdrawPair, error) {
 	e := s.e
 	p := &withdrawPair{}
 	var err error
@@ -322,37 +311,37 @@ func (s *sharedRecv) newWithdrawPair() (*withdrawPair, error) {
 		p.close()
 		return nil, fmt.Errorf("rdma: receive withdrawal: %s: %w", what, err)
 	}
-	if p.ch, err = e.ctx.CreateCompChannel(); err != nil {
+	if p.ch, err = e.Ctx.CreateCompChannel(); err != nil {
 		return fail("completion channel", err)
 	}
-	if p.cq, err = e.ctx.CreateCQ(2*withdrawChain+2, p.ch); err != nil {
+	if p.cq, err = e.Ctx.CreateCQ(2*withdrawChain+2, p.ch); err != nil {
 		return fail("CQ", err)
 	}
-	if p.tx, err = e.pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: p.cq, RecvCQ: p.cq,
+	if p.tx, err = e.PD.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: p.cq, RecvCQ: p.cq,
 		Cap: verbs.QPCap{MaxSendWR: withdrawChain, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return fail("QP", err)
 	}
-	if p.rx, err = e.pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: p.cq, RecvCQ: p.cq, SRQ: s.q,
+	if p.rx, err = e.PD.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: p.cq, RecvCQ: p.cq, SRQ: s.q,
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxSendSGE: 1}}); err != nil {
 		return fail("QP", err)
 	}
-	gid, err := e.gidFor(netip.Addr{})
+	gid, err := e.GIDFor(netip.Addr{})
 	if err != nil {
 		return fail("GID", err)
 	}
-	mtu := verbs.MTU(e.port.ActiveMTU)
+	mtu := verbs.MTU(e.Port.ActiveMTU)
 	if mtu == 0 {
 		mtu = verbs.MTU1024
 	}
 	psn := randPSN()
 	for _, q := range []verbs.QP{p.tx, p.rx} {
-		if err := q.ToInit(verbs.InitAttr{Port: e.port.Port}); err != nil {
+		if err := q.ToInit(verbs.InitAttr{Port: e.Port.Port}); err != nil {
 			return fail("QP to INIT", err)
 		}
 	}
 	for _, c := range [][2]verbs.QP{{p.tx, p.rx}, {p.rx, p.tx}} {
 		if err := c[0].ToRTR(verbs.RTRAttr{PathMTU: mtu, DestQPN: c[1].QPN(), RQPSN: psn,
-			Dest: verbs.Address{Port: e.port.Port, LID: e.port.LID, GID: gid.GID, SGIDIndex: uint8(gid.Index)}, MinRNRTimer: 1}); err != nil {
+			Dest: verbs.Address{Port: e.Port.Port, LID: e.Port.LID, GID: gid.GID, SGIDIndex: uint8(gid.Index)}, MinRNRTimer: 1}); err != nil {
 			return fail("QP to RTR", err)
 		}
 		// A few RNR retries: the receives are reserved, so a SEND finds
@@ -379,4 +368,11 @@ func (p *withdrawPair) close() {
 	if p.ch != nil {
 		p.ch.Close()
 	}
+}
+
+// randPSN is a random 24-bit packet sequence number.
+func randPSN() uint32 {
+	var b [4]byte
+	rand.Read(b[:])
+	return binary.BigEndian.Uint32(b[:]) & 0xffffff
 }

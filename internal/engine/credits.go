@@ -1,4 +1,4 @@
-package rdma
+package engine
 
 import (
 	"sync/atomic"
@@ -30,9 +30,42 @@ import (
 // alone keeps its pipeline full without asking; while others wait they
 // go to the queue instead.
 
+// Grantee is a connection that takes credits from an SRQ: the receiving
+// side of its credits. The SRQ reaches it only through these methods;
+// they run under the SRQ's lock, so they take no lock the connection
+// holds while it calls the SRQ.
+type Grantee interface {
+	// CreditRoom is how many more credits it may be given: its cap less
+	// the credits out, the messages not taken yet and those taken whose
+	// credits are not given back yet.
+	CreditRoom() int
+	// CreditCap is the most credits it may hold.
+	CreditCap() int
+	// Give records k credits given to its peer, ahead of what the peer
+	// asked for when ahead is set, and tells the peer.
+	Give(k int, ahead bool)
+	// CreditsOut is what its peer holds or used on messages not yet here.
+	CreditsOut() int64
+	// Spare reports whether its peer may hold credits it cannot use:
+	// given ahead of what it asked for.
+	Spare() bool
+	// Recall asks its peer for the credits it cannot use, once until the
+	// peer answers or is given more.
+	Recall()
+	// LookQuiet is the decay look: it recalls the credits of a peer that
+	// sent nothing since the last look, and reports whether the peer
+	// holds any.
+	LookQuiet() bool
+	// Failed reports whether it has failed: it is served no more.
+	Failed() bool
+}
+
+// MaxAsk bounds a request for credits.
+const MaxAsk = 1 << 16
+
 // creditWaiter is a connection waiting for credits.
 type creditWaiter struct {
-	c     *Conn
+	c     Grantee
 	want  int  // credits its peer's messages waiting need, less those given since it asked
 	need  int  // the least grant that lets its first waiting chain go; 0 once that was given
 	ahead bool // want includes credits of messages taken, given back before the peer asks
@@ -42,9 +75,9 @@ type creditWaiter struct {
 // under the SRQ's mu; n is read without it.
 type creditQueue struct {
 	ws       []*creditWaiter
-	byConn   map[*Conn]*creditWaiter
+	byConn   map[Grantee]*creditWaiter
 	wantSum  int64        // want over ws
-	reserved *Conn        // the waiter the free receives are kept for, if any
+	reserved Grantee      // the waiter the free receives are kept for, if any
 	n        atomic.Int32 // len(ws), for a look without the lock
 }
 
@@ -52,16 +85,16 @@ func (q *creditQueue) len() int { return len(q.ws) }
 
 // holdsChain reports whether c waits for a chain's credits: it may hold
 // part of them.
-func (q *creditQueue) holdsChain(c *Conn) bool {
+func (q *creditQueue) holdsChain(c Grantee) bool {
 	w := q.byConn[c]
 	return w != nil && w.need > 1
 }
 
 // add queues c for want credits, need of them at once; ahead when they
 // are given back before the peer asks.
-func (q *creditQueue) add(c *Conn, want, need int, ahead bool) {
+func (q *creditQueue) add(c Grantee, want, need int, ahead bool) {
 	if q.byConn == nil {
-		q.byConn = map[*Conn]*creditWaiter{}
+		q.byConn = map[Grantee]*creditWaiter{}
 	}
 	w := &creditWaiter{c: c, want: want, need: need, ahead: ahead}
 	q.ws = append(q.ws, w)
@@ -71,7 +104,7 @@ func (q *creditQueue) add(c *Conn, want, need int, ahead bool) {
 }
 
 // remove takes c's record out of the queue, if it has one.
-func (q *creditQueue) remove(c *Conn) {
+func (q *creditQueue) remove(c Grantee) {
 	w := q.byConn[c]
 	if w == nil {
 		return
@@ -92,35 +125,28 @@ func (q *creditQueue) remove(c *Conn) {
 
 // headroomLocked is the receives posted and not reserved beyond the
 // credits outstanding: what can be given now. Caller holds mu.
-func (s *sharedRecv) headroomLocked() int {
+func (s *SRQ) headroomLocked() int {
 	return int(s.posted.Load() - s.withdrawing.Load() - s.granted.Load())
 }
 
 // grantLocked gives c up to k credits, as far as its cap and the
 // headroom allow, and tells its peer; ahead when they are more than it
 // asked for, which a recall may then get back. Caller holds mu.
-func (s *sharedRecv) grantLocked(c *Conn, k int, ahead bool) int {
-	k = min(k, c.creditRoom(), s.headroomLocked())
+func (s *SRQ) grantLocked(c Grantee, k int, ahead bool) int {
+	k = min(k, c.CreditRoom(), s.headroomLocked())
 	if k <= 0 {
 		return 0
 	}
-	if ahead && !c.cr.spare.Load() {
-		c.cr.spare.Store(true)
-	}
 	s.granted.Add(int64(k))
-	c.cr.creditOut.Add(int64(k))
+	c.Give(k, ahead)
 	s.armDecay() // a look recalls them if they go unused (recallQuietLocked)
-	if c.cr.recalled.Load() {
-		c.cr.recalled.Store(false) // it may be recalled again
-	}
-	c.owe(k)
 	return k
 }
 
 // serveLocked gives the waiting connections credits, oldest first, as
 // far as the headroom goes, and reserves the headroom for the first one
 // it cannot serve yet. Caller holds mu.
-func (s *sharedRecv) serveLocked() {
+func (s *SRQ) serveLocked() {
 	q := &s.wq
 	ws := q.ws
 	q.reserved = nil
@@ -129,12 +155,12 @@ func (s *sharedRecv) serveLocked() {
 	for ; i < len(ws); i++ {
 		w := ws[i]
 		c := w.c
-		if c.err() != nil || w.want <= 0 {
+		if c.Failed() || w.want <= 0 {
 			q.wantSum -= int64(w.want)
 			delete(q.byConn, c)
 			continue
 		}
-		room := c.creditRoom()
+		room := c.CreditRoom()
 		need := max(w.need, 1)
 		if room < need {
 			// Its own messages fill its cap: served once it takes them.
@@ -177,10 +203,10 @@ func (s *sharedRecv) serveLocked() {
 	q.n.Store(int32(len(q.ws)))
 }
 
-// ask serves a peer's request for want credits, need of them at once:
+// Ask serves a peer's request for want credits, need of them at once:
 // at once from the headroom when no one waits, else in turn. A new ask
 // of a connection that waits replaces its old one, in its place.
-func (s *sharedRecv) ask(c *Conn, want, need int) {
+func (s *SRQ) Ask(c Grantee, want, need int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if want <= 0 {
@@ -188,17 +214,17 @@ func (s *sharedRecv) ask(c *Conn, want, need int) {
 		s.wq.remove(c)
 		return
 	}
-	need = min(max(need, 1), c.cfg.rqDepth) // a chain needs at most the cap (Batch.Post)
+	need = min(max(need, 1), c.CreditCap()) // a chain needs at most the cap (Batch.Post)
 	want = max(want, need)
 	if w := s.wq.byConn[c]; w != nil {
 		s.wq.wantSum += int64(want - w.want)
 		w.want, w.need = want, need
 		if s.serveLocked(); s.wq.reserved != nil {
-			s.refillLocked(refillGrant) // too few posted
+			s.refillLocked(RefillGrant) // too few posted
 		}
 		return
 	}
-	if room := c.creditRoom(); s.wq.len() == 0 && room >= need {
+	if room := c.CreditRoom(); s.wq.len() == 0 && room >= need {
 		// No one else waits: give what the connection may have, so that
 		// it pipelines as with receives of its own, as long as the SRQ
 		// has plenty to give; as it fills up, less, down to what was
@@ -212,7 +238,7 @@ func (s *sharedRecv) ask(c *Conn, want, need int) {
 		share := s.depth / max(1, int(s.users.Load()))
 		give := min(room, max(want, min(free/8, share)))
 		if s.headroomLocked() < give {
-			s.refillForLocked(refillGrant, int64(give))
+			s.refillForLocked(RefillGrant, int64(give))
 		}
 		if s.headroomLocked() >= need {
 			got := s.grantLocked(c, give, give > want)
@@ -223,13 +249,13 @@ func (s *sharedRecv) ask(c *Conn, want, need int) {
 		}
 	}
 	s.wq.add(c, want, need, false)
-	s.refillLocked(refillGrant)
+	s.refillLocked(RefillGrant)
 }
 
-// regrant gives c back the credits of k messages its application took,
+// Regrant gives c back the credits of k messages its application took,
 // while no other connection waits: c streams, and keeps its pipeline
 // full without asking. While others wait the receives go to them.
-func (s *sharedRecv) regrant(c *Conn, k int) {
+func (s *SRQ) Regrant(c Grantee, k int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := s.wq.byConn[c]
@@ -237,20 +263,20 @@ func (s *sharedRecv) regrant(c *Conn, k int) {
 	case w != nil && s.wq.len() == 1:
 		// c streams alone and waits, for receives to be posted or for
 		// its own messages to be taken: these add to what it is given.
-		d := min(w.want+k, maxAsk) - w.want
+		d := min(w.want+k, MaxAsk) - w.want
 		w.want += d
 		w.ahead = true
 		s.wq.wantSum += int64(d)
 		if s.serveLocked(); s.wq.reserved != nil {
-			s.refillLocked(refillGrant) // too few posted
+			s.refillLocked(RefillGrant) // too few posted
 		}
 	case s.wq.len() > 0:
 		// Others wait: the receives go to them, in turn.
-		s.refillLocked(refillGrant)
+		s.refillLocked(RefillGrant)
 	default:
 		if got := s.grantLocked(c, k, true); got < k {
 			// Too few receives posted: the refill gives the rest.
-			s.refillForLocked(refillGrant, int64(k-got))
+			s.refillForLocked(RefillGrant, int64(k-got))
 			if got += s.grantLocked(c, k-got, true); got < k {
 				s.wq.add(c, k-got, 1, true)
 			}
@@ -258,13 +284,12 @@ func (s *sharedRecv) regrant(c *Conn, k int) {
 	}
 }
 
-// giveBack takes back n credits c's peer did not use, or that c held
-// when it ended.
-func (s *sharedRecv) giveBack(c *Conn, n int) {
+// GiveBack takes back n credits c's peer did not use; c has taken them
+// off its own count.
+func (s *SRQ) GiveBack(c Grantee, n int) {
 	if n <= 0 {
 		return
 	}
-	c.cr.creditOut.Add(-int64(n))
 	s.granted.Add(-int64(n))
 	s.mu.Lock()
 	s.serveLocked()
@@ -272,16 +297,39 @@ func (s *sharedRecv) giveBack(c *Conn, n int) {
 	s.armDecay() // the receives behind them may be left over
 }
 
-// leave removes c from the waiters and takes back its credits: c is
-// torn down and no message of its can come any more.
-func (s *sharedRecv) leave(c *Conn) {
+// Arrived accounts for a message that used a credit and a receive.
+func (s *SRQ) Arrived() {
+	s.granted.Add(-1)
+	s.held.Add(1)
+}
+
+// Taken accounts for k messages whose credits are given back or no
+// longer needed: their receives may be posted again.
+func (s *SRQ) Taken(k int64) { s.held.Add(-k) }
+
+// HasWaiters reports whether connections wait for credits.
+func (s *SRQ) HasWaiters() bool { return s.wq.n.Load() > 0 }
+
+// Leave takes c off s: c is torn down and no message of its can come
+// any more. held are its messages whose credits were not given back,
+// out the credits it had given (c's counts are zero now).
+func (s *SRQ) Leave(c Grantee, held int64, out int) {
 	s.mu.Lock()
 	s.wq.remove(c)
+	delete(s.members, c)
 	s.mu.Unlock()
-	c.rq.rmu.Lock()
-	s.held.Add(-c.cr.creditHeld.Swap(0) - c.cr.creditTaken.Swap(0))
-	c.rq.rmu.Unlock()
-	s.giveBack(c, int(c.cr.creditOut.Load()))
+	s.held.Add(-held)
+	s.GiveBack(c, out)
+}
+
+// join puts c on s. Caller holds s.e.mu (SRQFor).
+func (s *SRQ) join(c Grantee) {
+	s.mu.Lock()
+	if s.members == nil {
+		s.members = map[Grantee]struct{}{}
+	}
+	s.members[c] = struct{}{}
+	s.mu.Unlock()
 }
 
 // recallGap is the least time between two recalls of an SRQ's credits:
@@ -295,18 +343,15 @@ const recallGap = time.Millisecond
 // and were given what they asked for use it all: recalling them would
 // cost a frame each for nothing. At most once a recallGap; the retry
 // timer looks again while the reserved waiter waits. Caller holds mu.
-func (s *sharedRecv) recallLocked() {
+func (s *SRQ) recallLocked() {
 	if s.wq.reserved == nil {
 		return // the waiters left wait for their own messages to be taken
 	}
 	if now := time.Now(); now.Sub(s.recallAt) >= recallGap {
 		s.recallAt = now
-		for _, c := range s.e.slots.all() {
-			// creditOut first: a connection being made is in the
-			// slots before its srq is set; a grant, under mu, made
-			// creditOut positive after it (recallQuietLocked).
-			if c.cr.creditOut.Load() > 0 && c.srq == s && c != s.wq.reserved && (c.cr.spare.Load() || s.wq.holdsChain(c)) {
-				c.recall()
+		for c := range s.members {
+			if c.CreditsOut() > 0 && c != s.wq.reserved && (c.Spare() || s.wq.holdsChain(c)) {
+				c.Recall()
 			}
 		}
 	}

@@ -1,6 +1,7 @@
-package rdma
+package engine
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -31,9 +32,10 @@ import (
 // watermark below it, in case the polls fall behind), and a grant that
 // finds too few posted.
 
-// sharedRecv is one SRQ of an engine, with receive buffers of one size.
-type sharedRecv struct {
-	e     *engine
+// SRQ is one shared receive queue of an engine, with receive buffers of
+// one size.
+type SRQ struct {
+	e     *Engine
 	users atomic.Int32 // connections on it; changed under e.mu. The last one closes it.
 	id    uint8        // in e.srqs and in the wr_ids of its receives
 	size  int          // bytes per receive
@@ -52,10 +54,11 @@ type sharedRecv struct {
 	withdrawing atomic.Int64
 	withdrawn   atomic.Uint64 // receives taken back, for Stats
 
-	entries  []srqEntry  // by index; a receive's buffer until it completes
-	free     indexStack  // indices of entries free to post
-	mu       sync.Mutex  // posting, grants, waiters
-	wq       creditQueue // connections waiting for credits (srq_credits.go); under mu
+	entries  []srqEntry           // by index; a receive's buffer until it completes
+	free     indexStack           // indices of entries free to post
+	mu       sync.Mutex           // posting, grants, waiters
+	wq       creditQueue          // connections waiting for credits (credits.go); under mu
+	members  map[Grantee]struct{} // the connections on it; under mu
 	wrs      []verbs.RecvWR
 	sges     []verbs.SGE
 	retry    *time.Timer // a refill cut short by the pool limit, or a recall, tries again
@@ -70,7 +73,7 @@ type sharedRecv struct {
 	pair        *withdrawPair
 	lastSurplus int64
 
-	refills [refillCauses]atomic.Uint64 // refills by cause, for tests and Stats
+	refills [RefillCauses]atomic.Uint64 // refills by cause, for tests and Stats
 	armed   int64                       // the limit armed on the device, 0 once it fired; under mu
 }
 
@@ -79,13 +82,13 @@ type srqEntry struct {
 	gen uint32 // under mu while free; read by the completion path after buf
 }
 
-// Refill causes (stats.go).
+// What started a refill: the index of SRQStats.Refills.
 const (
-	refillEvent  = RefillEvent
-	refillPoll   = RefillPoll
-	refillGrant  = RefillGrant
-	refillRetry  = RefillRetry
-	refillCauses = RefillCauses
+	RefillEvent  = iota // the SRQ limit event
+	RefillPoll          // the check after a poll
+	RefillGrant         // a grant or a waiting connection found too few receives posted
+	RefillRetry         // the retry after the pool limit cut a refill short
+	RefillCauses        // the number of causes
 )
 
 // MaxSharedReceives bounds WithSharedReceives: the receives one shared
@@ -118,17 +121,18 @@ const srqBytes = 64 << 20
 // srqRetry is how soon a refill cut short by the pool limit tries again.
 const srqRetry = 5 * time.Millisecond
 
-// srqFor returns the engine's SRQ for receives of size bytes, making it
-// on first use.
-func (e *engine) srqFor(size int) (*sharedRecv, error) {
+// SRQFor returns the engine's SRQ for receives of size bytes, making it
+// on first use, with g on it.
+func (e *Engine) SRQFor(size int, g Grantee) (*SRQ, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return nil, e.closedErr()
+		return nil, e.ClosedErr()
 	}
 	for i := range e.srqs {
 		if s := e.srqs[i].Load(); s != nil && s.size == size {
 			s.users.Add(1)
+			s.join(g)
 			return s, nil
 		}
 	}
@@ -140,24 +144,25 @@ func (e *engine) srqFor(size int) (*sharedRecv, error) {
 		}
 	}
 	if id < 0 {
-		return nil, fmt.Errorf("rdma: %w: an engine serves at most %d message sizes (WithMaxMessage)", ErrInvalid, maxSRQs)
+		return nil, fmt.Errorf("rdma: %w: an engine serves at most %d message sizes (WithMaxMessage)", verbs.ErrInvalid, maxSRQs)
 	}
-	depth := e.cfg.sharedRecvs
+	depth := e.Cfg.SharedRecvs
 	if depth == 0 {
 		depth = min(max(srqBytes/size, 256), 1<<14)
 	}
-	if m := e.attr.MaxSRQWR; m > 0 && depth > m {
+	if m := e.Attr.MaxSRQWR; m > 0 && depth > m {
 		depth = m
 	}
-	q, err := e.pd.CreateSRQ(verbs.SRQInit{MaxWR: depth, MaxSGE: 1})
+	q, err := e.PD.CreateSRQ(verbs.SRQInit{MaxWR: depth, MaxSGE: 1})
 	if err != nil {
 		return nil, fmt.Errorf("rdma: create shared receive queue: %w", err)
 	}
 	depth = min(depth, q.MaxWR())
-	s := &sharedRecv{e: e, id: uint8(id), size: size, depth: depth, q: q, entries: make([]srqEntry, depth)}
+	s := &SRQ{e: e, id: uint8(id), size: size, depth: depth, q: q, entries: make([]srqEntry, depth)}
 	s.users.Store(1)
+	s.join(g)
 	s.free.init(depth)
-	s.retry = time.AfterFunc(time.Hour, func() { s.refill(refillRetry) })
+	s.retry = time.AfterFunc(time.Hour, func() { s.refill(RefillRetry) })
 	s.retry.Stop()
 	s.decay = time.AfterFunc(time.Hour, s.decayLook)
 	s.decay.Stop()
@@ -165,9 +170,18 @@ func (e *engine) srqFor(size int) (*sharedRecv, error) {
 	return s, nil
 }
 
+// Q is the verbs SRQ, for a queue pair to take receives from.
+func (s *SRQ) Q() verbs.SRQ { return s.q }
+
+// Depth is the most receives s posts.
+func (s *SRQ) Depth() int { return s.depth }
+
+// Size is the size of s's receives.
+func (s *SRQ) Size() int { return s.size }
+
 // take returns the buffer of the receive wrID, or nil when the id is
 // stale. It runs on the completion path, without a lock.
-func (s *sharedRecv) take(wrID uint64) *pool.Buffer {
+func (s *SRQ) take(wrID uint64) *pool.Buffer {
 	idx := uint32(wrID) & (1<<srqIndexBits - 1)
 	if int(idx) >= len(s.entries) {
 		return nil
@@ -189,21 +203,21 @@ func (s *sharedRecv) take(wrID uint64) *pool.Buffer {
 // headroom, then gives waiting connections what it can, and arms the
 // limit event. It runs on a poller, the engine's event reader, a
 // granting goroutine or the retry timer.
-func (s *sharedRecv) refill(cause int) {
+func (s *SRQ) refill(cause int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refillLocked(cause)
 }
 
-func (s *sharedRecv) refillLocked(cause int) { s.refillForLocked(cause, 0) }
+func (s *SRQ) refillLocked(cause int) { s.refillForLocked(cause, 0) }
 
 // refillForLocked is refillLocked with receives posted for extra credits
 // about to be given beyond what the waiters want. Caller holds mu.
-func (s *sharedRecv) refillForLocked(cause int, extra int64) {
+func (s *SRQ) refillForLocked(cause int, extra int64) {
 	if s.closed {
 		return
 	}
-	if cause == refillEvent {
+	if cause == RefillEvent {
 		s.armed = 0 // the limit is one-shot: it fired
 	}
 	// Receives for the credits out, for those of the messages here (they
@@ -243,7 +257,7 @@ func (s *sharedRecv) refillForLocked(cause int, extra int64) {
 // event that wakes the engine's event reader. Armed at the watermark,
 // both came about every eighth message of a ping-pong
 // (docs/history/performance.md). Caller holds mu.
-func (s *sharedRecv) setLowLocked() {
+func (s *SRQ) setLowLocked() {
 	p := s.posted.Load() - s.withdrawing.Load()
 	low := max(1, p-max(1, (p-s.granted.Load()-s.held.Load())/2))
 	if low >= int64(s.depth) {
@@ -260,7 +274,7 @@ func (s *sharedRecv) setLowLocked() {
 
 // postLocked posts up to k receives in chains of up to 64 and returns
 // how many it posted; the pool limit may cut it short.
-func (s *sharedRecv) postLocked(k int) int {
+func (s *SRQ) postLocked(k int) int {
 	const chain = 64
 	if s.wrs == nil {
 		s.wrs = make([]verbs.RecvWR, chain)
@@ -277,7 +291,7 @@ func (s *sharedRecv) postLocked(k int) int {
 			if !ok {
 				break
 			}
-			pb, err := s.e.pool.GetReceive(s.size)
+			pb, err := s.e.Pool.GetReceive(s.size)
 			if err != nil {
 				s.free.push(idx)
 				break
@@ -311,9 +325,9 @@ func (s *sharedRecv) postLocked(k int) int {
 	return done
 }
 
-// dropSRQ drops a user of s; the last one closes it, so that an engine
+// DropSRQ drops a user of s; the last one closes it, so that an engine
 // without connections holds no receive. Its QP is closed.
-func (e *engine) dropSRQ(s *sharedRecv) error {
+func (e *Engine) DropSRQ(s *SRQ) error {
 	e.mu.Lock()
 	last := s.users.Add(-1) == 0
 	if last {
@@ -327,7 +341,7 @@ func (e *engine) dropSRQ(s *sharedRecv) error {
 }
 
 // close releases the receives still posted. The QPs on it are closed.
-func (s *sharedRecv) close() error {
+func (s *SRQ) close() error {
 	s.mu.Lock()
 	s.closed = true
 	s.retry.Stop()
@@ -354,9 +368,20 @@ func (s *sharedRecv) close() error {
 // Test hooks: the watermark's two refill paths can each be turned off,
 // to show that the other keeps the SRQ filled. A grant always refills.
 var (
-	srqEventRefill = atomicTrue()
-	srqPollRefill  = atomicTrue()
+	refillByEvent = atomicTrue()
+	refillByPoll  = atomicTrue()
 )
+
+// SetRefillPaths turns the refills by the limit event and by the check
+// after a poll on or off, for tests; restore turns both on again.
+func SetRefillPaths(event, poll bool) (restore func()) {
+	refillByEvent.Store(event)
+	refillByPoll.Store(poll)
+	return func() {
+		refillByEvent.Store(true)
+		refillByPoll.Store(true)
+	}
+}
 
 func atomicTrue() *atomic.Bool {
 	var b atomic.Bool
@@ -400,4 +425,52 @@ func (st *indexStack) pop() (uint32, bool) {
 			return top - 1, true
 		}
 	}
+}
+
+// TrimSRQs withdraws, from every SRQ of e, the receives that the credits
+// out and the messages held do not need.
+func (e *Engine) TrimSRQs() error {
+	var errs []error
+	for i := range e.srqs {
+		if s := e.srqs[i].Load(); s != nil {
+			errs = append(errs, s.trim())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// SRQStats describe an SRQ of an engine.
+type SRQStats struct {
+	MessageSize int
+	Depth       int
+	Posted      int64
+	Granted     int64
+	Held        int64
+	Waiting     int
+	Withdrawn   uint64
+	Refills     [RefillCauses]uint64
+}
+
+// Stats reads s's counters.
+func (s *SRQ) Stats() SRQStats {
+	q := SRQStats{MessageSize: s.size, Depth: s.depth, Posted: s.posted.Load(), Granted: s.granted.Load(), Held: s.held.Load(),
+		Withdrawn: s.withdrawn.Load()}
+	s.mu.Lock()
+	q.Waiting = s.wq.len()
+	s.mu.Unlock()
+	for k := range q.Refills {
+		q.Refills[k] = s.refills[k].Load()
+	}
+	return q
+}
+
+// SRQs lists the engine's shared receive queues.
+func (e *Engine) SRQs() []*SRQ {
+	var out []*SRQ
+	for i := range e.srqs {
+		if s := e.srqs[i].Load(); s != nil {
+			out = append(out, s)
+		}
+	}
+	return out
 }
