@@ -169,6 +169,24 @@ func TestVerbsRDMACMFromRdmaClient(t *testing.T) {
 	}
 	defer s.Close()
 	r := s.Recv()
+	// rdma_client sends the moment it is connected, and on siw its
+	// message can wait unread in our socket until another segment comes
+	// (settleIWARP): a zero-length READ of ours, every 2 s, brings one.
+	// (Not sooner: the dialer must have read the MPA reply first.)
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for nudges := 0; !r.Resolved(); {
+		select {
+		case <-r.Done():
+		case <-tick.C:
+			if rdma.NudgeIWARP(s) {
+				nudges++
+				t.Logf("nudge %d: no message from rdma_client yet", nudges)
+			}
+		case <-ctx.Done():
+			t.Fatalf("no message from rdma_client: %v\n%s", ctx.Err(), out)
+		}
+	}
 	wait(t, r)
 	if r.Len() != 16 {
 		t.Errorf("rdma_client sent %d bytes, want 16", r.Len())
