@@ -81,6 +81,15 @@ func TestVerbsRDMACMConn(t *testing.T) {
 	defer src.Release()
 	copy(src.Bytes(), bytes.Repeat([]byte("cm"), 2048))
 	wait(t, c.Write(src, got))
+	// On iWARP a WRITE completes once it is sent, not once it is placed;
+	// a SEND behind it is delivered after its data (RFC 5040's
+	// ordering): the server compares once it has the SEND.
+	placed := s.Recv()
+	note, _ := c.Alloc(1)
+	defer note.Release()
+	wait(t, c.Send(note))
+	wait(t, placed)
+	placed.Buffer().Release()
 	if !bytes.Equal(target.Bytes(), src.Bytes()) {
 		t.Fatal("WRITE over an rdma_cm connection: data differs")
 	}

@@ -195,6 +195,21 @@ func move(how, where string) error {
 	if err := c.Write(src, dst).Wait(ctx); err != nil {
 		return err
 	}
+	// On iWARP a WRITE completes once sent, not once placed; a SEND
+	// behind it is delivered after its data.
+	placed := s.Recv()
+	note, err := c.Alloc(1)
+	if err != nil {
+		return err
+	}
+	defer note.Release()
+	if err := c.Send(note).Wait(ctx); err != nil {
+		return err
+	}
+	if err := placed.Wait(ctx); err != nil {
+		return err
+	}
+	placed.Buffer().Release()
 	if !bytes.Equal(target.Bytes(), src.Bytes()) {
 		return fmt.Errorf("the WRITE's bytes differ")
 	}
