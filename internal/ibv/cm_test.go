@@ -143,10 +143,10 @@ const nudgeEvery = 2 * time.Second
 const nudgeID = 1000
 
 // awaitPeer waits up to 60 s for the completions of ids and returns them
-// by wr_id, with how many nudges it posted. On iWARP it nudges every
+// by wr_id. On iWARP it nudges every
 // nudgeEvery while any is missing (see nudgeEvery), and it returns only
 // once its nudges have completed too, so the CQ holds none of them.
-func (e *cmEnd) awaitPeer(t *testing.T, ids ...uint64) (map[uint64]verbs.WorkCompletion, int) {
+func (e *cmEnd) awaitPeer(t *testing.T, ids ...uint64) map[uint64]verbs.WorkCompletion {
 	t.Helper()
 	iwarp := e.ctx.Info().Transport == "iWARP"
 	want := map[uint64]bool{}
@@ -193,7 +193,7 @@ func (e *cmEnd) awaitPeer(t *testing.T, ids ...uint64) (map[uint64]verbs.WorkCom
 	if nudges > 0 {
 		t.Logf("nudged the connection %d times: the peer's socket held a message unread (siw, see nudgeEvery)", nudges)
 	}
-	return got, nudges
+	return got
 }
 
 func cmIP(a net.Addr) string {
@@ -308,7 +308,7 @@ func TestVerbsCMLoopback(t *testing.T) {
 			e.postSend(t, 2, 1024, 32)
 			// The server answers once it has read our message: see
 			// nudgeEvery.
-			wcs, _ := e.awaitPeer(t, 1, 2)
+			wcs := e.awaitPeer(t, 1, 2)
 			for id, wc := range wcs {
 				if wc.Status != verbs.WCSuccess {
 					t.Fatalf("completion %d: %+v (%v)", id, wc, wc.Err())
@@ -526,7 +526,7 @@ func TestVerbsCMRdmaServer(t *testing.T) {
 	copy(e.buf[1024:], "go-rdma client!!")
 	e.postSend(t, 2, 1024, 16)
 	// rdma_server reads our message, then answers: see nudgeEvery.
-	wcs, _ := e.awaitPeer(t, 1, 2)
+	wcs := e.awaitPeer(t, 1, 2)
 	for id, wc := range wcs {
 		if wc.Status != verbs.WCSuccess {
 			t.Fatalf("completion %d: %+v (%v)", id, wc, wc.Err())
@@ -568,7 +568,7 @@ func TestVerbsCMRdmaClient(t *testing.T) {
 	e.postRecv(t, 1, 0, 16)
 	must(t, req.Accept(ctx, e.qp, ibv.CMParams{}))
 	// rdma_client sends the moment it is connected: see nudgeEvery.
-	wcs, _ := e.awaitPeer(t, 1)
+	wcs := e.awaitPeer(t, 1)
 	if wc := wcs[1]; wc.Status != verbs.WCSuccess || wc.ByteLen != 16 || wc.Opcode != verbs.WCRecv {
 		t.Fatalf("message from rdma_client: %+v (%v)", wc, wc.Err())
 	}
