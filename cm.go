@@ -26,7 +26,9 @@ import (
 // (WithMaxMessage), and SendWindow is 0. A peer's disconnect fails the
 // connection with ErrPeerClosed; a connection that fails here (or Abort)
 // disconnects at once, so its peer learns of it without waiting, though
-// not why.
+// not why. On iWARP, Dial returns once the peer has answered a
+// zero-length RDMA READ, so that siw reads the first message
+// (docs/providers.md).
 func WithRDMACM() Option {
 	return func(c *config) error { c.cm = true; return nil }
 }
@@ -79,7 +81,14 @@ func dialCM(ctx context.Context, eng *engine, cfg config, address string) (*Conn
 		return learnCMHello(cfg, id.PrivateData(), true)
 	})
 	eng.release() // the connection holds its own reference
-	return c, err
+	if err != nil {
+		return nil, err
+	}
+	if err := c.settleIWARP(ctx, id.ReadDepth()); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 // cmConn makes the connection of id on eng: QP to INIT, receives posted,

@@ -59,6 +59,7 @@ type CMID struct {
 	accDepth     uint8
 	qp           *qp // connected QP, moved to ERR by WaitDisconnect
 	disconnected bool
+	readDepth    uint8 // active, iWARP: the READs the connection lets this side have outstanding
 }
 
 // CMListener listens for rdma_cm connection requests.
@@ -601,6 +602,11 @@ func (c *CMID) connect(ctx context.Context, q *qp, p CMParams, retry, rnr uint8)
 	}
 	c.mu.Lock()
 	c.priv = ev.priv
+	if q.iwarp() {
+		// The iWARP CM reports the negotiated ORD of this side as the
+		// event's responder resources (the kernel's cma_iw_handler).
+		c.readDepth = ev.rr
+	}
 	c.mu.Unlock()
 	if q.iwarp() {
 		q.state.Store(uint32(verbs.StateRTS))
@@ -623,6 +629,16 @@ func (c *CMID) connect(ctx context.Context, q *qp, p CMParams, retry, rnr uint8)
 		return errnoErr("rdma_establish", err)
 	}
 	return nil
+}
+
+// ReadDepth is, on iWARP, how many RDMA READs the connection lets this
+// side have outstanding, as the connection manager reported it when
+// Connect completed: 0 when the peer takes none, whose QP a READ would
+// fail. It is 0 on other transports and before Connect returns.
+func (c *CMID) ReadDepth() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return int(c.readDepth)
 }
 
 // abort rejects the peer's answer after a local failure and stops q.
