@@ -307,7 +307,6 @@ const (
 	afInet6               = 10
 
 	// enum values of abi.h the binding uses.
-	ibvLinkLayerEthernet = 2
 	ibvLinkLayerIB       = 1
 	rdmaPSTCP            = 0x0106
 	ibvQPState           = 1 << 0

@@ -234,7 +234,7 @@ func (h cmHandles) device() (name string, port uint8, ibLink, ok bool) {
 	name = goString(ccall(ibv.getDeviceName, dev))
 	port = *at[uint8](h.id, offCMIDPortNum)
 	var pa ibvPortAttr
-	if queryPort(v, port, &pa) == 0 {
+	if (ctxHandle{v}).queryPortAttr(port, &pa) == 0 {
 		ibLink = pa.linkLayer == ibvLinkLayerIB
 	}
 	return name, port, ibLink, true

@@ -68,7 +68,7 @@ func (c *devContext) CreateCompChannel() (verbs.CompChannel, error) {
 	if err := c.lt.AddChild(); err != nil {
 		return nil, err
 	}
-	ch, err := C.gordma_ibv_create_comp_channel(c.c)
+	ch, err := C.gordma_ibv_create_comp_channel(c.h.c)
 	if ch == nil {
 		c.lt.DropChild()
 		return nil, errnoErr("ibv_create_comp_channel", err)
@@ -155,7 +155,7 @@ func (c *devContext) CreateCQ(cqe int, ch verbs.CompChannel) (verbs.CQ, error) {
 	if cch != nil {
 		chp = cch.ch
 	}
-	p, err := C.gordma_ibv_create_cq(c.c, C.int(cqe), nil, chp, 0)
+	p, err := C.gordma_ibv_create_cq(c.h.c, C.int(cqe), nil, chp, 0)
 	if p == nil {
 		c.lt.DropChild()
 		if cch != nil {

@@ -53,7 +53,7 @@ func (c *devContext) CreateCompChannel() (verbs.CompChannel, error) {
 	if err := c.lt.AddChild(); err != nil {
 		return nil, err
 	}
-	ch, err := ccallErrno(ibv.createCompChannel, c.c)
+	ch, err := ccallErrno(ibv.createCompChannel, c.h.c)
 	if ch == 0 {
 		c.lt.DropChild()
 		return nil, errnoErr("ibv_create_comp_channel", err)
@@ -170,14 +170,14 @@ func (c *devContext) CreateCQ(cqe int, ch verbs.CompChannel) (verbs.CQ, error) {
 	if cch != nil {
 		chp = cch.ch
 	}
-	p, err := ccallErrno(ibv.createCQ, c.c, uintptr(cqe), 0, chp, 0)
+	p, err := ccallErrno(ibv.createCQ, c.h.c, uintptr(cqe), 0, chp, 0)
 	if p == 0 {
 		unmapScratch(mem)
 		drop()
 		return nil, errnoErr(fmt.Sprintf("ibv_create_cq %d entries", cqe), err)
 	}
 	q := &cq{ctx: c, cq: p, ch: cch, n: int(*at[int32](p, offCQCQE)),
-		pollFn: *at[uintptr](c.c, offOpPollCQ), reqNote: *at[uintptr](c.c, offOpReqNotifyCQ),
+		pollFn: *at[uintptr](c.h.c, offOpPollCQ), reqNote: *at[uintptr](c.h.c, offOpReqNotifyCQ),
 		wc: (*[pollMax]ibvWC)(unsafe.Pointer(&mem[0])), wcMem: mem}
 	if cch != nil {
 		cch.mu.Lock()

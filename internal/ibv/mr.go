@@ -27,7 +27,7 @@ func (c *devContext) AllocPD() (verbs.PD, error) {
 	if err := c.lt.AddChild(); err != nil {
 		return nil, err
 	}
-	p, err := C.gordma_ibv_alloc_pd(c.c)
+	p, err := C.gordma_ibv_alloc_pd(c.h.c)
 	if p == nil {
 		c.lt.DropChild()
 		return nil, errnoErr("ibv_alloc_pd", err)

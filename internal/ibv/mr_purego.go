@@ -22,7 +22,7 @@ func (c *devContext) AllocPD() (verbs.PD, error) {
 	if err := c.lt.AddChild(); err != nil {
 		return nil, err
 	}
-	p, err := ccallErrno(ibv.allocPD, c.c)
+	p, err := ccallErrno(ibv.allocPD, c.h.c)
 	if p == 0 {
 		c.lt.DropChild()
 		return nil, errnoErr("ibv_alloc_pd", err)

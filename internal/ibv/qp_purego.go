@@ -101,7 +101,7 @@ func (p *pd) CreateQP(a verbs.QPInit) (verbs.QP, error) {
 		return nil, errnoErr(fmt.Sprintf("ibv_create_qp %v %+v", a.Type, a.Cap), err)
 	}
 	q := &qp{pd: p, qp: h, typ: a.Type, qpn: *at[uint32](h, offQPNum), scq: scq, rcq: rcq, srq: s,
-		sendOp: *at[uintptr](p.ctx.c, offOpPostSend), recvOp: *at[uintptr](p.ctx.c, offOpPostRecv)}
+		sendOp: *at[uintptr](p.ctx.h.c, offOpPostSend), recvOp: *at[uintptr](p.ctx.h.c, offOpPostRecv)}
 	// ibv_create_qp wrote back what it granted.
 	q.cap = verbs.QPCap{
 		MaxSendWR:     int(ia.cap.maxSendWR),

@@ -42,7 +42,7 @@ func (p *pd) CreateSRQ(a verbs.SRQInit) (verbs.SRQ, error) {
 		return nil, errnoErr(fmt.Sprintf("ibv_create_srq %+v", a), err)
 	}
 	s := &srq{pd: p, srq: h, key: key, maxWR: int(ia.attr.maxWR), maxSGE: int(ia.attr.maxSGE),
-		postOp: *at[uintptr](p.ctx.c, offOpPostSRQRecv)}
+		postOp: *at[uintptr](p.ctx.h.c, offOpPostSRQRecv)}
 	if s.wrs, err = newChain[ibvRecvWR](s.maxWR, s.maxSGE); err != nil {
 		ccall(ibv.destroySRQ, h)
 		p.lt.DropChild()
