@@ -105,7 +105,7 @@ func (p *pd) CreateQP(a verbs.QPInit) (verbs.QP, error) {
 			l.DropChild()
 		}
 	}
-	h, err := C.gordma_ibv_create_qp(p.pd, &ia)
+	h, err := C.gordma_ibv_create_qp(p.h.p, &ia)
 	if h == nil {
 		dropAll()
 		return nil, errnoErr(fmt.Sprintf("ibv_create_qp %v %+v", a.Type, a.Cap), err)
@@ -431,7 +431,7 @@ func (p *pd) CreateAH(d verbs.Address) (verbs.AH, error) {
 	}
 	var attr C.struct_ibv_ah_attr
 	fillAH(&attr, d, 1)
-	h, err := C.gordma_ibv_create_ah(p.pd, &attr)
+	h, err := C.gordma_ibv_create_ah(p.h.p, &attr)
 	if h == nil {
 		p.lt.DropChild()
 		return nil, errnoErr("ibv_create_ah", err)

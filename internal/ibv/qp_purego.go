@@ -95,7 +95,7 @@ func (p *pd) CreateQP(a verbs.QPInit) (verbs.QP, error) {
 			l.DropChild()
 		}
 	}
-	h, err := ccallErrno(ibv.createQP, p.pd, uintptr(unsafe.Pointer(&ia)))
+	h, err := ccallErrno(ibv.createQP, p.h.p, uintptr(unsafe.Pointer(&ia)))
 	if h == 0 {
 		dropAll()
 		return nil, errnoErr(fmt.Sprintf("ibv_create_qp %v %+v", a.Type, a.Cap), err)
@@ -361,7 +361,7 @@ func (p *pd) CreateAH(d verbs.Address) (verbs.AH, error) {
 	}
 	var attr ibvAHAttr
 	fillAH(&attr, d, 1)
-	h, err := ccallErrno(ibv.createAH, p.pd, uintptr(unsafe.Pointer(&attr)))
+	h, err := ccallErrno(ibv.createAH, p.h.p, uintptr(unsafe.Pointer(&attr)))
 	if h == 0 {
 		p.lt.DropChild()
 		return nil, errnoErr("ibv_create_ah", err)

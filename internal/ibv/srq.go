@@ -42,7 +42,7 @@ func (p *pd) CreateSRQ(a verbs.SRQInit) (verbs.SRQ, error) {
 	ia.attr.max_wr = C.uint32_t(a.MaxWR)
 	ia.attr.max_sge = C.uint32_t(a.MaxSGE)
 	key := p.ctx.srqKey.Add(1)
-	h, err := C.gordma_create_srq(p.pd, &ia, C.uint64_t(key))
+	h, err := C.gordma_create_srq(p.h.p, &ia, C.uint64_t(key))
 	if h == nil {
 		p.lt.DropChild()
 		return nil, errnoErr(fmt.Sprintf("ibv_create_srq %+v", a), err)

@@ -36,7 +36,7 @@ func (p *pd) CreateSRQ(a verbs.SRQInit) (verbs.SRQ, error) {
 	// when an event names it, so C keeps no Go pointer.
 	key := p.ctx.srqKey.Add(1)
 	ia := ibvSRQInitAttr{srqContext: uintptr(key), attr: ibvSRQAttr{maxWR: uint32(a.MaxWR), maxSGE: uint32(a.MaxSGE)}}
-	h, err := ccallErrno(ibv.createSRQ, p.pd, uintptr(unsafe.Pointer(&ia)))
+	h, err := ccallErrno(ibv.createSRQ, p.h.p, uintptr(unsafe.Pointer(&ia)))
 	if h == 0 {
 		p.lt.DropChild()
 		return nil, errnoErr(fmt.Sprintf("ibv_create_srq %+v", a), err)
