@@ -71,8 +71,8 @@ func (p *pd) CreateQP(a verbs.QPInit) (verbs.QP, error) {
 		return nil, fmt.Errorf("ibv: create QP: %w: capacities %+v must be positive", verbs.ErrInvalid, c)
 	}
 	var ia C.struct_ibv_qp_init_attr
-	ia.send_cq = scq.cq
-	ia.recv_cq = rcq.cq
+	ia.send_cq = scq.h.cq
+	ia.recv_cq = rcq.h.cq
 	if s != nil {
 		ia.srq = s.srq
 		c.MaxRecvWR, c.MaxRecvSGE = 0, 0

@@ -59,8 +59,8 @@ func (p *pd) CreateQP(a verbs.QPInit) (verbs.QP, error) {
 		return nil, fmt.Errorf("ibv: create QP: %w: capacities %+v must be positive", verbs.ErrInvalid, c)
 	}
 	var ia ibvQPInitAttr
-	ia.sendCQ = scq.cq
-	ia.recvCQ = rcq.cq
+	ia.sendCQ = scq.h.cq
+	ia.recvCQ = rcq.h.cq
 	if s != nil {
 		ia.srq = s.srq
 		c.MaxRecvWR, c.MaxRecvSGE = 0, 0
