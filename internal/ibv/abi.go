@@ -306,29 +306,15 @@ const (
 	afInet                = 2
 	afInet6               = 10
 
-	// enum values of abi.h the binding uses.
-	ibvLinkLayerIB       = 1
-	rdmaPSTCP            = 0x0106
-	ibvQPState           = 1 << 0
-	ibvQPAccessFlags     = 1 << 3
-	ibvQPPKeyIndex       = 1 << 4
-	ibvQPPort            = 1 << 5
-	ibvQPQKey            = 1 << 6
-	ibvQPAV              = 1 << 7
-	ibvQPPathMTU         = 1 << 8
-	ibvQPTimeout         = 1 << 9
-	ibvQPRetryCnt        = 1 << 10
-	ibvQPRNRRetry        = 1 << 11
-	ibvQPRQPSN           = 1 << 12
-	ibvQPMaxQPRdAtomic   = 1 << 13
-	ibvQPMinRNRTimer     = 1 << 15
-	ibvQPDestQPN         = 1 << 20
-	ibvQPSQPSN           = 1 << 16
-	ibvQPMaxDestRdAtomic = 1 << 17
-	ibvSRQLimit          = 1 << 1
-	ibvQPSErr            = 6
-	ibvWCWithImm         = 1 << 1
-	ibvWCGRH             = 1 << 0
+	// enum values of abi.h the binding uses. Those the shared logic
+	// uses too are in the shared files: the ibvQP* attribute mask bits
+	// (qp_shared.go) and ibvLinkLayerEthernet (ibv_shared.go).
+	ibvLinkLayerIB = 1
+	rdmaPSTCP      = 0x0106
+	ibvSRQLimit    = 1 << 1
+	ibvQPSErr      = 6
+	ibvWCWithImm   = 1 << 1
+	ibvWCGRH       = 1 << 0
 
 	ibvWROpRDMAWrite      = 0
 	ibvWROpRDMAWriteImm   = 1

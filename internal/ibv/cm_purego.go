@@ -4,13 +4,10 @@ package ibv
 
 import (
 	"encoding/binary"
-	"fmt"
 	"net/netip"
 	"runtime"
 	"syscall"
 	"unsafe"
-
-	"github.com/go-rdma/rdma/internal/verbs"
 )
 
 // The purego binding's calls into librdmacm; cm_shared.go drives them.
@@ -282,38 +279,12 @@ func (h cmHandles) reject(data []byte) error {
 
 func (h cmHandles) disconnect() error { return cmCall(rdmacm.disconnect, h.id) }
 
-// modifyQPAttr asks rdma_cm for the attributes of state to and applies
-// them to q (cm_shared.go's modifyQP).
-func (c *CMID) modifyQPAttr(q *qp, to verbs.QPState, o cmQPOverride) error {
-	if !c.lt.Enter() {
-		return verbs.ErrClosed
-	}
-	var attr ibvQPAttr
+// initQPAttr asks rdma_cm for the attributes of the state attr holds
+// and returns the mask of those to apply.
+func (h cmHandles) initQPAttr(attr *qpAttr) (int, error) {
 	var mask int32
-	attr.qpState = uint32(to)
-	err := cmCall(rdmacm.initQPAttr, c.h.id, uintptr(unsafe.Pointer(&attr)), uintptr(unsafe.Pointer(&mask)))
-	c.lt.Exit()
-	if err != nil {
-		return errnoErr(fmt.Sprintf("rdma_init_qp_attr %v", to), err)
+	if err := cmCall(rdmacm.initQPAttr, h.id, uintptr(unsafe.Pointer(attr)), uintptr(unsafe.Pointer(&mask))); err != nil {
+		return 0, err
 	}
-	if mask&ibvQPState == 0 {
-		// rdma_cm asks for no state change: iWARP's RTS, which the
-		// kernel's iWARP CM makes itself (see cm.go).
-		return nil
-	}
-	if c.ibLink {
-		mask &^= cmRoCEOnlyMask
-	}
-	if o.set {
-		switch to {
-		case verbs.StateRTR:
-			attr.maxDestRdAtomic = o.rr
-		case verbs.StateRTS:
-			attr.maxRdAtomic = o.depth
-		}
-	}
-	if to == verbs.StateInit {
-		q.port = attr.portNum
-	}
-	return q.modify(&attr, int(mask), to)
+	return int(mask), nil
 }
