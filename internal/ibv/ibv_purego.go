@@ -47,12 +47,7 @@ type ctxHandle struct{ c uintptr }
 
 // close returns -1 on failure (errno, if set, says why), unlike the
 // destroy calls, which return the errno.
-func (h ctxHandle) close() error {
-	if rc, err := ccallErrno(ibv.closeDevice, h.c); int32(rc) != 0 {
-		return callErr(err)
-	}
-	return nil
-}
+func (h ctxHandle) close() error { return ccallStatus(ibv.closeDevice, h.c) }
 
 func (h ctxHandle) queryDevice() (verbs.DeviceAttr, error) {
 	var a ibvDeviceAttr
@@ -125,8 +120,8 @@ func (h ctxHandle) queryPortAttr(port uint8, pa *ibvPortAttr) int32 {
 
 func (h ctxHandle) queryGID(port uint8, index int) (verbs.GID, error) {
 	var g verbs.GID
-	if rc, err := ccallErrno(ibv.queryGID, h.c, uintptr(port), uintptr(index), uintptr(unsafe.Pointer(&g))); rc != 0 {
-		return verbs.GID{}, callErr(err)
+	if err := ccallStatus(ibv.queryGID, h.c, uintptr(port), uintptr(index), uintptr(unsafe.Pointer(&g))); err != nil {
+		return verbs.GID{}, err
 	}
 	return g, nil
 }
@@ -138,8 +133,8 @@ func (h ctxHandle) asyncFD() int { return int(*at[int32](h.c, offContextAsyncFD)
 // the key in the SRQ's srq_context.
 func (h ctxHandle) getAsyncEvent() (verbs.AsyncEvent, uint64, error) {
 	var ev ibvAsyncEvent
-	if rc, err := ccallErrno(ibv.getAsyncEvent, h.c, uintptr(unsafe.Pointer(&ev))); rc != 0 {
-		return verbs.AsyncEvent{}, 0, callErr(err)
+	if err := ccallStatus(ibv.getAsyncEvent, h.c, uintptr(unsafe.Pointer(&ev))); err != nil {
+		return verbs.AsyncEvent{}, 0, err
 	}
 	out, srqKey := asyncEvent(&ev)
 	ccall(ibv.ackAsyncEvent, uintptr(unsafe.Pointer(&ev)))
