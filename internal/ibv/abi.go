@@ -7,7 +7,7 @@ package ibv
 import "unsafe"
 
 // The Go mirror of the part of abi.h the purego binding reads and writes
-// (abi_purego.go and the files around it): the same structs, field by
+// (the *_purego.go files): the same structs, field by
 // field, for the two 64-bit little-endian targets purego calls C on.
 // The cgo build checks every size and offset below against abi.h at
 // compile time (abi_cgo.go), and abi.h is checked against rdma-core's
