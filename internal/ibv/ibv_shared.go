@@ -20,13 +20,6 @@ import (
 // them, taking and returning Go values; the checks, lifetimes, state and
 // error texts are here and in the other *_shared.go files.
 
-// Provider is the libibverbs provider.
-var Provider verbs.Provider = provider{}
-
-type provider struct{}
-
-func (provider) Name() string { return "verbs" }
-
 // Devices lists devices from sysfs and marks those this process can open
 // and that have an ACTIVE port as usable. It fills the port MTUs from
 // ibv_query_port, which sysfs lacks. Without libibverbs every device is
