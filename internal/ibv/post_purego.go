@@ -61,10 +61,8 @@ func newChain[WR ibvSendWR | ibvRecvWR](op, obj uintptr, maxWR, maxSGE int) (*ch
 }
 
 func (c *chain[WR]) free() {
-	if c != nil {
-		unmapScratch(c.mem)
-		c.mem, c.wrs, c.sges, c.bad = nil, nil, nil, nil
-	}
+	unmapScratch(c.mem)
+	c.mem, c.wrs, c.sges, c.bad = nil, nil, nil, nil
 }
 
 // post calls the post op with the first n WRs (their SGEs are already

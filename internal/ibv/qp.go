@@ -127,30 +127,57 @@ func (h ahHandle) destroy() error { return rcErr(int32(C.gordma_ibv_destroy_ah(h
 
 var errNoCMemory = errors.New("out of C memory for the WR scratch")
 
-// sendChain is where a QP's sends are posted from: pointer-free WRs and
-// their SGEs in Go memory, from which gordma_post_send builds the
-// ibv_send_wr chain in scratch, C memory the chain owns, and posts it in
-// one call.
-type sendChain struct {
-	qp      *C.struct_ibv_qp
-	wrs     []C.gordma_send_wr
+// chain is where a queue's posts are built, a sendChain's or a
+// recvChain's: pointer-free WRs and their SGEs in Go memory, from which
+// gordma_post_send or gordma_post_recv builds the chain of struct
+// ibv_send_wr or ibv_recv_wr in scratch, C memory the chain owns, and
+// posts it in one call.
+type chain[WR C.gordma_send_wr | C.gordma_recv_wr] struct {
+	wrs     []WR
 	sges    []C.struct_ibv_sge
-	scratch *C.struct_ibv_send_wr
+	scratch unsafe.Pointer
+}
+
+// newChain makes room for maxWR WRs of maxSGE SGEs, each built in
+// cSize bytes of scratch.
+func newChain[WR C.gordma_send_wr | C.gordma_recv_wr](maxWR, maxSGE int, cSize uintptr) (chain[WR], error) {
+	scratch := C.calloc(C.size_t(maxWR), C.size_t(cSize))
+	if scratch == nil {
+		return chain[WR]{}, errNoCMemory
+	}
+	return chain[WR]{wrs: make([]WR, maxWR), sges: make([]C.struct_ibv_sge, maxWR*maxSGE), scratch: scratch}, nil
+}
+
+func (c *chain[WR]) free() {
+	C.free(c.scratch)
+	c.scratch = nil
+}
+
+// copySGEs copies a WR's SGEs into the chain's from nsge on.
+func (c *chain[WR]) copySGEs(nsge int, sgl []verbs.SGE) {
+	copy(unsafe.Slice((*verbs.SGE)(unsafe.Pointer(&c.sges[nsge])), len(c.sges)-nsge), sgl)
+}
+
+// sgeArg is the SGE array of a post of nsge SGEs: nil for none.
+func (c *chain[WR]) sgeArg(nsge int) *C.struct_ibv_sge {
+	if nsge == 0 {
+		return nil
+	}
+	return &c.sges[0]
+}
+
+// sendChain is a QP's chain of sends.
+type sendChain struct {
+	chain[C.gordma_send_wr]
+	qp *C.struct_ibv_qp
 }
 
 func newSendChain(_ ctxHandle, h qpHandle, maxWR, maxSGE int) (*sendChain, error) {
-	scratch := (*C.struct_ibv_send_wr)(C.calloc(C.size_t(maxWR), C.size_t(unsafe.Sizeof(C.struct_ibv_send_wr{}))))
-	if scratch == nil {
-		return nil, errNoCMemory
+	c, err := newChain[C.gordma_send_wr](maxWR, maxSGE, unsafe.Sizeof(C.struct_ibv_send_wr{}))
+	if err != nil {
+		return nil, err
 	}
-	return &sendChain{qp: h.qp, wrs: make([]C.gordma_send_wr, maxWR), sges: make([]C.struct_ibv_sge, maxWR*maxSGE), scratch: scratch}, nil
-}
-
-func (c *sendChain) free() {
-	if c != nil {
-		C.free(unsafe.Pointer(c.scratch))
-		c.scratch = nil
-	}
+	return &sendChain{c, h.qp}, nil
 }
 
 // fillSend writes w as the i-th WR of the chain, its SGEs from nsge on.
@@ -171,68 +198,51 @@ func (c *sendChain) fillSend(i, nsge int, w *verbs.SendWR) {
 	d.send_flags = C.uint32_t(w.Flags)
 	d.num_sge = C.uint16_t(len(w.SGL))
 	d.opcode = C.uint8_t(w.Opcode)
-	copy(unsafe.Slice((*verbs.SGE)(unsafe.Pointer(&c.sges[nsge])), len(c.sges)-nsge), w.SGL)
+	c.copySGEs(nsge, w.SGL)
 }
 
 // post posts the first n WRs, with nsge SGEs in all, and returns how
 // many the device took and the errno.
 func (c *sendChain) post(n, nsge int) (int, syscall.Errno) {
 	var posted C.int
-	sges := (*C.struct_ibv_sge)(nil)
-	if nsge > 0 {
-		sges = &c.sges[0]
-	}
-	rc := C.gordma_post_send(handle(unsafe.Pointer(c.qp)), handle(unsafe.Pointer(c.scratch)), &c.wrs[0], C.int(n), sges, &posted)
+	rc := C.gordma_post_send(handle(unsafe.Pointer(c.qp)), handle(c.scratch), &c.wrs[0], C.int(n), c.sgeArg(nsge), &posted)
 	return int(posted), syscall.Errno(rc)
 }
 
-// recvChain is sendChain for the receives of a QP or of an SRQ.
+// recvChain is the chain of receives of a QP or of an SRQ.
 type recvChain struct {
-	qp      *C.struct_ibv_qp  // or
-	srq     *C.struct_ibv_srq // the other is nil
-	wrs     []C.gordma_recv_wr
-	sges    []C.struct_ibv_sge
-	scratch *C.struct_ibv_recv_wr
+	chain[C.gordma_recv_wr]
+	qp  *C.struct_ibv_qp  // or
+	srq *C.struct_ibv_srq // the other is nil
 }
 
 func newRecvChain(_ ctxHandle, h qpHandle, maxWR, maxSGE int) (*recvChain, error) {
-	return allocRecvChain(h.qp, nil, maxWR, maxSGE)
+	c, err := newChain[C.gordma_recv_wr](maxWR, maxSGE, unsafe.Sizeof(C.struct_ibv_recv_wr{}))
+	if err != nil {
+		return nil, err
+	}
+	return &recvChain{chain: c, qp: h.qp}, nil
 }
 
 func newSRQRecvChain(_ ctxHandle, h srqHandle, maxWR, maxSGE int) (*recvChain, error) {
-	return allocRecvChain(nil, h.srq, maxWR, maxSGE)
-}
-
-func allocRecvChain(qp *C.struct_ibv_qp, srq *C.struct_ibv_srq, maxWR, maxSGE int) (*recvChain, error) {
-	scratch := (*C.struct_ibv_recv_wr)(C.calloc(C.size_t(maxWR), C.size_t(unsafe.Sizeof(C.struct_ibv_recv_wr{}))))
-	if scratch == nil {
-		return nil, errNoCMemory
+	c, err := newChain[C.gordma_recv_wr](maxWR, maxSGE, unsafe.Sizeof(C.struct_ibv_recv_wr{}))
+	if err != nil {
+		return nil, err
 	}
-	return &recvChain{qp: qp, srq: srq, wrs: make([]C.gordma_recv_wr, maxWR), sges: make([]C.struct_ibv_sge, maxWR*maxSGE), scratch: scratch}, nil
-}
-
-func (c *recvChain) free() {
-	if c != nil {
-		C.free(unsafe.Pointer(c.scratch))
-		c.scratch = nil
-	}
+	return &recvChain{chain: c, srq: h.srq}, nil
 }
 
 // fillRecv is fillSend for a receive WR.
 func (c *recvChain) fillRecv(i, nsge int, w *verbs.RecvWR) {
 	c.wrs[i].wr_id = C.uint64_t(w.ID)
 	c.wrs[i].num_sge = C.uint32_t(len(w.SGL))
-	copy(unsafe.Slice((*verbs.SGE)(unsafe.Pointer(&c.sges[nsge])), len(c.sges)-nsge), w.SGL)
+	c.copySGEs(nsge, w.SGL)
 }
 
 // post is sendChain.post for receives.
 func (c *recvChain) post(n, nsge int) (int, syscall.Errno) {
 	var posted C.int
-	sges := (*C.struct_ibv_sge)(nil)
-	if nsge > 0 {
-		sges = &c.sges[0]
-	}
-	rc := C.gordma_post_recv(handle(unsafe.Pointer(c.qp)), handle(unsafe.Pointer(c.srq)), handle(unsafe.Pointer(c.scratch)), &c.wrs[0], C.int(n), sges, &posted)
+	rc := C.gordma_post_recv(handle(unsafe.Pointer(c.qp)), handle(unsafe.Pointer(c.srq)), handle(c.scratch), &c.wrs[0], C.int(n), c.sgeArg(nsge), &posted)
 	return int(posted), syscall.Errno(rc)
 }
 

@@ -90,7 +90,9 @@ func (p *pd) CreateQP(a verbs.QPInit) (verbs.QP, error) {
 		q.recv, err = newRecvChain(p.ctx.h, h, q.cap.MaxRecvWR, q.cap.MaxRecvSGE)
 	}
 	if err != nil {
-		q.send.free()
+		if q.send != nil {
+			q.send.free()
+		}
 		h.destroy()
 		dropAll()
 		return nil, fmt.Errorf("ibv: create QP: %w", err)
@@ -390,9 +392,11 @@ func (q *qp) Close() error {
 		q.sendMu.Lock()
 		q.send.free()
 		q.sendMu.Unlock()
-		q.recvMu.Lock()
-		q.recv.free()
-		q.recvMu.Unlock()
+		if q.recv != nil {
+			q.recvMu.Lock()
+			q.recv.free()
+			q.recvMu.Unlock()
+		}
 		q.pd.ctx.qps.CompareAndDelete(q.qpn, q)
 		q.pd.lt.DropChild()
 		q.scq.lt.DropChild()
