@@ -66,9 +66,9 @@ type conn struct {
 	rsrc    streamSource
 	rdead   atomic.Bool
 	stall   atomic.Pointer[stallHook] // tests: hold the reader before its next frame
-	rflush  []respEntry // the reader's scratch for writing responses
-	unacked int         // requests served since the reader last wrote responses
-	unbytes uint64      // and their payload bytes
+	rflush  []respEntry               // the reader's scratch for writing responses
+	unacked int                       // requests served since the reader last wrote responses
+	unbytes uint64                    // and their payload bytes
 
 	// Writing: requests (QP workers) and responses (reader, writer
 	// goroutine), a writev at a time.
