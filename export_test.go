@@ -243,6 +243,6 @@ func NudgeIWARP(c *Conn) bool {
 	if c.eng.ctx.Info().Transport != "iWARP" {
 		return false
 	}
-	c.readZero().Release() // resolves on its own
+	c.readSettle().Release() // resolves on its own
 	return true
 }
