@@ -26,7 +26,9 @@ import (
 // (WithMaxMessage), and SendWindow is 0. A peer's disconnect fails the
 // connection with ErrPeerClosed; a connection that fails here (or Abort)
 // disconnects at once, so its peer learns of it without waiting, though
-// not why.
+// not why. On iWARP, Dial returns once the peer has answered an RDMA
+// READ (of a byte a go-rdma listener names, zero bytes of another), so
+// that siw reads the first message (docs/providers.md).
 func WithRDMACM() ConnOption {
 	return connOpt(func(c *config) error { c.cm = true; return nil })
 }
@@ -72,19 +74,26 @@ func dialCM(ctx context.Context, eng *engine, cfg config, address string) (*Conn
 		id.Close()
 		return nil, err
 	}
-	c, err := cmConn(eng, cfg, id, func(qp verbs.QP) (cmHello, error) {
-		if err := id.Connect(ctx, qp, ibv.CMParams{PrivateData: cmHelloFor(cfg).marshal()}); err != nil {
+	c, err := cmConn(eng, cfg, id, func(c *Conn) (cmHello, error) {
+		if err := id.Connect(ctx, c.qp, ibv.CMParams{PrivateData: cmHelloFor(cfg).marshal()}); err != nil {
 			return cmHello{}, cmRefused(err)
 		}
 		return learnCMHello(cfg, id.PrivateData(), true)
 	})
 	eng.Release() // the connection holds its own reference
-	return c, err
+	if err != nil {
+		return nil, err
+	}
+	if err := c.settleIWARP(ctx, id.ReadDepth()); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 // cmConn makes the connection of id on eng: QP to INIT, receives posted,
 // then connect (or accept) through rdma_cm, which gives the peer's hello.
-func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(verbs.QP) (cmHello, error)) (_ *Conn, err error) {
+func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(*Conn) (cmHello, error)) (_ *Conn, err error) {
 	c, err := newConn(eng, cfg, id.LocalAddr(), id.RemoteAddr())
 	if err != nil {
 		id.Close()
@@ -105,11 +114,12 @@ func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(verbs.QP) (cmHel
 	if err := c.postReceives(); err != nil {
 		return nil, err
 	}
-	peer, err := connect(c.qp)
+	peer, err := connect(c)
 	if err != nil {
 		return nil, err
 	}
 	c.peer.MaxMsg, c.peer.RecvWindow = peer.maxMsg, peer.recvWindow
+	c.iw.peer = peer.settle
 	go func() {
 		defer close(c.ctl.ctrlDone)
 		if id.WaitDisconnect(c.ctx) == nil {
@@ -185,8 +195,15 @@ func (l *Listener) acceptCM() {
 				l.eng.life.handshake(err)
 				return
 			}
-			c, err := cmConn(l.eng, l.cfg, req.CMID, func(qp verbs.QP) (cmHello, error) {
-				return peer, req.Accept(ctx, qp, ibv.CMParams{PrivateData: cmHelloFor(l.cfg).marshal()})
+			c, err := cmConn(l.eng, l.cfg, req.CMID, func(c *Conn) (cmHello, error) {
+				ours := cmHelloFor(l.cfg)
+				var err error
+				if ours.settle, err = c.offerSettleByte(); err != nil {
+					return cmHello{}, err
+				}
+				// The peer's settle byte is none: a dialer names none.
+				peer.settle = RemoteRegion{}
+				return peer, req.Accept(ctx, c.qp, ibv.CMParams{PrivateData: ours.marshal()})
 			})
 			if err != nil {
 				return

@@ -20,12 +20,25 @@ import (
 // (all zeros from an rdma_cm peer that sent none, such as v0.1.0) is a
 // peer of the plain async API with our settings, as before the hello.
 //
-//	magic "GR" | version u8 | flags u8 (0) | max message u32 BE | protocol, NUL-padded to maxProtocol | receive window u32 BE
+//	magic "GR" | version u8 | flags u8 | max message u32 BE | protocol, NUL-padded to maxProtocol | receive window u32 BE
+//	[flags & cmFlagSettle: settle byte's address u64 BE | its rkey u32 BE]
 //
 // A hello of before v0.2.0 ends at the protocol: its window reads as 0
 // (private data is padded with zeros), which SendWindow reports as not
-// said.
+// said. A listener on iWARP adds the byte its dialer READs to settle the
+// connection (settleIWARP); only an accept carries it.
 const cmHelloSize = 8 + maxProtocol + 4
+
+// cmFlagSettle: the hello ends with the address and rkey of a byte the
+// dialer may READ (settleIWARP).
+const cmFlagSettle = 1
+
+// cmSettleSize is the size of the settle byte's address and rkey.
+const cmSettleSize = 12
+
+// An accept's hello with the settle byte must fit an accept's private
+// data.
+var _ [ibv.CMMaxAcceptData - cmHelloSize - cmSettleSize]struct{}
 
 var cmHelloMagic = [2]byte{'G', 'R'}
 
@@ -40,6 +53,7 @@ type cmHello struct {
 	maxMsg     uint32
 	protocol   string
 	recvWindow uint32
+	settle     RemoteRegion // a listener's byte to READ (settleIWARP); Len 0: none
 }
 
 // cmHelloFor is the hello of a connection of cfg: rdma_cm connections
@@ -49,12 +63,21 @@ func cmHelloFor(cfg config) cmHello {
 }
 
 func (h cmHello) marshal() []byte {
-	b := make([]byte, cmHelloSize)
+	n := cmHelloSize
+	if h.settle.Len > 0 {
+		n += cmSettleSize
+	}
+	b := make([]byte, n)
 	copy(b, cmHelloMagic[:])
 	b[2] = handshakeVersion
 	binary.BigEndian.PutUint32(b[4:8], h.maxMsg)
 	copy(b[8:], h.protocol)
 	binary.BigEndian.PutUint32(b[8+maxProtocol:], h.recvWindow)
+	if h.settle.Len > 0 {
+		b[3] |= cmFlagSettle
+		binary.BigEndian.PutUint64(b[cmHelloSize:], h.settle.Addr)
+		binary.BigEndian.PutUint32(b[cmHelloSize+8:], h.settle.RKey)
+	}
 	return b
 }
 
@@ -73,6 +96,9 @@ func parseCMHello(b []byte) (cmHello, error) {
 	h := cmHello{maxMsg: binary.BigEndian.Uint32(b[4:8]), protocol: protocolName(b[8 : 8+maxProtocol])}
 	if len(b) >= cmHelloSize {
 		h.recvWindow = binary.BigEndian.Uint32(b[8+maxProtocol:])
+	}
+	if b[3]&cmFlagSettle != 0 && len(b) >= cmHelloSize+cmSettleSize {
+		h.settle = RemoteRegion{Addr: binary.BigEndian.Uint64(b[cmHelloSize:]), RKey: binary.BigEndian.Uint32(b[cmHelloSize+8:]), Len: 1}
 	}
 	if h.maxMsg == 0 {
 		return cmHello{}, fmt.Errorf("rdma: %w: rdma_cm hello with a largest message of 0", ErrInvalid)

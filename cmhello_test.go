@@ -56,6 +56,35 @@ func TestCMHello(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalid, "a protocol name with a space")
 }
 
+// TestCMHelloSettle: a listener's accept names the byte its dialer READs
+// to settle an iWARP connection (settleIWARP), within an accept's
+// private data; a hello without it names none, and a flag without the
+// bytes after it is ignored.
+func TestCMHelloSettle(t *testing.T) {
+	acc := cmHelloFor(config{maxMsg: 4096, rqDepth: 32})
+	acc.settle = RemoteRegion{Addr: 0x1122334455667788, Len: 1, RKey: 0xa1b2c3d4}
+	b := acc.marshal()
+	require.LessOrEqual(t, len(b), ibv.CMMaxAcceptData)
+	got, err := parseCMHello(append(b, make([]byte, ibv.CMMaxAcceptData-len(b))...))
+	require.NoError(t, err)
+	assert.Equal(t, acc, got)
+
+	b[3] &^= cmFlagSettle
+	got, err = parseCMHello(b)
+	require.NoError(t, err)
+	assert.Zero(t, got.settle, "no flag: no byte")
+	b[3] |= cmFlagSettle
+	got, err = parseCMHello(b[:cmHelloSize])
+	require.NoError(t, err)
+	assert.Zero(t, got.settle, "the flag without the byte's address")
+
+	plain := cmHelloFor(config{maxMsg: 4096}).marshal()
+	assert.Len(t, plain, cmHelloSize, "a connect request has no room for more on RoCE")
+	got, err = parseCMHello(append(plain, make([]byte, ibv.CMMaxConnectData-len(plain))...))
+	require.NoError(t, err)
+	assert.Zero(t, got.settle)
+}
+
 // TestCMReject: a listener's reason reaches the dialer as ErrRefused,
 // cut to what a reject carries; another reject stays rdma_cm's error.
 func TestCMReject(t *testing.T) {

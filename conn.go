@@ -60,6 +60,7 @@ type Conn struct {
 	// paths touch together, as before the split: the sending side of the
 	// credits, then the send queue, then inflight.
 	cr creditState // credits both ways (credit.go, credit_word.go)
+	iw iwarpSettle // the READ that settles an rdma_cm connection on iWARP (iwarp.go)
 	sq sendQueue   // the send queue: postMu and what it guards (sendq.go)
 
 	inflight  atomic.Int64 // posted WRs not yet completed, receives included
@@ -769,7 +770,7 @@ func (c *Conn) teardown() error {
 			c.eng.UnregisterQPN(c.qp.QPN(), c.ep())
 		}
 	}
-	errs = append(errs, c.closeCreditWord())
+	errs = append(errs, c.closeCreditWord(), c.closeSettleByte())
 	if c.srq != nil {
 		c.rq.rmu.Lock()
 		held := c.cr.creditHeld.Swap(0) + c.cr.creditTaken.Swap(0)

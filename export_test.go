@@ -228,3 +228,14 @@ func DebugFutures(t interface{ Cleanup(func()) }) (reports func() []string) {
 // FuturesDebugged reports whether GORDMA_DEBUG=futures is on: released
 // futures are then never reused.
 func FuturesDebugged() bool { return futureDebug.Load() != nil }
+
+// NudgeIWARP posts a zero-length RDMA READ on c when c is on iWARP, and
+// reports whether it did: for a test whose third-party dialer's first
+// message may wait unread in c's socket (settleIWARP).
+func NudgeIWARP(c *Conn) bool {
+	if c.eng.Ctx.Info().Transport != "iWARP" {
+		return false
+	}
+	c.readSettle().Release() // resolves on its own
+	return true
+}

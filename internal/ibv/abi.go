@@ -7,7 +7,7 @@ package ibv
 import "unsafe"
 
 // The Go mirror of the part of abi.h the purego binding reads and writes
-// (abi_purego.go and the files around it): the same structs, field by
+// (the *_purego.go files): the same structs, field by
 // field, for the two 64-bit little-endian targets purego calls C on.
 // The cgo build checks every size and offset below against abi.h at
 // compile time (abi_cgo.go), and abi.h is checked against rdma-core's
@@ -306,30 +306,15 @@ const (
 	afInet                = 2
 	afInet6               = 10
 
-	// enum values of abi.h the binding uses.
-	ibvLinkLayerEthernet = 2
-	ibvLinkLayerIB       = 1
-	rdmaPSTCP            = 0x0106
-	ibvQPState           = 1 << 0
-	ibvQPAccessFlags     = 1 << 3
-	ibvQPPKeyIndex       = 1 << 4
-	ibvQPPort            = 1 << 5
-	ibvQPQKey            = 1 << 6
-	ibvQPAV              = 1 << 7
-	ibvQPPathMTU         = 1 << 8
-	ibvQPTimeout         = 1 << 9
-	ibvQPRetryCnt        = 1 << 10
-	ibvQPRNRRetry        = 1 << 11
-	ibvQPRQPSN           = 1 << 12
-	ibvQPMaxQPRdAtomic   = 1 << 13
-	ibvQPMinRNRTimer     = 1 << 15
-	ibvQPDestQPN         = 1 << 20
-	ibvQPSQPSN           = 1 << 16
-	ibvQPMaxDestRdAtomic = 1 << 17
-	ibvSRQLimit          = 1 << 1
-	ibvQPSErr            = 6
-	ibvWCWithImm         = 1 << 1
-	ibvWCGRH             = 1 << 0
+	// enum values of abi.h the binding uses. Those the shared logic
+	// uses too are in the shared files: the ibvQP* attribute mask bits
+	// (qp_shared.go) and ibvLinkLayerEthernet (ibv_shared.go).
+	ibvLinkLayerIB = 1
+	rdmaPSTCP      = 0x0106
+	ibvSRQLimit    = 1 << 1
+	ibvQPSErr      = 6
+	ibvWCWithImm   = 1 << 1
+	ibvWCGRH       = 1 << 0
 
 	ibvWROpRDMAWrite      = 0
 	ibvWROpRDMAWriteImm   = 1

@@ -163,12 +163,9 @@ static int gordma_cm_reject(struct rdma_cm_id *id, const void *data, uint8_t len
 import "C"
 
 import (
-	"fmt"
 	"net/netip"
 	"syscall"
 	"unsafe"
-
-	"github.com/go-rdma/rdma/internal/verbs"
 )
 
 // The cgo binding's calls into librdmacm (loader.c's trampolines and the
@@ -346,41 +343,12 @@ func (h cmHandles) disconnect() error {
 	return nil
 }
 
-// modifyQPAttr asks rdma_cm for the attributes of state to and applies
-// them to q (cm_shared.go's modifyQP).
-func (c *CMID) modifyQPAttr(q *qp, to verbs.QPState, o cmQPOverride) error {
-	if !c.lt.Enter() {
-		return verbs.ErrClosed
-	}
-	var attr C.struct_ibv_qp_attr
+// initQPAttr asks rdma_cm for the attributes of the state attr holds
+// and returns the mask of those to apply.
+func (h cmHandles) initQPAttr(attr *qpAttr) (int, error) {
 	var mask C.int
-	attr.qp_state = C.enum_ibv_qp_state(to)
-	rc, err := C.gordma_rdma_init_qp_attr(c.h.id, &attr, &mask)
-	c.lt.Exit()
-	if rc != 0 {
-		return errnoErr(fmt.Sprintf("rdma_init_qp_attr %v", to), err)
+	if rc, err := C.gordma_rdma_init_qp_attr(h.id, (*C.struct_ibv_qp_attr)(attr), &mask); rc != 0 {
+		return 0, callErr(err)
 	}
-	if mask&C.IBV_QP_STATE == 0 {
-		// rdma_cm asks for no state change: iWARP's RTS, which the
-		// kernel's iWARP CM makes itself when the connection is
-		// established (a modify to RTS by hand fails there).
-		// librdmacm's ibv_modify_qp without IBV_QP_STATE changes
-		// nothing that matters either (the port, set at INIT).
-		return nil
-	}
-	if c.ibLink {
-		mask &^= cmRoCEOnlyMask
-	}
-	if o.set {
-		switch to {
-		case verbs.StateRTR:
-			attr.max_dest_rd_atomic = C.uint8_t(o.rr)
-		case verbs.StateRTS:
-			attr.max_rd_atomic = C.uint8_t(o.depth)
-		}
-	}
-	if to == verbs.StateInit {
-		q.port = uint8(attr.port_num)
-	}
-	return q.modify(&attr, mask, to)
+	return int(mask), nil
 }

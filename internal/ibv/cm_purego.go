@@ -4,13 +4,10 @@ package ibv
 
 import (
 	"encoding/binary"
-	"fmt"
 	"net/netip"
 	"runtime"
 	"syscall"
 	"unsafe"
-
-	"github.com/go-rdma/rdma/internal/verbs"
 )
 
 // The purego binding's calls into librdmacm; cm_shared.go drives them.
@@ -60,20 +57,6 @@ func loadRDMACM(path string) error {
 	return nil
 }
 
-// cmCall calls a librdmacm function that returns 0, or -1 with errno set.
-//
-//go:uintptrescapes
-func cmCall(fn uintptr, args ...uintptr) error {
-	rc, err := ccallErrno(fn, args...)
-	if int32(rc) == 0 {
-		return nil
-	}
-	if err == nil {
-		err = syscall.EIO
-	}
-	return err
-}
-
 // cmHandles is an rdma_cm id and its event channel.
 type cmHandles struct {
 	ch uintptr // struct rdma_event_channel *
@@ -95,14 +78,14 @@ func (h cmHandles) fd() int { return int(*at[int32](h.ch, offCMChannelFD)) }
 
 func (h *cmHandles) createID() error {
 	var id uintptr
-	if err := cmCall(rdmacm.createID, h.ch, uintptr(unsafe.Pointer(&id)), 0, rdmaPSTCP); err != nil {
+	if err := ccallStatus(rdmacm.createID, h.ch, uintptr(unsafe.Pointer(&id)), 0, rdmaPSTCP); err != nil {
 		return err
 	}
 	h.id = id
 	return nil
 }
 
-func (h cmHandles) destroyID() error { return cmCall(rdmacm.destroyID, h.id) }
+func (h cmHandles) destroyID() error { return ccallStatus(rdmacm.destroyID, h.id) }
 
 func (h cmHandles) destroyChannel() { ccall(rdmacm.destroyEventChannel, h.ch) }
 
@@ -112,7 +95,7 @@ func (h cmHandles) destroyChannel() { ccall(rdmacm.destroyEventChannel, h.ch) }
 // data.
 func (h cmHandles) getEvent() (cmEvent, error) {
 	var p uintptr
-	if err := cmCall(rdmacm.getCMEvent, h.ch, uintptr(unsafe.Pointer(&p))); err != nil {
+	if err := ccallStatus(rdmacm.getCMEvent, h.ch, uintptr(unsafe.Pointer(&p))); err != nil {
 		return cmEvent{}, err
 	}
 	ev := at[rdmaCMEvent](p, 0)
@@ -127,7 +110,7 @@ func (h cmHandles) getEvent() (cmEvent, error) {
 	if ev.event == cmConnectRequest {
 		if nch, err := cmCreateChannel(); err != nil {
 			out.migrateErr = errnoOf(err)
-		} else if err := cmCall(rdmacm.migrateID, ev.id, nch.ch); err != nil {
+		} else if err := ccallStatus(rdmacm.migrateID, ev.id, nch.ch); err != nil {
 			out.migrateErr = errnoOf(err)
 			nch.destroyChannel()
 		} else {
@@ -181,22 +164,26 @@ func fillSockaddr(s *sockaddrStorage, a netip.AddrPort) {
 func (h cmHandles) bind(a netip.AddrPort) error {
 	var s sockaddrStorage
 	fillSockaddr(&s, a)
-	return cmCall(rdmacm.bindAddr, h.id, uintptr(unsafe.Pointer(&s)))
+	return ccallStatus(rdmacm.bindAddr, h.id, uintptr(unsafe.Pointer(&s)))
 }
 
-func (h cmHandles) listen(backlog int) error { return cmCall(rdmacm.listen, h.id, uintptr(backlog)) }
+func (h cmHandles) listen(backlog int) error {
+	return ccallStatus(rdmacm.listen, h.id, uintptr(backlog))
+}
 
 func (h cmHandles) resolveAddr(src, dst netip.AddrPort, ms int) error {
 	var s, d sockaddrStorage
 	fillSockaddr(&d, dst)
 	if !src.IsValid() {
-		return cmCall(rdmacm.resolveAddr, h.id, 0, uintptr(unsafe.Pointer(&d)), uintptr(ms))
+		return ccallStatus(rdmacm.resolveAddr, h.id, 0, uintptr(unsafe.Pointer(&d)), uintptr(ms))
 	}
 	fillSockaddr(&s, src)
-	return cmCall(rdmacm.resolveAddr, h.id, uintptr(unsafe.Pointer(&s)), uintptr(unsafe.Pointer(&d)), uintptr(ms))
+	return ccallStatus(rdmacm.resolveAddr, h.id, uintptr(unsafe.Pointer(&s)), uintptr(unsafe.Pointer(&d)), uintptr(ms))
 }
 
-func (h cmHandles) resolveRoute(ms int) error { return cmCall(rdmacm.resolveRoute, h.id, uintptr(ms)) }
+func (h cmHandles) resolveRoute(ms int) error {
+	return ccallStatus(rdmacm.resolveRoute, h.id, uintptr(ms))
+}
 
 // sockAddr reads the id's local or peer socket address (the source or
 // destination of route.addr).
@@ -234,7 +221,7 @@ func (h cmHandles) device() (name string, port uint8, ibLink, ok bool) {
 	name = goString(ccall(ibv.getDeviceName, dev))
 	port = *at[uint8](h.id, offCMIDPortNum)
 	var pa ibvPortAttr
-	if queryPort(v, port, &pa) == 0 {
+	if (ctxHandle{v}).queryPortAttr(port, &pa) == 0 {
 		ibLink = pa.linkLayer == ibvLinkLayerIB
 	}
 	return name, port, ibLink, true
@@ -268,52 +255,26 @@ func (h cmHandles) establish(accept bool, p cmConnParams) error {
 	if accept {
 		fn = rdmacm.accept
 	}
-	return cmCall(fn, h.id, uintptr(unsafe.Pointer(&cp)))
+	return ccallStatus(fn, h.id, uintptr(unsafe.Pointer(&cp)))
 }
 
-func (h cmHandles) rdmaEstablish() error { return cmCall(rdmacm.establish, h.id) }
+func (h cmHandles) rdmaEstablish() error { return ccallStatus(rdmacm.establish, h.id) }
 
 func (h cmHandles) reject(data []byte) error {
 	if len(data) == 0 {
-		return cmCall(rdmacm.reject, h.id, 0, 0)
+		return ccallStatus(rdmacm.reject, h.id, 0, 0)
 	}
-	return cmCall(rdmacm.reject, h.id, uintptr(unsafe.Pointer(&data[0])), uintptr(len(data)))
+	return ccallStatus(rdmacm.reject, h.id, uintptr(unsafe.Pointer(&data[0])), uintptr(len(data)))
 }
 
-func (h cmHandles) disconnect() error { return cmCall(rdmacm.disconnect, h.id) }
+func (h cmHandles) disconnect() error { return ccallStatus(rdmacm.disconnect, h.id) }
 
-// modifyQPAttr asks rdma_cm for the attributes of state to and applies
-// them to q (cm_shared.go's modifyQP).
-func (c *CMID) modifyQPAttr(q *qp, to verbs.QPState, o cmQPOverride) error {
-	if !c.lt.Enter() {
-		return verbs.ErrClosed
-	}
-	var attr ibvQPAttr
+// initQPAttr asks rdma_cm for the attributes of the state attr holds
+// and returns the mask of those to apply.
+func (h cmHandles) initQPAttr(attr *qpAttr) (int, error) {
 	var mask int32
-	attr.qpState = uint32(to)
-	err := cmCall(rdmacm.initQPAttr, c.h.id, uintptr(unsafe.Pointer(&attr)), uintptr(unsafe.Pointer(&mask)))
-	c.lt.Exit()
-	if err != nil {
-		return errnoErr(fmt.Sprintf("rdma_init_qp_attr %v", to), err)
+	if err := ccallStatus(rdmacm.initQPAttr, h.id, uintptr(unsafe.Pointer(attr)), uintptr(unsafe.Pointer(&mask))); err != nil {
+		return 0, err
 	}
-	if mask&ibvQPState == 0 {
-		// rdma_cm asks for no state change: iWARP's RTS, which the
-		// kernel's iWARP CM makes itself (see cm.go).
-		return nil
-	}
-	if c.ibLink {
-		mask &^= cmRoCEOnlyMask
-	}
-	if o.set {
-		switch to {
-		case verbs.StateRTR:
-			attr.maxDestRdAtomic = o.rr
-		case verbs.StateRTS:
-			attr.maxRdAtomic = o.depth
-		}
-	}
-	if to == verbs.StateInit {
-		q.port = attr.portNum
-	}
-	return q.modify(&attr, int(mask), to)
+	return int(mask), nil
 }

@@ -59,6 +59,7 @@ type CMID struct {
 	accDepth     uint8
 	qp           *qp // connected QP, moved to ERR by WaitDisconnect
 	disconnected bool
+	readDepth    uint8 // active, iWARP: the READs the connection lets this side have outstanding
 }
 
 // CMListener listens for rdma_cm connection requests.
@@ -453,9 +454,7 @@ func (c *CMID) ModifyQP(q verbs.QP, state verbs.QPState) error {
 	return c.modifyQP(iq, state)
 }
 
-// modifyQP is ModifyQP for a checked QP: each binding's modifyQPAttr
-// builds its own struct ibv_qp_attr; what to do with rdma_cm's answer is
-// decided here.
+// modifyQP is ModifyQP for a checked QP.
 func (c *CMID) modifyQP(q *qp, to verbs.QPState) error {
 	if to != verbs.StateInit && to != verbs.StateRTR && to != verbs.StateRTS {
 		return fmt.Errorf("ibv: rdma_cm ModifyQP: %w: rdma_cm gives attributes for INIT, RTR and RTS, not %v", verbs.ErrInvalid, to)
@@ -464,6 +463,44 @@ func (c *CMID) modifyQP(q *qp, to verbs.QPState) error {
 	override, rr, depth := c.override, c.accRR, c.accDepth
 	c.mu.Unlock()
 	return c.modifyQPAttr(q, to, cmQPOverride{set: override, rr: rr, depth: depth})
+}
+
+// modifyQPAttr asks rdma_cm for the attributes of state to and applies
+// them to q.
+func (c *CMID) modifyQPAttr(q *qp, to verbs.QPState, o cmQPOverride) error {
+	if !c.lt.Enter() {
+		return verbs.ErrClosed
+	}
+	var attr qpAttr
+	attr.setState(to)
+	mask, err := c.h.initQPAttr(&attr)
+	c.lt.Exit()
+	if err != nil {
+		return errnoErr(fmt.Sprintf("rdma_init_qp_attr %v", to), err)
+	}
+	if mask&ibvQPState == 0 {
+		// rdma_cm asks for no state change: iWARP's RTS, which the
+		// kernel's iWARP CM makes itself when the connection is
+		// established (a modify to RTS by hand fails there).
+		// librdmacm's ibv_modify_qp without IBV_QP_STATE changes
+		// nothing that matters either (the port, set at INIT).
+		return nil
+	}
+	if c.ibLink {
+		mask &^= cmRoCEOnlyMask
+	}
+	if o.set {
+		switch to {
+		case verbs.StateRTR:
+			attr.setMaxDestRdAtomic(o.rr)
+		case verbs.StateRTS:
+			attr.setMaxRdAtomic(o.depth)
+		}
+	}
+	if to == verbs.StateInit {
+		q.port = attr.port()
+	}
+	return q.modify(&attr, mask, to)
 }
 
 // cmQPOverride replaces rdma_cm's read/atomic depths with what the
@@ -601,6 +638,11 @@ func (c *CMID) connect(ctx context.Context, q *qp, p CMParams, retry, rnr uint8)
 	}
 	c.mu.Lock()
 	c.priv = ev.priv
+	if q.iwarp() {
+		// The iWARP CM reports the negotiated ORD of this side as the
+		// event's responder resources (the kernel's cma_iw_handler).
+		c.readDepth = ev.rr
+	}
 	c.mu.Unlock()
 	if q.iwarp() {
 		q.state.Store(uint32(verbs.StateRTS))
@@ -623,6 +665,16 @@ func (c *CMID) connect(ctx context.Context, q *qp, p CMParams, retry, rnr uint8)
 		return errnoErr("rdma_establish", err)
 	}
 	return nil
+}
+
+// ReadDepth is, on iWARP, how many RDMA READs the connection lets this
+// side have outstanding, as the connection manager reported it when
+// Connect completed: 0 when the peer takes none, whose QP a READ would
+// fail. It is 0 on other transports and before Connect returns.
+func (c *CMID) ReadDepth() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return int(c.readDepth)
 }
 
 // abort rejects the peer's answer after a local failure and stops q.

@@ -38,6 +38,7 @@ func (c *CMID) Port() uint8                                               { retu
 func (c *CMID) LocalAddr() net.Addr                                       { return CMAddr{} }
 func (c *CMID) RemoteAddr() net.Addr                                      { return CMAddr{} }
 func (c *CMID) PrivateData() []byte                                       { return nil }
+func (c *CMID) ReadDepth() int                                            { return 0 }
 func (c *CMID) ModifyQP(q verbs.QP, state verbs.QPState) error            { return errNoCM }
 func (c *CMID) Connect(ctx context.Context, q verbs.QP, p CMParams) error { return errNoCM }
 func (c *CMID) Accept(ctx context.Context, q verbs.QP, p CMParams) error  { return errNoCM }

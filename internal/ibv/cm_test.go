@@ -117,6 +117,85 @@ func (e *cmEnd) waitOK(t *testing.T, n int) map[uint64]verbs.WorkCompletion {
 	return got
 }
 
+// nudgeEvery is how long a side that waits for its peer over iWARP lets
+// a message go missing before it nudges the connection.
+//
+// Linux's siw sends the MPA reply before it gives the accepted socket to
+// the QP (siw_accept: siw_send_mpareqrep, then siw_qp_socket_assoc; 6.1
+// and later). A first message that the connecting side posts the moment
+// it is connected can arrive in between: the socket's data-ready callback
+// is still the CM's, which ignores it, and the message stays unread in
+// the socket until the next segment arrives. A peer that sends nothing
+// more until it is answered (rdmacm-utils' programs, these tests) then
+// waits for ever; when it gives up and closes, the late message is read
+// while the close is taking the QP, and rdma_server's answer fails
+// ("rdma_post_send: Unknown error -1"). A zero-length RDMA READ is the
+// nudge: its request is a segment to the peer and its response one to
+// this side, so whichever socket holds the message reads it, and it
+// takes no receive and touches no memory. (The accepting side may send
+// only once the connecting side has read the MPA reply, which siw checks;
+// a peer that sent its message has, and 2 s leaves one that did not
+// time.) The library's Dial settles this for its own connections
+// (settleIWARP in the root package).
+const nudgeEvery = 2 * time.Second
+
+// nudgeID is the wr_id of the first nudge; the rest follow.
+const nudgeID = 1000
+
+// awaitPeer waits up to 60 s for the completions of ids and returns them
+// by wr_id. On iWARP it nudges every
+// nudgeEvery while any is missing (see nudgeEvery), and it returns only
+// once its nudges have completed too, so the CQ holds none of them.
+func (e *cmEnd) awaitPeer(t *testing.T, ids ...uint64) map[uint64]verbs.WorkCompletion {
+	t.Helper()
+	iwarp := e.ctx.Info().Transport == "iWARP"
+	want := map[uint64]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	got := map[uint64]verbs.WorkCompletion{}
+	nudges, nudgesDone := 0, 0
+	wc := make([]verbs.WorkCompletion, 4)
+	start := time.Now()
+	next := start.Add(nudgeEvery)
+	for len(want) > 0 || nudgesDone < nudges {
+		if time.Since(start) > 60*time.Second {
+			t.Fatalf("after 60 s: completions %v still missing, %d of %d nudges completed", want, nudgesDone, nudges)
+		}
+		n, err := e.cq.Poll(wc)
+		must(t, err)
+		for _, c := range wc[:n] {
+			switch {
+			case want[c.WRID]:
+				delete(want, c.WRID)
+				got[c.WRID] = c
+			case c.WRID >= nudgeID && c.WRID < nudgeID+uint64(nudges):
+				nudgesDone++
+				if c.Status != verbs.WCSuccess {
+					t.Logf("nudge %d: %v", c.WRID-nudgeID, c.Err())
+				}
+			default:
+				t.Fatalf("unexpected completion %+v", c)
+			}
+		}
+		if n > 0 {
+			continue
+		}
+		if iwarp && len(want) > 0 && time.Now().After(next) && nudges-nudgesDone < 2 {
+			_, err := e.qp.PostSend([]verbs.SendWR{{ID: nudgeID + uint64(nudges), Opcode: verbs.OpRead, Flags: verbs.SendSignaled}})
+			must(t, err)
+			nudges++
+			next = time.Now().Add(nudgeEvery)
+			continue
+		}
+		time.Sleep(50 * time.Microsecond) // polling backoff
+	}
+	if nudges > 0 {
+		t.Logf("nudged the connection %d times: the peer's socket held a message unread (siw, see nudgeEvery)", nudges)
+	}
+	return got
+}
+
 func cmIP(a net.Addr) string {
 	if c, ok := a.(ibv.CMAddr); ok {
 		return c.Addr().String()
@@ -217,12 +296,24 @@ func TestVerbsCMLoopback(t *testing.T) {
 			if st, err := e.qp.State(); err != nil || st != verbs.StateRTS {
 				t.Errorf("client QP after Connect: %v, %v; want RTS", st, err)
 			}
+			// The READs this side may have outstanding: what the server
+			// granted on iWARP, not reported elsewhere.
+			if iwarp := e.ctx.Info().Transport == "iWARP"; iwarp != (id.ReadDepth() > 0) {
+				t.Errorf("ReadDepth %d on %s", id.ReadDepth(), e.ctx.Info().Transport)
+			}
 			if err := id.Connect(ctx, e.qp, ibv.CMParams{}); !errors.Is(err, verbs.ErrInvalid) {
 				t.Errorf("second Connect = %v, want ErrInvalid", err)
 			}
 			copy(e.buf[1024:], pattern(32, 1))
 			e.postSend(t, 2, 1024, 32)
-			wcs := e.waitOK(t, 2)
+			// The server answers once it has read our message: see
+			// nudgeEvery.
+			wcs := e.awaitPeer(t, 1, 2)
+			for id, wc := range wcs {
+				if wc.Status != verbs.WCSuccess {
+					t.Fatalf("completion %d: %+v (%v)", id, wc, wc.Err())
+				}
+			}
 			if wc := wcs[1]; wc.ByteLen != 48 || !bytes.Equal(e.buf[:48], pattern(48, 2)) {
 				t.Fatalf("client received %d bytes %x", wc.ByteLen, e.buf[:wc.ByteLen])
 			}
@@ -434,7 +525,13 @@ func TestVerbsCMRdmaServer(t *testing.T) {
 	defer closeOK(t, id)
 	copy(e.buf[1024:], "go-rdma client!!")
 	e.postSend(t, 2, 1024, 16)
-	wcs := e.waitOK(t, 2)
+	// rdma_server reads our message, then answers: see nudgeEvery.
+	wcs := e.awaitPeer(t, 1, 2)
+	for id, wc := range wcs {
+		if wc.Status != verbs.WCSuccess {
+			t.Fatalf("completion %d: %+v (%v)", id, wc, wc.Err())
+		}
+	}
 	if wc := wcs[1]; wc.ByteLen != 16 || wc.Opcode != verbs.WCRecv {
 		t.Fatalf("reply from rdma_server: %+v", wc)
 	}
@@ -470,8 +567,10 @@ func TestVerbsCMRdmaClient(t *testing.T) {
 	must(t, req.ModifyQP(e.qp, verbs.StateInit))
 	e.postRecv(t, 1, 0, 16)
 	must(t, req.Accept(ctx, e.qp, ibv.CMParams{}))
-	if wc := e.waitOK(t, 1)[1]; wc.ByteLen != 16 || wc.Opcode != verbs.WCRecv {
-		t.Fatalf("message from rdma_client: %+v", wc)
+	// rdma_client sends the moment it is connected: see nudgeEvery.
+	wcs := e.awaitPeer(t, 1)
+	if wc := wcs[1]; wc.Status != verbs.WCSuccess || wc.ByteLen != 16 || wc.Opcode != verbs.WCRecv {
+		t.Fatalf("message from rdma_client: %+v (%v)", wc, wc.Err())
 	}
 	copy(e.buf[1024:], "go-rdma server!!")
 	e.postSend(t, 2, 1024, 16)

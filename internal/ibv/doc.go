@@ -31,9 +31,12 @@
 // the same symbol versions, the hot-path ops called through the ops
 // table at the offsets of abi.go (abi.h's mirror, checked against it by
 // abi_cgo.go in every cgo build), WR chains, SGEs and the ibv_wc array in
-// memory mapped off the Go heap. Its rdma_cm (cm_purego.go) loads
-// librdmacm the same way and shares the rest with the cgo one
-// (cm_shared.go). Elsewhere without cgo, or off Linux,
-// Provider lists devices from sysfs but every other call fails with
-// verbs.ErrNotSupported.
+// memory mapped off the Go heap; its rdma_cm (cm_purego.go) loads
+// librdmacm the same way. Each binding is only the calls into C, on
+// handles to the C objects (ctxHandle, cqHandle, qpHandle, cmHandles,
+// ...) taking and returning Go values; the logic above them (checks,
+// lifetimes, state, error texts) is written once for both, in the
+// *_shared.go files. TestBindingDuplicates keeps it so. Elsewhere
+// without cgo, or off Linux, Provider lists devices from sysfs but every
+// other call fails with verbs.ErrNotSupported.
 package ibv

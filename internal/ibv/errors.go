@@ -56,6 +56,24 @@ func errnoErr(op string, err error) error {
 	return e
 }
 
+// callErr is the error of a C call that failed: the errno it left, or
+// EIO when it left none, so that a failed call never returns nil.
+func callErr(err error) error {
+	if err == nil {
+		return syscall.EIO
+	}
+	return err
+}
+
+// rcErr is the error of a C call that returns 0 or an errno: nil, or
+// the errno.
+func rcErr(rc int32) error {
+	if rc == 0 {
+		return nil
+	}
+	return syscall.Errno(rc)
+}
+
 // memlockError explains a registration that hit RLIMIT_MEMLOCK.
 func memlockError(n int, err error) error {
 	var lim syscall.Rlimit

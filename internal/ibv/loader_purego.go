@@ -175,6 +175,17 @@ func ccallErrno(fn uintptr, args ...uintptr) (uintptr, error) {
 	return r, nil
 }
 
+// ccallStatus calls the C function fn, which returns 0, or -1 with errno
+// set: nil, or the errno (EIO when it left none).
+//
+//go:uintptrescapes
+func ccallStatus(fn uintptr, args ...uintptr) error {
+	if rc, err := ccallErrno(fn, args...); int32(rc) != 0 {
+		return callErr(err)
+	}
+	return nil
+}
+
 // cString is s with a NUL, for the duration of one call.
 func cString(s string) []byte { return append([]byte(s), 0) }
 

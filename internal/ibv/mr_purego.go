@@ -3,96 +3,40 @@
 package ibv
 
 import (
-	"fmt"
-	"syscall"
 	"unsafe"
 
-	"github.com/go-rdma/rdma/internal/mem"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
-// pd is an ibv_pd.
-type pd struct {
-	lt  verbs.Lifetime
-	ctx *devContext
-	pd  uintptr // struct ibv_pd *
-}
+// The purego binding's calls into libibverbs for protection domains and
+// memory regions; mr_shared.go drives them.
 
-func (c *devContext) AllocPD() (verbs.PD, error) {
-	if err := c.lt.AddChild(); err != nil {
-		return nil, err
-	}
-	p, err := ccallErrno(ibv.allocPD, c.c)
+// pdHandle is a struct ibv_pd.
+type pdHandle struct{ p uintptr }
+
+func (h ctxHandle) allocPD() (pdHandle, error) {
+	p, err := ccallErrno(ibv.allocPD, h.c)
 	if p == 0 {
-		c.lt.DropChild()
-		return nil, errnoErr("ibv_alloc_pd", err)
+		return pdHandle{}, callErr(err)
 	}
-	return &pd{ctx: c, pd: p}, nil
+	return pdHandle{p}, nil
 }
 
-func (p *pd) Close() error {
-	return p.lt.Close(func() error {
-		if rc := int32(ccall(ibv.deallocPD, p.pd)); rc != 0 {
-			return errnoErr("ibv_dealloc_pd", syscall.Errno(rc))
-		}
-		p.ctx.lt.DropChild()
-		return nil
-	})
-}
+func (h pdHandle) dealloc() error { return rcErr(int32(ccall(ibv.deallocPD, h.p))) }
 
-// mr is an ibv_mr over memory from internal/mem.
-type mr struct {
-	lt     verbs.Lifetime
-	pd     *pd
-	mr     uintptr // struct ibv_mr *
-	buf    []byte
-	access verbs.Access
-	// Copied at registration: the C struct is freed by Close.
-	lkey, rkey uint32
-}
+// mrHandle is a struct ibv_mr.
+type mrHandle struct{ m uintptr }
 
-func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
-	if len(buf) == 0 {
-		return nil, fmt.Errorf("ibv: register memory: %w: zero-length region", verbs.ErrInvalid)
-	}
-	if err := mem.Check(buf); err != nil {
-		return nil, fmt.Errorf("ibv: register %d bytes: %w: %v", len(buf), verbs.ErrInvalid, err)
-	}
-	if err := access.Validate(); err != nil {
-		return nil, fmt.Errorf("ibv: register memory: %w", err)
-	}
-	if max := p.ctx.attr.MaxMRSize; max != 0 && uint64(len(buf)) > max {
-		return nil, fmt.Errorf("ibv: register %d bytes: %w: the device's max_mr_size is %d", len(buf), verbs.ErrInvalid, max)
-	}
-	if err := p.lt.AddChild(); err != nil {
-		return nil, err
-	}
-	// buf is mapped off the Go heap (mem.Check): the device may keep
-	// its address.
-	m, err := ccallErrno(ibv.regMR, p.pd, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(access))
+// regMR registers buf, which is off the Go heap: C keeps its address.
+func (h pdHandle) regMR(buf []byte, access verbs.Access) (mrHandle, error) {
+	m, err := ccallErrno(ibv.regMR, h.p, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(access))
 	if m == 0 {
-		p.lt.DropChild()
-		if err == syscall.ENOMEM || err == syscall.EPERM {
-			return nil, memlockError(len(buf), err)
-		}
-		return nil, errnoErr(fmt.Sprintf("ibv_reg_mr %d bytes", len(buf)), err)
+		return mrHandle{}, callErr(err)
 	}
-	return &mr{pd: p, mr: m, buf: buf, access: access, lkey: *at[uint32](m, offMRLKey), rkey: *at[uint32](m, offMRRKey)}, nil
+	return mrHandle{m}, nil
 }
 
-func (m *mr) LKey() uint32         { return m.lkey }
-func (m *mr) RKey() uint32         { return m.rkey }
-func (m *mr) Addr() uint64         { return uint64(uintptr(unsafe.Pointer(&m.buf[0]))) }
-func (m *mr) Len() int             { return len(m.buf) }
-func (m *mr) Bytes() []byte        { return m.buf }
-func (m *mr) Access() verbs.Access { return m.access }
-
-func (m *mr) Close() error {
-	return m.lt.Close(func() error {
-		if rc := int32(ccall(ibv.deregMR, m.mr)); rc != 0 {
-			return errnoErr("ibv_dereg_mr", syscall.Errno(rc))
-		}
-		m.pd.lt.DropChild()
-		return nil
-	})
+func (h mrHandle) keys() (lkey, rkey uint32) {
+	return *at[uint32](h.m, offMRLKey), *at[uint32](h.m, offMRRKey)
 }
+func (h mrHandle) dereg() error { return rcErr(int32(ccall(ibv.deregMR, h.m))) }

@@ -3,7 +3,6 @@
 package ibv
 
 import (
-	"fmt"
 	"math/bits"
 	"syscall"
 	"unsafe"
@@ -11,18 +10,40 @@ import (
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
+// The purego binding's post path: qp_shared.go and srq_shared.go post
+// through a sendChain or a recvChain.
+
 // chain is the scratch a queue posts from: room for its WRs, their SGEs
 // and bad_wr, mapped off the Go heap. A post writes the chain there and
 // hands it to the queue's post op in one call, so C sees only memory
 // that is not Go's. The owner serialises posts.
 type chain[WR ibvSendWR | ibvRecvWR] struct {
+	op   uintptr // the context's post_send, post_recv or post_srq_recv
+	obj  uintptr // the QP or SRQ it posts to
 	mem  []byte
 	wrs  []WR
 	sges []verbs.SGE // same layout as struct ibv_sge (abi_cgo.go)
 	bad  *uintptr
 }
 
-func newChain[WR ibvSendWR | ibvRecvWR](maxWR, maxSGE int) (*chain[WR], error) {
+type (
+	sendChain = chain[ibvSendWR]
+	recvChain = chain[ibvRecvWR] // a QP's or an SRQ's
+)
+
+func newSendChain(ctx ctxHandle, h qpHandle, maxWR, maxSGE int) (*sendChain, error) {
+	return newChain[ibvSendWR](*at[uintptr](ctx.c, offOpPostSend), h.qp, maxWR, maxSGE)
+}
+
+func newRecvChain(ctx ctxHandle, h qpHandle, maxWR, maxSGE int) (*recvChain, error) {
+	return newChain[ibvRecvWR](*at[uintptr](ctx.c, offOpPostRecv), h.qp, maxWR, maxSGE)
+}
+
+func newSRQRecvChain(ctx ctxHandle, h srqHandle, maxWR, maxSGE int) (*recvChain, error) {
+	return newChain[ibvRecvWR](*at[uintptr](ctx.c, offOpPostSRQRecv), h.srq, maxWR, maxSGE)
+}
+
+func newChain[WR ibvSendWR | ibvRecvWR](op, obj uintptr, maxWR, maxSGE int) (*chain[WR], error) {
 	wrSize := int(unsafe.Sizeof(*new(WR)))
 	sgeSize := int(unsafe.Sizeof(verbs.SGE{}))
 	n := maxWR*wrSize + maxWR*maxSGE*sgeSize + 8
@@ -30,7 +51,7 @@ func newChain[WR ibvSendWR | ibvRecvWR](maxWR, maxSGE int) (*chain[WR], error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &chain[WR]{mem: mem}
+	c := &chain[WR]{op: op, obj: obj, mem: mem}
 	c.wrs = unsafe.Slice((*WR)(unsafe.Pointer(&mem[0])), maxWR)
 	if maxSGE > 0 {
 		c.sges = unsafe.Slice((*verbs.SGE)(unsafe.Pointer(&mem[maxWR*wrSize])), maxWR*maxSGE)
@@ -40,18 +61,16 @@ func newChain[WR ibvSendWR | ibvRecvWR](maxWR, maxSGE int) (*chain[WR], error) {
 }
 
 func (c *chain[WR]) free() {
-	if c != nil {
-		unmapScratch(c.mem)
-		c.mem, c.wrs, c.sges, c.bad = nil, nil, nil, nil
-	}
+	unmapScratch(c.mem)
+	c.mem, c.wrs, c.sges, c.bad = nil, nil, nil, nil
 }
 
-// post calls the post op fn on obj (a QP or SRQ) with the first n WRs
-// and returns how many it took and the errno.
-func (c *chain[WR]) post(fn, obj uintptr, n int) (int, syscall.Errno) {
+// post calls the post op with the first n WRs (their SGEs are already
+// linked from them) and returns how many it took and the errno.
+func (c *chain[WR]) post(n, _ int) (int, syscall.Errno) {
 	*c.bad = 0
 	first := uintptr(unsafe.Pointer(&c.wrs[0]))
-	rc := int32(ccall(fn, obj, first, uintptr(unsafe.Pointer(c.bad))))
+	rc := int32(ccall(c.op, c.obj, first, uintptr(unsafe.Pointer(c.bad))))
 	if rc == 0 {
 		return n, 0
 	}
@@ -93,7 +112,7 @@ func (c *chain[WR]) fillSend(i, nsge int, w *verbs.SendWR) {
 	default:
 		if h, ok := w.AH.(*ah); ok && h != nil {
 			u := (*wrUD)(unsafe.Pointer(&d.wr))
-			u.ah, u.remoteQPN, u.remoteQKey = h.ah, w.RemoteQPN, w.RemoteQKey
+			u.ah, u.remoteQPN, u.remoteQKey = h.h.ah, w.RemoteQPN, w.RemoteQKey
 		}
 	}
 	if i > 0 {
@@ -109,34 +128,4 @@ func (c *chain[WR]) fillRecv(i, nsge int, w *verbs.RecvWR) {
 	if i > 0 {
 		(*ibvRecvWR)(unsafe.Pointer(&c.wrs[i-1])).next = uintptr(unsafe.Pointer(d))
 	}
-}
-
-// postRecv builds and posts a receive chain for a QP or an SRQ through
-// fn, its post_recv or post_srq_recv op.
-func postRecv(fn, obj uintptr, c *chain[ibvRecvWR], maxSGE int, wrs []verbs.RecvWR) (int, error) {
-	n, nsge := 0, 0
-	var bad error
-	for i := range wrs {
-		w := &wrs[i]
-		if i >= len(c.wrs) {
-			bad = fmt.Errorf("%w: chain longer than the %d WRs the receive queue holds", verbs.ErrQueueFull, len(c.wrs))
-			break
-		}
-		if len(w.SGL) > maxSGE {
-			bad = fmt.Errorf("%w: %d SGEs, the queue was granted %d", verbs.ErrInvalid, len(w.SGL), maxSGE)
-			break
-		}
-		c.fillRecv(i, nsge, w)
-		nsge += len(w.SGL)
-		n++
-	}
-	if n > 0 {
-		if posted, errno := c.post(fn, obj, n); errno != 0 {
-			return posted, &verbs.PostError{Op: "post_recv", Posted: posted, Err: errnoErr("ibv_post_recv", errno)}
-		}
-	}
-	if bad != nil {
-		return n, &verbs.PostError{Op: "post_recv", Posted: n, Err: bad}
-	}
-	return n, nil
 }

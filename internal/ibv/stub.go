@@ -9,14 +9,8 @@ import (
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
-// Provider is the libibverbs provider. This build is not Linux, or has
-// neither cgo nor purego (CGO_ENABLED=0 off amd64 and arm64), so it can
-// only list devices.
-var Provider verbs.Provider = provider{}
-
-type provider struct{}
-
-func (provider) Name() string { return "verbs" }
+// This build is not Linux, or has neither cgo nor purego (CGO_ENABLED=0
+// off amd64 and arm64), so the provider can only list devices.
 
 var errNoVerbs = fmt.Errorf("ibv: %w: this build has no libibverbs support (not Linux, or CGO_ENABLED=0 on an architecture purego does not call C on)", verbs.ErrNotSupported)
 

@@ -65,9 +65,10 @@ type conn struct {
 	events  []*cq // CQ events of the frame being served (see cq.push)
 	rsrc    streamSource
 	rdead   atomic.Bool
-	rflush  []respEntry // the reader's scratch for writing responses
-	unacked int         // requests served since the reader last wrote responses
-	unbytes uint64      // and their payload bytes
+	stall   atomic.Pointer[stallHook] // tests: hold the reader before its next frame
+	rflush  []respEntry               // the reader's scratch for writing responses
+	unacked int                       // requests served since the reader last wrote responses
+	unbytes uint64                    // and their payload bytes
 
 	// Writing: requests (QP workers) and responses (reader, writer
 	// goroutine), a writev at a time.
@@ -142,6 +143,16 @@ func (c *conn) fail(err error, protocol bool) {
 	}
 }
 
+// stallHook holds a connection's reader, for tests: reached closes when
+// the reader waits, and it waits until release closes.
+type stallHook struct {
+	once    sync.Once
+	reached chan struct{}
+	release chan struct{}
+}
+
+func (s *stallHook) reach() { s.once.Do(func() { close(s.reached) }) }
+
 // lastHeard is when a read last brought bytes from the peer.
 func (c *conn) lastHeard() time.Time { return time.Unix(0, c.rx.heard.Load()) }
 
@@ -180,6 +191,10 @@ func (c *conn) readLoop() {
 
 // readFrame reads and serves one frame. An error ends the connection.
 func (c *conn) readFrame() error {
+	if s := c.stall.Load(); s != nil {
+		s.reach()
+		<-s.release
+	}
 	// An idle connection may wait for ever; once a frame has begun, each
 	// chunk of it must arrive within ioTimeout.
 	c.armRead()

@@ -220,8 +220,10 @@ func (q *qp) onWatch() {
 // then. A peer that is still sending is alive, only busy: over one TCP
 // stream per pair of processes, a response queues behind every frame
 // the peer serves before it, and a burst over thousands of QPs once
-// took a response past the timeout. A stopped or vanished peer sends
-// nothing, and still times out. Caller holds mu.
+// took a response past the timeout. Nor is a peer whose words wait in
+// this side's socket, unread while this process was starved of CPU. A
+// stopped or vanished peer sends nothing, and still times out. Caller
+// holds mu.
 func (q *qp) peerHeard() bool {
 	if q.conn == nil {
 		return false
@@ -229,7 +231,16 @@ func (q *qp) peerHeard() bool {
 	if h := q.conn.lastHeard(); h.After(q.lastProgress) {
 		q.lastProgress = h
 	}
-	return time.Since(q.lastProgress) < q.tmo
+	if time.Since(q.lastProgress) < q.tmo {
+		return true
+	}
+	// Bytes from the peer wait in the socket: this process's reader
+	// has not run (a starved CPU), the peer spoke.
+	if unread(q.conn.nc) {
+		q.lastProgress = time.Now()
+		return true
+	}
+	return false
 }
 
 // timeLeft is the time until the outstanding WRs time out, or 0.

@@ -83,3 +83,25 @@ func (s *scatterReader) readv(a, b []byte, yield bool) (int, error) {
 	}
 	return s.n, nil
 }
+
+// unread reports whether bytes from the peer wait in the socket, not
+// read yet: the peer spoke, and this process has not listened (its
+// reader is starved of CPU, not its peer silent).
+func unread(nc net.Conn) bool {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	rc.Control(func(fd uintptr) {
+		v, _, errno := syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&n)))
+		if v != 0 || errno != 0 {
+			n = 0
+		}
+	})
+	return n > 0
+}

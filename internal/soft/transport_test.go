@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-rdma/rdma/internal/verbs"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -430,5 +431,40 @@ func TestBusyPeerIsAlive(t *testing.T) {
 	writeRaw(t, nc, header{typ: frameReadResp, dst: req.src, src: fakeQPN, psn: req.psn, length: 64}, make([]byte, 64))
 	if wc := poll(t, a.scq, 1)[0]; wc.WRID != 1 || wc.Status != verbs.WCSuccess {
 		t.Fatalf("the READ answered late: %+v", wc)
+	}
+}
+
+// TestStarvedReaderIsNoTimeout: a response that waits unread in this
+// side's socket past the QP's timeout (the process's reader starved of
+// CPU, here held) is not the peer's silence: the QP does not time out,
+// and takes the response once its reader runs. A silent peer still
+// times out (TestBadResponses).
+func TestStarvedReaderIsNoTimeout(t *testing.T) {
+	a, f := fakeResponder(t, 10) // 4 ms × 2 tries: the 2 s floor
+	a.post(verbs.SendWR{ID: 1, Opcode: verbs.OpRead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.sge(0, 64)}, RemoteAddr: 4096, RKey: 5})
+	nc := f.accept(wireVersion)
+	req, _ := readRaw(t, nc)
+	// Hold a's reader before the response comes: it waits in the socket.
+	q := a.qp.(*qp)
+	q.mu.Lock()
+	c := q.conn
+	q.mu.Unlock()
+	require.NotNil(t, c, "a's QP has no connection")
+	stall := &stallHook{reached: make(chan struct{}), release: make(chan struct{})}
+	c.stall.Store(stall)
+	// The reader waits in a read now: a frame it serves brings it to the
+	// stall, before its next frame.
+	writeRaw(t, nc, header{typ: frameRequest, op: uint8(verbs.OpWrite), qpType: verbs.RC, dst: 0xfffff0, src: 0x778, length: 4}, []byte{1, 2, 3, 4})
+	select {
+	case <-stall.reached:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader never reached the stall")
+	}
+	writeRaw(t, nc, header{typ: frameReadResp, dst: req.src, src: fakeQPN, psn: req.psn, length: 64}, make([]byte, 64))
+	assert.Never(t, func() bool { st, _ := a.qp.State(); return st == verbs.StateError }, 3*time.Second, 50*time.Millisecond,
+		"the QP timed out with its peer's answer unread in its own socket")
+	close(stall.release)
+	if wc := poll(t, a.scq, 1)[0]; wc.WRID != 1 || wc.Status != verbs.WCSuccess {
+		t.Fatalf("the READ: %+v", wc)
 	}
 }

@@ -1,31 +1,79 @@
 #!/usr/bin/env bash
 # Proves that a program importing go-rdma builds without rdma-core's
-# headers, as on a stock Go machine (gcc, cgo on, no libibverbs-dev): in a
-# private mount namespace that hides /usr/include/infiniband and
-# /usr/include/rdma, it builds a fresh module with one main.go that calls
-# rdma.Devices(), with an empty build cache (a warm one hid the failure
-# once), with CGO_ENABLED=1 and then 0, and runs each binary. With
-# -o DIR it leaves the two binaries there (DIR/app1, DIR/app0), for
-# test/vm/apptests.sh to run on rxe and siw in the VM.
-# Needs root (unshare -m); as another user it reruns itself with sudo -n.
+# headers, as on a stock Go machine (gcc, cgo on, no libibverbs-dev): with
+# the C compiler's header search hiding infiniband/ and rdma/, it builds a
+# fresh module with one main.go that calls rdma.Devices(), with an empty
+# build cache (a warm one hid the failure once), with CGO_ENABLED=1 and
+# then 0, and runs each binary. With -o DIR it leaves the two binaries
+# there (DIR/app1, DIR/app0), for test/vm/apptests.sh to run on rxe and
+# siw in the VM.
+#
+# It needs no privileges (it runs in a chroot or an unprivileged
+# container): rather than hide the directories with a mount namespace, it
+# gives the compiler, through CGO_CFLAGS, -nostdinc and its own search
+# list again, in which each directory holding infiniband/ or rdma/ is
+# replaced by a copy made of symlinks that leaves those two out. Before
+# the builds it checks that the hiding works: a cgo package that includes
+# <infiniband/verbs.h> (then <rdma/rdma_cma.h>) builds with the system's
+# search (where the headers are installed, as test.sh's deps install
+# them) and fails with "No such file" with these flags.
 set -euo pipefail
+shopt -s nullglob
+export LC_ALL=C # the compiler's messages, read below, in English
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-
-if [ "${1:-}" != --inside ]; then
-  if [ "$(id -u)" != 0 ]; then exec sudo -n -E "$0" "$@"; fi
-  exec unshare -m --propagation private "$0" --inside "$@"
-fi
-shift
 out_dir=
-if [ "${1:-}" = -o ]; then out_dir=$2; fi
+if [ "${1:-}" = -o ]; then out_dir=$(cd "$2" && pwd); fi
 
-empty=$(mktemp -d)
 work=$(mktemp -d)
-trap 'rm -rf "$empty" "$work"' EXIT
-for d in /usr/include/infiniband /usr/include/rdma; do
-  [ -d "$d" ] && mount --bind "$empty" "$d"
+trap 'rm -rf "$work"' EXIT
+
+# The compiler's own search list for <...>, as `cc -v` prints it.
+cc=$(go env CC)
+command -v "${cc%% *}" >/dev/null || { echo "noheaders: no C compiler ($cc)" >&2; exit 1; }
+mapfile -t search < <(echo | $cc -xc -E -v - 2>&1 |
+  sed -n '/^#include <\.\.\.> search starts here:/,/^End of search list\./p' | sed '1d;$d;s/^ *//')
+[ ${#search[@]} -gt 0 ] || { echo "noheaders: $cc printed no include search list" >&2; exit 1; }
+hidden_flags="-nostdinc"
+n=0
+for d in "${search[@]}"; do
+  if [ -e "$d/infiniband" ] || [ -e "$d/rdma" ]; then
+    n=$((n + 1))
+    copy=$work/include/$n
+    mkdir -p "$copy"
+    for e in "$d"/*; do
+      case ${e##*/} in infiniband | rdma) ;; *) ln -s "$e" "$copy/" ;; esac
+    done
+    echo "== $d: searched as $copy, without infiniband/ and rdma/"
+    d=$copy
+  fi
+  hidden_flags+=" -isystem $d"
 done
-if [ -e /usr/include/infiniband/verbs.h ]; then echo "verbs.h still visible" >&2; exit 1; fi
+# No .pc file of rdma-core either (libibverbs.pc comes with the headers).
+mkdir "$work/pkgconfig"
+hidden_env=(CGO_CFLAGS="$(go env CGO_CFLAGS) $hidden_flags" PKG_CONFIG_LIBDIR="$work/pkgconfig" PKG_CONFIG_PATH=)
+
+export GOFLAGS=-mod=mod
+# The check that the headers are out of reach of cgo with these flags.
+mkdir -p "$work/probe"
+for h in infiniband/verbs.h rdma/rdma_cma.h; do
+  p=$work/probe/$(basename "$h" .h)
+  mkdir "$p"
+  printf 'package main\n\n// #include <%s>\nimport "C"\n\nfunc main() {}\n' "$h" > "$p/main.go"
+  printf 'module probe\n\ngo 1.21\n' > "$p/go.mod"
+  if (cd "$p" && CGO_ENABLED=1 go build -o /dev/null .) > "$p/seen.log" 2>&1; then
+    echo "== <$h> builds with the system's search"
+  elif grep -q 'No such file' "$p/seen.log"; then
+    echo "== <$h> is not installed here (rdma-core's -dev packages): what follows shows only that it fails"
+  else
+    cat "$p/seen.log" >&2; echo "noheaders: the probe for <$h> failed for another reason" >&2; exit 1
+  fi
+  if (cd "$p" && env "${hidden_env[@]}" CGO_ENABLED=1 go build -o /dev/null .) > "$p/hidden.log" 2>&1; then
+    echo "noheaders: <$h> is still visible to cgo with $hidden_flags" >&2; exit 1
+  fi
+  grep -q "$h: No such file" "$p/hidden.log" || { cat "$p/hidden.log" >&2; echo "noheaders: the hidden probe for <$h> failed for another reason" >&2; exit 1; }
+  echo "== <$h> is hidden: $(grep -m1 "$h" "$p/hidden.log")"
+done
+export "${hidden_env[@]}"
 
 mkdir "$work/app"
 cd "$work/app"
@@ -147,6 +195,21 @@ func move(how, where string) error {
 	if err := c.Write(src, dst).Wait(ctx); err != nil {
 		return err
 	}
+	// On iWARP a WRITE completes once sent, not once placed; a SEND
+	// behind it is delivered after its data.
+	placed := s.Recv()
+	note, err := c.Alloc(1)
+	if err != nil {
+		return err
+	}
+	defer note.Release()
+	if err := c.Send(note).Wait(ctx); err != nil {
+		return err
+	}
+	if err := placed.Wait(ctx); err != nil {
+		return err
+	}
+	placed.Buffer().Release()
 	if !bytes.Equal(target.Bytes(), src.Bytes()) {
 		return fmt.Errorf("the WRITE's bytes differ")
 	}
@@ -155,7 +218,6 @@ func move(how, where string) error {
 }
 GO
 
-export GOFLAGS=-mod=mod
 # One empty cache for both builds: the second reuses the standard
 # library's objects, and what needs the headers is built afresh by cgo.
 export GOCACHE=$work/cache
