@@ -2,8 +2,10 @@ package rdma
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
+	"syscall"
 
 	"github.com/go-rdma/rdma/internal/ibv"
 	"github.com/go-rdma/rdma/internal/verbs"
@@ -63,8 +65,26 @@ func cmEngine(eng *engine, cfg config, dev string) (*engine, error) {
 	return eng, nil
 }
 
-// dialCM connects through rdma_cm.
+// cmDialAttempts bounds the dials of dialCM that fail with
+// EADDRNOTAVAIL.
+const cmDialAttempts = 4
+
+// dialCM connects through rdma_cm. On iWARP the connect is a TCP connect
+// from the port rdma_cm chose in its own port space, which the host's
+// TCP stack may still hold for an earlier connection of that port
+// (TIME_WAIT): rdma_connect then fails with EADDRNOTAVAIL, before
+// anything reached the listener, and a new id (a new port) is tried.
 func dialCM(ctx context.Context, eng *engine, cfg config, address string) (*Conn, error) {
+	for attempt := 1; ; attempt++ {
+		c, err := dialCMOnce(ctx, eng, cfg, address)
+		if err == nil || !errors.Is(err, syscall.EADDRNOTAVAIL) || attempt == cmDialAttempts || ctx.Err() != nil {
+			return c, err
+		}
+	}
+}
+
+// dialCMOnce is one attempt of dialCM, on one rdma_cm id.
+func dialCMOnce(ctx context.Context, eng *engine, cfg config, address string) (*Conn, error) {
 	id, err := ibv.CMDial(ctx, "", address)
 	if err != nil {
 		return nil, err

@@ -604,6 +604,12 @@ func (s *Conn) reserve(n int) ([]byte, error) {
 		}
 		s.pumpLocked()
 		s.reapLocked()
+		if s.st.sent < s.st.queued && s.nothingAheadLocked() {
+			// Corked bytes whose WRITE ahead completed: post them
+			// here rather than wait for the flusher, since in header
+			// mode what may be staged counts from them.
+			s.flushLocked()
+		}
 		if err := s.writeErrLocked(); err != nil {
 			s.mu.Unlock()
 			return nil, s.opError("write", err)
@@ -615,14 +621,7 @@ func (s *Conn) reserve(n int) ([]byte, error) {
 			s.mu.Unlock()
 			return piece, nil
 		}
-		// Wait for credits (or the hello, or in header mode the peer's
-		// count of messages taken), or for a message in flight to
-		// complete: what frees staging.
-		f := s.rf
-		if len(s.sends) >= s.sqLimit || (s.st.free() == 0 && s.st.stagingFull()) {
-			f = s.sends[0].f
-		}
-		if err := s.wait(f, &s.wctx, &s.wdl); err != nil {
+		if err := s.wait(s.writeBlockerLocked(), &s.wctx, &s.wdl); err != nil {
 			return nil, s.opError("write", err)
 		}
 	}
@@ -750,6 +749,21 @@ func (s *Conn) blockerLocked() *rdma.Future {
 		return s.rf
 	}
 	return s.sends[0].f
+}
+
+// writeBlockerLocked is what a Write that found no room waits for: the
+// oldest message in flight when its completion makes room (staging, the
+// send queue, or the bytes corked behind it, from which header mode
+// counts what may be staged: the flusher posts them, and would not wake
+// a Write waiting for the peer), else the peer's next message (its
+// credits, its hello, or in header mode its count of our messages
+// taken). Caller holds mu.
+func (s *Conn) writeBlockerLocked() *rdma.Future {
+	if len(s.sends) > 0 && (len(s.sends) >= s.sqLimit || s.st.free() == 0 && s.st.stagingFull() ||
+		s.st.sent < s.st.queued && s.st.canSend(opData)) {
+		return s.sends[0].f
+	}
+	return s.rf
 }
 
 // flusher posts what waits (owesLocked): corked bytes once the messages

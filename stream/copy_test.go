@@ -2,6 +2,7 @@ package stream_test
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -203,5 +204,34 @@ func TestStreamSmallRing(t *testing.T) {
 			_, err = (&stream.ListenConfig{Options: opts, RingSize: bad}).Listen(ctx, "rdma", "127.0.0.1:0")
 			require.ErrorIs(t, err, rdma.ErrInvalid, "ring of %d", bad)
 		}
+	})
+}
+
+// TestStreamPairsAtOnce: eight pairs exchange both ways at once on one
+// engine, rings of several sizes (one a little over 2 MiB, whose WRITEs
+// end at staging's end and at the ring's at different bytes), every
+// byte in order and no pair stalled. In header mode a Write waited for
+// the peer when the room it waited for came from its own corked bytes
+// going out (TestStreamCorkedWriteWakes): eight pairs stalled within a
+// few runs.
+func TestStreamPairsAtOnce(t *testing.T) {
+	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
+		size := 3 << 20
+		if inVM() {
+			size = 256 << 10
+		}
+		t.Run("pairs", func(t *testing.T) {
+			for i := range 8 {
+				ring := 2<<20 + 12<<10
+				if i%2 == 1 {
+					ring = stream.MinRingSize << (i % 4)
+				}
+				t.Run(fmt.Sprintf("pair%d-ring%d", i, ring), func(t *testing.T) {
+					t.Parallel()
+					c, s, _ := ringPair(t, opts, ring, ring)
+					exchangeRandom(t, c, s, size, 200<<10, 150<<10, uint64(i))
+				})
+			}
+		})
 	})
 }

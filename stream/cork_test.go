@@ -109,3 +109,68 @@ func testStreamAutocork(t *testing.T, opts []rdma.Option) {
 	require.NoError(t, held.Wait(ctx))
 	require.NoError(t, held.Buffer().Release())
 }
+
+// TestStreamCorkedWriteWakes: in header mode a Write may stage as far
+// as the two pieces (to staging's end or the peer ring's, whichever is
+// nearer) that follow the bytes corked behind the WRITE in flight. A
+// Write that found them full used to wait for the peer's next message,
+// though what made room was the flusher posting the corked bytes once the
+// WRITE ahead completed: with a peer that had nothing to say (what it
+// took short of a count or credits due), it waited for ever (a stream
+// test hung so under load; 8 header-mode pairs exchanging at once stalled
+// within a few runs). Here the ring is 2 MiB + 12 KiB and staging 1 MiB,
+// so the pieces from 100 bytes short of 2 MiB are 100 bytes and 12 KiB.
+func TestStreamCorkedWriteWakes(t *testing.T) {
+	stream.ForceHeaderMode(t)
+	opts := []rdma.Option{rdma.WithProvider(rdma.ProviderSoft)}
+	ring := 2<<20 + 12<<10
+	c, s, _ := ringPair(t, opts, ring, ring)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sc := c.(*stream.Conn)
+
+	// 100 bytes short of staging's second end, read by the peer but for
+	// the last 1,000 (so that it has not credited all), and nothing more.
+	big := 2<<20 - 100
+	go func() { _, err := c.Write(make([]byte, big)); assert.NoError(t, err) }()
+	_, err := io.ReadFull(s, make([]byte, big-1000))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return stream.InFlight(sc) == 0 }, 10*time.Second, time.Millisecond, "a WRITE never completed")
+	require.Equal(t, 1<<20, stream.StagingSize(sc))
+	require.Eventually(t, func() bool {
+		msgs, took, window := stream.HeaderWindow(sc)
+		return msgs-took <= window/2-3
+	}, 10*time.Second, time.Millisecond, "no room in the peer's window for two pieces and two more")
+
+	// Hold a WRITE in flight (a message that completes when the test
+	// says), cork 60 bytes behind it, then Write 13 KiB: 12 KiB and 40
+	// bytes fit the two pieces, and the rest waits.
+	a, b := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
+	held := b.Recv()
+	stream.HoldInFlight(sc, held)
+	_, err = c.Write(make([]byte, 60))
+	require.NoError(t, err)
+	corked, _ := stream.Corked(sc)
+	require.Equal(t, 60, corked, "60 bytes behind the WRITE in flight")
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Write(make([]byte, 13<<10))
+		done <- err
+	}()
+	require.Eventually(t, func() bool { n, _ := stream.Corked(sc); return n == 12<<10+100 }, 10*time.Second, time.Millisecond, "the Write never filled the pieces")
+
+	// The WRITE ahead completes: the corked bytes go out, and the
+	// Write goes on, though the peer says nothing.
+	src, err := a.Alloc(1)
+	require.NoError(t, err)
+	require.NoError(t, a.Send(src).Wait(ctx))
+	require.NoError(t, src.Release())
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a Write still waits for the room its own corked bytes made: %s", stream.DebugState(sc))
+	}
+	require.NoError(t, held.Wait(ctx))
+	require.NoError(t, held.Buffer().Release())
+}

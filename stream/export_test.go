@@ -27,8 +27,14 @@ func DebugState(s *Conn) string {
 	if s.rf != nil {
 		rf = fmt.Sprintf("resolved=%v err=%v", s.rf.Resolved(), s.rf.Err())
 	}
-	return fmt.Sprintf("rf{%s} rerr=%v serr=%v waiting=%d flushing=%v hdr=%v rcvd=%d read=%d msgs=%d peerTook=%d took=%d sends=%d finOwed=%v credOwed=%v",
-		rf, s.rerr, s.serr, s.waiting, s.flushing, s.hdr, s.st.rcvd, s.st.read, s.st.msgs, s.st.peerTook, s.st.took, len(s.sends), s.finOwed, s.credOwed)
+	send := "none"
+	if len(s.sends) > 0 {
+		f := s.sends[0].f
+		send = fmt.Sprintf("resolved=%v err=%v end=%d", f.Resolved(), f.Err(), s.sends[0].end)
+	}
+	_, w := s.st.writable(1)
+	return fmt.Sprintf("rf{%s} sends[0]{%s} rerr=%v serr=%v waiting=%d flushing=%v hdr=%v rcvd=%d read=%d msgs=%d peerTook=%d took=%d sends=%d finOwed=%v credOwed=%v filling=%v writable=%d queued=%d sent=%d completed=%d",
+		rf, send, s.rerr, s.serr, s.waiting, s.flushing, s.hdr, s.st.rcvd, s.st.read, s.st.msgs, s.st.peerTook, s.st.took, len(s.sends), s.finOwed, s.credOwed, s.filling, w, s.st.queued, s.st.sent, s.st.completed)
 }
 
 // WriteBlocked says whether s can stage no more bytes now: a Write
@@ -81,4 +87,14 @@ func Cork(s *Conn) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.st.cork()
+}
+
+// HeaderWindow is, in header mode, how many messages s sent, how many of
+// them the peer said it took (once s took what arrived), and the peer's
+// receive window.
+func HeaderWindow(s *Conn) (msgs, peerTook, window int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pumpLocked()
+	return int(s.st.msgs), int(s.st.peerTook), int(s.st.window)
 }

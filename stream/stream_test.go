@@ -228,7 +228,25 @@ func exchangeRandom(t *testing.T, a, b net.Conn, size, maxWrite, maxRead int, se
 			}
 		}()
 	}
-	wg.Wait()
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(3 * time.Minute):
+		// A stall: say where both sides are, then unblock the four.
+		for _, c := range []net.Conn{a, b} {
+			s := c.(*stream.Conn)
+			st := s.RDMAConn().Stats()
+			t.Errorf("stalled: %v: %s\n\trdma: %+v", s.LocalAddr(), stream.DebugState(s), st)
+		}
+		for _, e := range rdma.AllStats() {
+			e.Connections = nil
+			t.Errorf("engine: %+v", e)
+		}
+		a.Close()
+		b.Close()
+		<-finished
+	}
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
