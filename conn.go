@@ -37,7 +37,7 @@ type Conn struct {
 	cfg      config // the connection's own settings (queue depths, sizes, limits)
 	unit     *ieng.Unit
 	srq      *ieng.SRQ      // where its receives come from; nil on rdma_cm connections
-	drv      *poller.Poller // unit's poller when Busy: Wait drives it (poller/drive.go)
+	drv      *poller.Poller // unit's poller when Busy: Wait drives it (Poller.Drive)
 	qp       verbs.QP
 	cm       *ibv.CMID // the rdma_cm connection; nil on TCP-set-up ones
 	peer     hello
@@ -49,28 +49,28 @@ type Conn struct {
 	ctx     context.Context // ends when the connection fails or closes
 	cancel  context.CancelFunc
 	done    chan struct{}  // Done: ended, and every message that arrived delivered
-	told    atomic.Bool    // the peer was told of a failure of our own (abort.go)
+	told    atomic.Bool    // the peer was told of a failure of our own (tellPeer)
 	telling sync.WaitGroup // the telling is under way
 	tellMu  sync.Mutex     // orders telling.Add before teardown's Wait
 	untold  bool           // teardown waits for the telling: start none; under tellMu
 	failed  atomic.Pointer[error]
-	up      atomic.Bool // the handshake completed (events.go)
+	up      atomic.Bool // the handshake completed: its end is logged
 
 	// The concepts, in an order that keeps what the post and completion
 	// paths touch together, as before the split: the sending side of the
 	// credits, then the send queue, then inflight.
-	cr creditState // credits both ways (credit.go, credit_word.go)
-	iw iwarpSettle // the READ that settles an rdma_cm connection on iWARP (iwarp.go)
-	sq sendQueue   // the send queue: postMu and what it guards (sendq.go)
+	cr creditState // credits both ways, and the credit word
+	iw iwarpSettle // the READ that settles an rdma_cm connection on iWARP (settleIWARP)
+	sq sendQueue   // the send queue: postMu and what it guards
 
 	inflight  atomic.Int64 // posted WRs not yet completed, receives included
 	closing   atomic.Bool
 	drained   chan struct{} // closed when inflight reaches 0 while closing
 	drainOnce sync.Once
 
-	rq  receives    // the receive side: rmu and what it guards (recv.go)
-	ctl controlChan // the control channel and the regions' state on it (control.go)
-	vd  verdict     // completions waiting for the control channel's word (verdict.go)
+	rq  receives    // the receive side: rmu and what it guards
+	ctl controlChan // the control channel and the regions' state on it
+	vd  verdict     // completions waiting for the control channel's word (holdForVerdict)
 
 	peerClosed  atomic.Bool // the peer closed or went away: post nothing more
 	closeCalled atomic.Bool // Close began: what fails from here on is the orderly close's

@@ -26,11 +26,11 @@ const (
 	ctrlRevoke   = 8  // the owner revokes a region: rkey u32
 	ctrlRevoked  = 9  // answer to ctrlRevoke: no access to rkey u32 is in flight or will be posted
 	ctrlCloseAck = 10 // answer to ctrlClose: this side's operations are done too
-	ctrlCredit   = 11 // credits: u32 total the peer gave over the connection's life, answering an ask (credit_word.go)
+	ctrlCredit   = 11 // credits: u32 total the peer gave over the connection's life, answering an ask (returnCredits)
 	ctrlAsk      = 12 // the sender asks for n u32 credits for messages it has waiting, having seen a u32 total, a u32 of them at once (its first chain's)
 	ctrlBack     = 13 // the sender gives back n u32 credits it did not use
 	ctrlRecall   = 14 // the receiver asks for the credits the sender has no message for (others wait)
-	ctrlAbort    = 15 // the sender failed for a reason of its own: reason text (abort.go)
+	ctrlAbort    = 15 // the sender failed for a reason of its own: reason text (Abort)
 	maxCtrl      = 1024
 )
 
@@ -63,7 +63,7 @@ const (
 
 // controlChan is a connection's control channel: the socket, the
 // worker that runs control work, the close handshake, and the state of
-// the regions exchanged on it (expose.go, grant.go). Conn holds it as
+// the regions exchanged on it (Expose, SendRegion, RequestRegion). Conn holds it as
 // c.ctl.
 type controlChan struct {
 	ctrl     net.Conn   // the TCP control channel; nil on rdma_cm connections
@@ -82,7 +82,7 @@ type controlChan struct {
 	slow         atomic.Pointer[chan struct{}] // tests: the reader waits for it to close before each frame
 
 	// The regions' state: the maps and counts under emu; the channels
-	// bound what is in flight (control.go).
+	// bound what is in flight.
 	emu         sync.Mutex
 	exposed     map[uint32]*exposure
 	granted     int // bytes granted to the peer's RequestRegion

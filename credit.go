@@ -14,17 +14,17 @@ import (
 // and hardware (rnr_retry 7) never gives up.
 //
 // Each SEND, SEND_WITH_IMM and WRITE_WITH_IMM takes a credit; a message
-// without one waits in the send queue's queue (sendq.go) behind an
+// without one waits in the send queue's queue behind an
 // unresolved Future. Receives come from the engine's shared receive
-// queue (srq.go), so credits are given on demand. Credits given back go
+// queue, so credits are given on demand. Credits given back go
 // in band, by an RDMA WRITE into the sender's credit word
-// (credit_word.go); asks and their answers, give-backs and recalls go on
+// (writeCredits); asks and their answers, give-backs and recalls go on
 // the control channel:
 //   - A connection starts with none. A sender that has a message and no
 //     credit, and finds none new in its credit word, asks for what its
 //     messages waiting need, and how many of them its first waiting
 //     chain needs at once (ctrlAsk). The receiver serves asks in turn
-//     (srq_credits.go): when no other connection waits, at once and up
+//     (the SRQ's Ask): when no other connection waits, at once and up
 //     to the connection's whole cap (WithQueueDepth's receive depth) as
 //     far as the SRQ's headroom and the connection's share go.
 //   - As the application takes messages, the receiver gives their
@@ -58,7 +58,7 @@ import (
 // creditState is a connection's credits, both ways. Conn holds it as
 // c.cr. Each field says the lock it is under, if any.
 type creditState struct {
-	// Receiving side: credits given to the peer (srq.go).
+	// Receiving side: credits given to the peer by the SRQ.
 	creditOut   atomic.Int64 // credits the peer holds or used on messages not yet here
 	creditHeld  atomic.Int64 // messages here the application has not taken
 	creditTaken atomic.Int64 // messages taken whose credits are not given back yet; changed under rmu
@@ -68,7 +68,7 @@ type creditState struct {
 	spare       atomic.Bool  // credits went to the peer beyond what it asked for since its last ask
 	lookRecvs   uint64       // messages received at the last decay look; under srq.mu
 
-	cw               creditWord   // in-band credits (credit_word.go)
+	cw               creditWord   // in-band credits
 	creditQueued     atomic.Bool  // a job to return them is queued
 	returnCreditsJob func()       // c.returnCredits, bound once: a method value allocates
 	askJob           func()       // c.askCredits
@@ -187,7 +187,7 @@ func (c *Conn) askCredits() {
 }
 
 // onCredit answers this side's ask: total is what the peer has given
-// over the connection's life (credit_word.go). It posts what waited.
+// over the connection's life (creditWord). It posts what waited.
 func (c *Conn) onCredit(total uint32) {
 	c.sq.postMu.Lock()
 	c.takeTotalLocked(total)
@@ -303,15 +303,14 @@ func (c *Conn) arrived() bool {
 	return true
 }
 
-// creditBatch is how many taken messages' credits go back in one frame:
-// an eighth of the cap. Each frame costs a wake, a write and a read on
-// both sides, so with many connections, each seeing a message at a time,
-// the batch bounds the rate (docs/connections.md); but the stream's
-// window counts on no more than a batch less one being out of the
-// peer's hands (recvSlack), and a larger batch halves it. A sender that
-// waits for credits never waits for a batch to fill: its ask gives back
-// what was taken (onCreditAsk).
-func (c *Conn) creditBatch() int64 { return max(1, int64(c.cfg.rqDepth/8)) } // recvWindow counts on it
+// creditBatch is how many taken messages' credits go back in one frame
+// (returnBatch). Each frame costs a wake, a write and a read on both
+// sides, so with many connections, each seeing a message at a time, the
+// batch bounds the rate (docs/connections.md); a larger batch would
+// shrink the window a stream counts on. A sender that waits for credits
+// never waits for a batch to fill: its ask gives back what was taken
+// (onCreditAsk).
+func (c *Conn) creditBatch() int64 { return int64(returnBatch(c.cfg.rqDepth)) }
 
 // tookLocked accounts for a message the application took: its credit
 // goes back to the peer in a batch, or at once when the peer has none
@@ -387,7 +386,7 @@ func (c *Conn) onCreditBack(n uint32) {
 	c.srq.GiveBack(c.ep(), int(n))
 }
 
-// owe records n credits given to the peer and tells it (credit_word.go).
+// owe records n credits given to the peer and tells it (tellCredits).
 // It runs on pollers, consumers and the control reader, under locks of
 // theirs, so it never writes to the control channel itself.
 func (c *Conn) owe(n int) {

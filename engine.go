@@ -27,7 +27,7 @@ type engine struct {
 	key    engineKey
 	shared bool // in the registry of the package-level Dial and Listen
 
-	// Counters of the closed connections (stats.go)
+	// Counters of the closed connections, for Stats
 	retired closedStats
 	life    lifeCounters
 }

@@ -79,7 +79,7 @@ func (c *Conn) expose(pb *pool.Buffer, off, n int, access Access, granted int, l
 	if err := pb.Ref(); err != nil {
 		return RemoteRegion{}, fmt.Errorf("rdma: expose: %w", err)
 	}
-	acc := verbs.Access(access) // the same bits (region.go)
+	acc := verbs.Access(access) // the same bits (Access)
 	if access&(RemoteWrite|RemoteAtomic) != 0 {
 		acc |= verbs.AccessLocalWrite
 	}

@@ -57,9 +57,9 @@ type hello struct {
 	MTU       uint8
 	Flags     uint8
 	GID       verbs.GID
-	RecvDepth uint32 // the sender's credit cap: the most messages it takes in flight (credit.go)
+	RecvDepth uint32 // the sender's credit cap: the most messages it takes in flight
 	MaxMsg    uint32 // largest SEND the sender accepts
-	// The sender's credit word (credit_word.go): the peer writes the
+	// The sender's credit word (creditWord): the peer writes the
 	// credits it gives there. Zero on connections without credits.
 	CreditAddr uint64
 	CreditRKey uint32
@@ -362,7 +362,7 @@ func (c *Conn) prepare() (hello, error) {
 func (c *Conn) connect(br *bufio.Reader, me, peer *hello, release func() bool) error {
 	eng := c.eng
 	c.peer = *peer
-	// No credits yet: the first message asks for them (credit.go).
+	// No credits yet: the first message asks for them (askCredits).
 	mtu := verbs.MTU(min(me.MTU, peer.MTU))
 	if err := c.qp.ToRTR(verbs.RTRAttr{PathMTU: mtu, DestQPN: peer.QPN, RQPSN: peer.PSN,
 		Dest: verbs.Address{Port: eng.Port.Port, LID: peer.LID, GID: peer.GID, SGIDIndex: c.gidIndex}, MinRNRTimer: 12}); err != nil {

@@ -26,8 +26,8 @@ type Listener struct {
 	ctx  context.Context // ends at Close
 	stop context.CancelFunc
 
-	logLimit loglimit.Limiter // refused handshakes (events.go)
-	hs       *handshakes      // the handshakes holding a queue pair (handshakes.go)
+	logLimit loglimit.Limiter // refused handshakes, for their log
+	hs       *handshakes      // the handshakes holding a queue pair
 
 	conns     chan *Conn
 	hmu       sync.Mutex
@@ -40,7 +40,7 @@ type Listener struct {
 // maxHandshakes bounds the connections a Listener sets up at once, after
 // their hello: each holds a queue pair and its receives until the dialer
 // finishes (bounded by WithHandshakeTimeout, and by busyGrace while
-// other hellos wait: handshakes.go).
+// other hellos wait).
 const maxHandshakes = 64
 
 // maxHellos bounds the accepted sockets waiting for their hello; each

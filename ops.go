@@ -17,7 +17,7 @@ const (
 	opAtomic
 	opRecv
 	opBeacon // marks the end of a failed QP's completions (postBeacon)
-	opCredit // a WRITE of the credits given into the peer's credit word (credit_word.go)
+	opCredit // a WRITE of the credits given into the peer's credit word (writeCredits)
 )
 
 // op is the Go-side record of one posted work request. The wr_id of the
@@ -37,7 +37,7 @@ type op struct {
 	off      int          // where in buf (atomics read their old value here)
 	n        int          // bytes moved
 	// start is when a sampled op was issued (nanotime), zero for the
-	// others (latency.go). With signaled beside kind, it costs the
+	// others (LatencySample). With signaled beside kind, it costs the
 	// record no size.
 	start int64
 }
@@ -49,7 +49,7 @@ type slot struct {
 }
 
 // A wr_id names its connection and its op, never a pointer: the
-// connection's slot in its engine and the slot's generation (slots.go),
+// connection's slot in its engine and the slot's generation (engine.Slot),
 // then the op's index in the connection's table and its generation.
 //
 //	63        40 39     32 31      20 19        0

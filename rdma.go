@@ -62,7 +62,7 @@ type config struct {
 	port           uint8
 	pollMode       PollMode
 	sqDepth        int // send WRs in flight per connection
-	sqLimit        int // send WRs issued and not completed per connection; 0: by the send depth (sendq.go)
+	sqLimit        int // send WRs issued and not completed per connection; 0: by the send depth (WithSendQueueLimit)
 	rqDepth        int // credits per connection: its messages in flight to this side
 	maxMsg         int // largest SEND a connection accepts
 	slabSize       int
@@ -78,10 +78,10 @@ type config struct {
 	handler        RecvHandler   // messages go to it instead of Recv
 	handlerPool    HandlerPool   // runs the handler instead of the engine's workers
 	handlerWorkers int           // RecvHandler calls an engine runs at once; 0: 4 × GOMAXPROCS
-	log            *slog.Logger  // lifecycle and device events (events.go); nil: none
-	protocol       string        // the application protocol named in the hello (protocol.go)
+	log            *slog.Logger  // lifecycle and device events; nil: none
+	protocol       string        // the application protocol named in the hello (WithProtocol)
 
-	// Who may connect (tls.go).
+	// Who may connect (WithTLS, WithAcceptCheck).
 	tls         *tls.Config          // the handshake and control channel over TLS; nil: plain TCP
 	acceptCheck func(PeerInfo) error // a Listener's check of each peer
 }

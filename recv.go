@@ -23,7 +23,7 @@ type receives struct {
 	rwrs      []verbs.RecvWR
 	rsges     []verbs.SGE
 	recvSize  int
-	handling  bool // a worker runs the RecvHandler (dispatch.go)
+	handling  bool // a worker runs the RecvHandler
 	ended     bool // done is closed
 	abandoned bool // the receives left will never complete (abandonPosted)
 
@@ -262,7 +262,7 @@ func (c *Conn) onBeacon(wc *verbs.WorkCompletion) {
 }
 
 // refillLocked accounts for a message the application took. With an SRQ
-// its credit goes back to the peer (credit.go). Otherwise it re-posts
+// its credit goes back to the peer (tookLocked). Otherwise it re-posts
 // consumed receives once enough of them add up to a batch: one chain and
 // one doorbell for many, as the peer libraries that kept receives deep
 // learned. Caller holds rmu.
@@ -271,7 +271,7 @@ func (c *Conn) refillLocked() {
 		c.tookLocked()
 		return
 	}
-	if gap := len(c.rq.rwrs) - c.rq.rposted - c.rq.ready.Len(); gap >= max(1, len(c.rq.rwrs)/8) {
+	if gap := len(c.rq.rwrs) - c.rq.rposted - c.rq.ready.Len(); gap >= returnBatch(len(c.rq.rwrs)) {
 		before := c.rq.rposted
 		c.repostLocked(gap)
 		c.owe(c.rq.rposted - before)

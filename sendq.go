@@ -15,7 +15,7 @@ import (
 // The send queue of a connection has room for WithQueueDepth's send
 // depth of WRs posted at once, and a message (SEND, SEND_WITH_IMM,
 // WRITE_WITH_IMM) needs a credit too: a receive the peer has posted for
-// it (credit.go). An operation issued while either is short, or while
+// it. An operation issued while either is short, or while
 // others wait ahead of it, waits in a queue of its own, in order,
 // without blocking its caller: its Future comes back unresolved and the
 // operation is posted when completions make room. So no public call
@@ -44,14 +44,14 @@ type sendQueue struct {
 	quiescing  bool                    // Close waits for what was issued: nothing new
 	progress   chan struct{}           // closed at the next completion or drain, for waitSent
 	failAfter  error                   // a post under postMu failed the QP: fail at unlock
-	latencySeq uint64                  // send-side ops submitted, for latency sampling (latency.go)
+	latencySeq uint64                  // send-side ops submitted, for latency sampling
 	wr         [1]verbs.SendWR
 	sge        [1]verbs.SGE
 	op         [1]op
-	cq         combineQueue // operations left by goroutines that found postMu taken (combine.go)
+	cq         combineQueue // operations left by goroutines that found postMu taken
 	heldOps    atomic.Int64 // operations posted and queued, as of the last postUnlock
 
-	revoked     map[uint32]struct{} // rkeys the peer revoked (expose.go)
+	revoked     map[uint32]struct{} // rkeys the peer revoked (isRevoked)
 	revokedFIFO []uint32
 
 	// sent holds the wr_ids of the posted send WRs in posting order. A
@@ -249,7 +249,7 @@ func (c *Conn) postUnlock() {
 		}
 		// An operation left in the combining queue after the look
 		// above, by a goroutine that found postMu taken, is ours to
-		// post (combine.go).
+		// post.
 		if c.sq.cq.n.Load() == 0 || !c.sq.postMu.TryLock() {
 			return
 		}
