@@ -316,12 +316,12 @@ func (c *Conn) creditBatch() int64 { return max(1, int64(c.cfg.rqDepth/8)) } // 
 
 // tookLocked accounts for a message the application took: its credit
 // goes back to the peer in a batch, or at once when the peer has none
-// left or its last ask was short, or to the SRQ at once when
+// left or its last ask was short, or to the SRQ at once when other
 // connections wait for credits. Caller holds rmu.
 func (c *Conn) tookLocked() {
 	c.cr.creditHeld.Add(-1)
 	taken := c.cr.creditTaken.Add(1)
-	if taken >= c.creditBatch() || c.cr.creditOut.Load() == 0 || c.cr.peerShort.Load() || c.srq.wq.n.Load() > 0 {
+	if taken >= c.creditBatch() || c.cr.creditOut.Load() == 0 || c.cr.peerShort.Load() || c.srq.wq.othersWait(c) {
 		c.cr.peerShort.Store(false)
 		c.giveTakenLocked(true)
 	}

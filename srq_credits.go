@@ -43,12 +43,39 @@ type creditWaiter struct {
 type creditQueue struct {
 	ws       []*creditWaiter
 	byConn   map[*Conn]*creditWaiter
-	wantSum  int64        // want over ws
-	reserved *Conn        // the waiter the free receives are kept for, if any
-	n        atomic.Int32 // len(ws), for a look without the lock
+	wantSum  int64                // want over ws
+	reserved *Conn                // the waiter the free receives are kept for, if any
+	n        atomic.Int32         // len(ws), for a look without the lock
+	solo     atomic.Pointer[Conn] // the one waiter when there is one, for othersWait
 }
 
 func (q *creditQueue) len() int { return len(q.ws) }
+
+// lenChanged publishes len(ws) (and the waiter when it is alone) for a
+// look without the lock. Caller holds the SRQ's mu.
+func (q *creditQueue) lenChanged() {
+	q.n.Store(int32(len(q.ws)))
+	var solo *Conn
+	if len(q.ws) == 1 {
+		solo = q.ws[0].c
+	}
+	q.solo.Store(solo)
+}
+
+// othersWait reports, without the lock, whether connections other than
+// c wait for credits: then the credits of messages c's application takes
+// go back to the queue at once rather than in a batch. c itself waiting
+// alone (its peer streams, asking for more as it goes) is no reason to
+// give each credit back on its own.
+func (q *creditQueue) othersWait(c *Conn) bool {
+	switch q.n.Load() {
+	case 0:
+		return false
+	case 1:
+		return q.solo.Load() != c
+	}
+	return true
+}
 
 // holdsChain reports whether c waits for a chain's credits: it may hold
 // part of them.
@@ -67,7 +94,7 @@ func (q *creditQueue) add(c *Conn, want, need int, ahead bool) {
 	q.ws = append(q.ws, w)
 	q.byConn[c] = w
 	q.wantSum += int64(want)
-	q.n.Store(int32(len(q.ws)))
+	q.lenChanged()
 }
 
 // remove takes c's record out of the queue, if it has one.
@@ -87,7 +114,7 @@ func (q *creditQueue) remove(c *Conn) {
 	if q.reserved == c {
 		q.reserved = nil
 	}
-	q.n.Store(int32(len(q.ws)))
+	q.lenChanged()
 }
 
 // headroomLocked is the receives posted and not reserved beyond the
@@ -174,7 +201,7 @@ func (s *sharedRecv) serveLocked() {
 	if len(q.ws) == 0 {
 		q.ws = nil
 	}
-	q.n.Store(int32(len(q.ws)))
+	q.lenChanged()
 }
 
 // ask serves a peer's request for want credits, need of them at once:
