@@ -314,12 +314,12 @@ func (c *Conn) creditBatch() int64 { return int64(returnBatch(c.cfg.rqDepth)) }
 
 // tookLocked accounts for a message the application took: its credit
 // goes back to the peer in a batch, or at once when the peer has none
-// left or its last ask was short, or to the SRQ at once when
+// left or its last ask was short, or to the SRQ at once when other
 // connections wait for credits. Caller holds rmu.
 func (c *Conn) tookLocked() {
 	c.cr.creditHeld.Add(-1)
 	taken := c.cr.creditTaken.Add(1)
-	if taken >= c.creditBatch() || c.cr.creditOut.Load() == 0 || c.cr.peerShort.Load() || c.srq.HasWaiters() {
+	if taken >= c.creditBatch() || c.cr.creditOut.Load() == 0 || c.cr.peerShort.Load() || c.srq.OthersWait(c.ep()) {
 		c.cr.peerShort.Store(false)
 		c.giveTakenLocked(true)
 	}

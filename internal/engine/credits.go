@@ -76,12 +76,37 @@ type creditWaiter struct {
 type creditQueue struct {
 	ws       []*creditWaiter
 	byConn   map[Grantee]*creditWaiter
-	wantSum  int64        // want over ws
-	reserved Grantee      // the waiter the free receives are kept for, if any
-	n        atomic.Int32 // len(ws), for a look without the lock
+	wantSum  int64                        // want over ws
+	reserved Grantee                      // the waiter the free receives are kept for, if any
+	n        atomic.Int32                 // len(ws), for a look without the lock
+	solo     atomic.Pointer[creditWaiter] // the one waiter when there is one, for OthersWait
 }
 
 func (q *creditQueue) len() int { return len(q.ws) }
+
+// lenChanged publishes len(ws) (and the waiter when it is alone) for a
+// look without the lock. Caller holds the SRQ's mu.
+func (q *creditQueue) lenChanged() {
+	q.n.Store(int32(len(q.ws)))
+	var solo *creditWaiter
+	if len(q.ws) == 1 {
+		solo = q.ws[0]
+	}
+	q.solo.Store(solo)
+}
+
+// othersWait reports, without the lock, whether connections other than
+// c wait for credits.
+func (q *creditQueue) othersWait(c Grantee) bool {
+	switch q.n.Load() {
+	case 0:
+		return false
+	case 1:
+		w := q.solo.Load()
+		return w == nil || w.c != c
+	}
+	return true
+}
 
 // holdsChain reports whether c waits for a chain's credits: it may hold
 // part of them.
@@ -100,7 +125,7 @@ func (q *creditQueue) add(c Grantee, want, need int, ahead bool) {
 	q.ws = append(q.ws, w)
 	q.byConn[c] = w
 	q.wantSum += int64(want)
-	q.n.Store(int32(len(q.ws)))
+	q.lenChanged()
 }
 
 // remove takes c's record out of the queue, if it has one.
@@ -120,7 +145,7 @@ func (q *creditQueue) remove(c Grantee) {
 	if q.reserved == c {
 		q.reserved = nil
 	}
-	q.n.Store(int32(len(q.ws)))
+	q.lenChanged()
 }
 
 // headroomLocked is the receives posted and not reserved beyond the
@@ -200,7 +225,7 @@ func (s *SRQ) serveLocked() {
 	if len(q.ws) == 0 {
 		q.ws = nil
 	}
-	q.n.Store(int32(len(q.ws)))
+	q.lenChanged()
 }
 
 // Ask serves a peer's request for want credits, need of them at once:
@@ -307,8 +332,12 @@ func (s *SRQ) Arrived() {
 // longer needed: their receives may be posted again.
 func (s *SRQ) Taken(k int64) { s.held.Add(-k) }
 
-// HasWaiters reports whether connections wait for credits.
-func (s *SRQ) HasWaiters() bool { return s.wq.n.Load() > 0 }
+// OthersWait reports whether connections other than c wait for credits:
+// then the credits of messages c's application takes go back to the
+// queue at once rather than in a batch. c itself waiting alone (its peer
+// streams, asking for more as it goes) is no reason to give each credit
+// back on its own.
+func (s *SRQ) OthersWait(c Grantee) bool { return s.wq.othersWait(c) }
 
 // Leave takes c off s: c is torn down and no message of its can come
 // any more. held are its messages whose credits were not given back,

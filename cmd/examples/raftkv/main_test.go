@@ -78,3 +78,30 @@ func TestConvergeWaitsForStores(t *testing.T) {
 	require.NoError(t, converge(nodes, leader, time.Minute))
 	assert.Equal(t, 5, slow.fsm.len())
 }
+
+// TestAppliedIndexCoversPut: a reader that sees a store's applied index
+// sees the put at that index. The index was set before the put was
+// stored, so converge could find a follower at the leader's index with
+// one key fewer ("node0 holds 299 keys, the leader 300" in CI).
+func TestAppliedIndexCoversPut(t *testing.T) {
+	s := newStore()
+	const puts = 20000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := uint64(1); i <= puts; i++ {
+			s.Apply(&raft.Log{Index: i, Data: encodePut("k"+strconv.FormatUint(i, 10), nil)})
+		}
+	}()
+	for {
+		s.mu.Lock()
+		applied, n := s.applied, len(s.kv)
+		s.mu.Unlock()
+		require.GreaterOrEqual(t, uint64(n), applied, "the store says it applied entry %d with %d keys", applied, n)
+		select {
+		case <-done:
+			return
+		default:
+		}
+	}
+}

@@ -40,17 +40,20 @@ func (s *store) Apply(l *raft.Log) any {
 	if gate != nil {
 		<-gate
 	}
-	s.mu.Lock()
-	s.applied = l.Index
-	s.mu.Unlock()
 	d := l.Data
 	if len(d) < 2 || len(d) < 2+(int(d[0])<<8|int(d[1])) {
+		s.mu.Lock()
+		s.applied = l.Index
+		s.mu.Unlock()
 		return fmt.Errorf("raftkv: malformed put of %d bytes at index %d", len(d), l.Index)
 	}
 	n := int(d[0])<<8 | int(d[1])
 	key, value := string(d[2:2+n]), bytes.Clone(d[2+n:])
+	// The put and its index together: a reader that sees the index
+	// sees the put (converge compares the stores once it does).
 	s.mu.Lock()
 	s.kv[key] = value
+	s.applied = l.Index
 	s.mu.Unlock()
 	return nil
 }
