@@ -26,24 +26,12 @@ func testRecvHandler(t *testing.T, opts []rdma.Option) {
 	const conns, msgs, handlerWorkers = 200, 5, 3
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var mu sync.Mutex
-	next := map[*rdma.Conn]uint32{}
 	var wg sync.WaitGroup
 	wg.Add(conns * msgs)
-	var running, most atomic.Int32
+	var oc orderCheck
 	handler := func(c *rdma.Conn, f *rdma.Future) {
 		defer wg.Done()
-		n := running.Add(1)
-		defer running.Add(-1)
-		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-		}
-		mu.Lock()
-		imm, _ := f.Imm()
-		assert.Equal(t, next[c], imm, "a connection's messages in order")
-		next[c] = imm + 1
-		mu.Unlock()
-		runtime.Gosched() // let other workers overlap this one
-		assert.NoError(t, f.Buffer().Release())
+		oc.handle(t, c, f)
 	}
 	se, err := rdma.OpenEngine(append(engineOpts(opts), rdma.WithHandlerWorkers(handlerWorkers))...)
 	require.NoError(t, err)
@@ -85,8 +73,8 @@ func testRecvHandler(t *testing.T, opts []rdma.Option) {
 		require.NoError(t, f.Wait(ctx))
 	}
 	per := float64(runtime.NumGoroutine()-before) / conns
-	t.Logf("%d connections on both sides: %.2f goroutines each, handlers at most %d at once", conns, per, most.Load())
-	assert.LessOrEqual(t, most.Load(), int32(handlerWorkers))
+	t.Logf("%d connections on both sides: %.2f goroutines each, handlers at most %d at once", conns, per, oc.most.Load())
+	assert.LessOrEqual(t, oc.most.Load(), int32(handlerWorkers))
 }
 
 // Rule: WithHandlerWorkers takes a bound of at least 1; it is an engine
@@ -137,22 +125,10 @@ func TestHandlerPool(t *testing.T) {
 	defer cancel()
 	pool := newCountingPool(size)
 	defer pool.wg.Wait()
-	var mu sync.Mutex
-	next := map[*rdma.Conn]uint32{}
 	got := make(chan struct{}, conns*msgs)
-	var running, most atomic.Int32
+	var oc orderCheck
 	handler := func(c *rdma.Conn, f *rdma.Future) {
-		n := running.Add(1)
-		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-		}
-		mu.Lock()
-		imm, _ := f.Imm()
-		assert.Equal(t, next[c], imm, "a connection's messages in order")
-		next[c] = imm + 1
-		mu.Unlock()
-		runtime.Gosched()
-		assert.NoError(t, f.Buffer().Release())
-		running.Add(-1)
+		oc.handle(t, c, f)
 		got <- struct{}{}
 	}
 	soft := rdma.WithProvider(rdma.ProviderSoft)
@@ -192,7 +168,7 @@ func TestHandlerPool(t *testing.T) {
 		send(i)
 	}
 	assert.Positive(t, pool.submitted.Load(), "no handler ran on the pool")
-	assert.LessOrEqual(t, most.Load(), int32(size), "more handlers at once than the pool runs")
+	assert.LessOrEqual(t, oc.most.Load(), int32(size), "more handlers at once than the pool runs")
 	// A pool that refuses: the engine's workers run the handlers.
 	pool.closed.Store(true)
 	submitted := pool.submitted.Load()
@@ -200,4 +176,31 @@ func TestHandlerPool(t *testing.T) {
 		send(i)
 	}
 	assert.Equal(t, submitted, pool.submitted.Load(), "a closed pool took tasks")
+}
+
+// orderCheck is a RecvHandler's body for the tests above: it checks that
+// each connection's messages come in order (their immediate values count
+// up from 0), lets other handlers overlap it, releases the buffer, and
+// keeps the most handlers that ran at once.
+type orderCheck struct {
+	mu            sync.Mutex
+	next          map[*rdma.Conn]uint32
+	running, most atomic.Int32
+}
+
+func (oc *orderCheck) handle(t *testing.T, c *rdma.Conn, f *rdma.Future) {
+	n := oc.running.Add(1)
+	defer oc.running.Add(-1)
+	for m := oc.most.Load(); n > m && !oc.most.CompareAndSwap(m, n); m = oc.most.Load() {
+	}
+	oc.mu.Lock()
+	if oc.next == nil {
+		oc.next = map[*rdma.Conn]uint32{}
+	}
+	imm, _ := f.Imm()
+	assert.Equal(t, oc.next[c], imm, "a connection's messages in order")
+	oc.next[c] = imm + 1
+	oc.mu.Unlock()
+	runtime.Gosched() // let other workers overlap this one
+	assert.NoError(t, f.Buffer().Release())
 }
