@@ -199,7 +199,7 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 		init := verbs.QPInit{Type: verbs.RC, SendCQ: c.unit.CQ, RecvCQ: c.unit.CQ, Cap: qc}
 		if c.srq != nil {
 			init.SRQ = c.srq.Q()
-			init.Cap.MaxSendWR += 2 // room for the beacon and a credit WRITE
+			init.Cap.MaxSendWR += controlWRs
 			init.Cap.MaxRecvWR, init.Cap.MaxRecvSGE = 0, 0
 		}
 		if c.qp, err = eng.PD.CreateQP(init); err != nil {
@@ -227,10 +227,10 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 // cqNeed is the room the connection reserves in its CQ: a completion for
 // every WR it can have outstanding. With an SRQ its receives are bounded
 // by its credits (the receive depth), and the beacon and a credit WRITE
-// take two more.
+// take the send queue's room beyond the send depth.
 func (c *Conn) cqNeed() int {
 	if c.srq != nil {
-		return c.cfg.sqDepth + c.cfg.rqDepth + 2
+		return c.cfg.sqDepth + c.cfg.rqDepth + controlWRs
 	}
 	return c.cfg.sqDepth + c.cfg.rqDepth
 }
@@ -572,21 +572,7 @@ func (c *Conn) complete(o *op, wc *verbs.WorkCompletion) {
 // onSendDone resolves a send-side completion and every unsignaled WR it
 // covers. It runs on a poller.
 func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
-	c.sq.sentMu.Lock()
-	k := 1
-	for c.sq.sent.len() > 0 {
-		id := c.sq.sent.popFront()
-		if id == wc.WRID {
-			break
-		}
-		// An earlier unsignaled WR: it completed successfully, or it
-		// would have produced a completion of its own.
-		if p, ok := c.ops.take(id); ok {
-			c.finish(&p, nil)
-			k++
-		}
-	}
-	c.sq.sentMu.Unlock()
+	k := c.takeCovered(wc.WRID)
 	if k > 1 {
 		c.st.completions.Add(uint64(k - 1))
 	}

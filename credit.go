@@ -18,7 +18,7 @@ import (
 // unresolved Future. Receives come from the engine's shared receive
 // queue, so credits are given on demand. Credits given back go
 // in band, by an RDMA WRITE into the sender's credit word
-// (writeCredits); asks and their answers, give-backs and recalls go on
+// (postCredit); asks and their answers, give-backs and recalls go on
 // the control channel:
 //   - A connection starts with none. A sender that has a message and no
 //     credit, and finds none new in its credit word, asks for what its

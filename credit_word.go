@@ -91,7 +91,7 @@ func (c *Conn) makeCreditWord() error {
 
 // closeCreditWord deregisters the credit word. The QP is closed: no
 // WRITE of either side's can touch it any more, and no credit WRITE of
-// ours is being made (writeCredits holds inflight). A late look at the
+// ours is being made (postCreditLocked holds inflight). A late look at the
 // word (the idle timer) finds no mr, under postMu.
 func (c *Conn) closeCreditWord() error {
 	c.sq.postMu.Lock()
@@ -141,7 +141,7 @@ func (c *Conn) tellCredits() {
 		return
 	}
 	if !c.cr.cw.writing.Swap(true) {
-		c.writeCredits()
+		c.postCredit()
 	}
 }
 
@@ -161,35 +161,23 @@ func (c *Conn) returnCredits() {
 	c.writeControl(ctrlCredit, binary.BigEndian.AppendUint32(nil, t))
 }
 
-// writeCredits posts the WRITE of the total into the peer's credit word.
-// The caller set cw.writing; the completion clears it (onCreditWritten).
-func (c *Conn) writeCredits() {
-	// inflight first: teardown, which waits for it, then cannot free the
-	// credit buffer under us.
-	c.inflight.Add(1)
-	if c.err() != nil {
-		c.opDone() // the connection is failing: nothing is taken any more
-		return
-	}
-	t := c.cr.cw.total.Load()
-	c.cr.cw.written.Store(t)
-	atomic.StoreUint32(c.cr.cw.word(creditWordOut), t)
-	id := c.ops.add(op{kind: opCredit, conn: c})
-	cw := &c.cr.cw
-	cw.sge[0] = verbs.SGE{Addr: cw.buf.Addr + creditWordOut, Length: 4, LKey: cw.buf.LKey}
+// request is the credit WRITE of wr_id id: the total given so far, put
+// in the outgoing word now, into the peer's credit word, inline when the
+// QP carries 4 bytes inline. It is kept in w (one is in flight at a
+// time), so that posting it allocates nothing. The caller holds postMu,
+// and the buffer is registered (mr).
+func (w *creditWord) request(id uint64, inline int, peer *hello) []verbs.SendWR {
+	t := w.total.Load()
+	w.written.Store(t)
+	atomic.StoreUint32(w.word(creditWordOut), t)
+	w.sge[0] = verbs.SGE{Addr: w.buf.Addr + creditWordOut, Length: 4, LKey: w.buf.LKey}
 	flags := verbs.SendSignaled
-	if c.inline >= 4 {
+	if inline >= 4 {
 		flags |= verbs.SendInline
 	}
-	cw.wr[0] = verbs.SendWR{ID: id, Opcode: verbs.OpWrite, Flags: flags, SGL: cw.sge[:],
-		RemoteAddr: c.peer.CreditAddr, RKey: c.peer.CreditRKey}
-	c.st.creditWrites.Add(1)
-	if n, _ := c.qp.PostSend(cw.wr[:]); n == 0 {
-		// The QP is closing or failed; its teardown ends the rest.
-		if _, ok := c.ops.take(id); ok {
-			c.opDone()
-		}
-	}
+	w.wr[0] = verbs.SendWR{ID: id, Opcode: verbs.OpWrite, Flags: flags, SGL: w.sge[:],
+		RemoteAddr: peer.CreditAddr, RKey: peer.CreditRKey}
+	return w.wr[:]
 }
 
 // onCreditWritten completes a credit WRITE, and posts the next when the
@@ -202,7 +190,7 @@ func (c *Conn) onCreditWritten(wc *verbs.WorkCompletion) {
 	}
 	c.cr.cw.writing.Store(false)
 	if c.cr.cw.total.Load() != c.cr.cw.written.Load() && !c.cr.cw.writing.Swap(true) {
-		c.writeCredits()
+		c.postCredit()
 	}
 }
 

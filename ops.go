@@ -17,7 +17,7 @@ const (
 	opAtomic
 	opRecv
 	opBeacon // marks the end of a failed QP's completions (postBeacon)
-	opCredit // a WRITE of the credits given into the peer's credit word (writeCredits)
+	opCredit // a WRITE of the credits given into the peer's credit word (postCredit)
 )
 
 // op is the Go-side record of one posted work request. The wr_id of the

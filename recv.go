@@ -212,38 +212,6 @@ func (c *Conn) moreToComeLocked() bool {
 	return c.rq.rposted > 0
 }
 
-// postBeacon posts a WR to the QP, just moved to the error state, whose
-// flush comes after the completion of every message that arrived before
-// the error: a CQ reports a QP's completions in order, and in the error
-// state the QP takes no more messages. When the flush is handled, every
-// message that came is delivered, so the Recvs still waiting fail
-// (onBeacon), and no completion of the QP is left in its CQ, so its QPN
-// may go to another connection (teardown). The QP has a send WR of room
-// kept for it.
-func (c *Conn) postBeacon() {
-	if c.srq == nil {
-		return
-	}
-	c.sq.postMu.Lock()
-	if c.sq.beacon {
-		c.unlockPost()
-		return
-	}
-	c.sq.beacon = true
-	c.inflight.Add(1)
-	id := c.ops.add(op{kind: opBeacon, conn: c})
-	_, err := c.qp.PostSend([]verbs.SendWR{{ID: id, Opcode: verbs.OpSend, Flags: verbs.SendSignaled}})
-	c.unlockPost()
-	if err != nil {
-		// Nothing to wait for (the QP is closed, or the provider
-		// refuses): what came is all there is.
-		if _, ok := c.ops.take(id); ok {
-			c.opDone()
-		}
-		c.onBeacon(nil)
-	}
-}
-
 // onBeacon fails the Recvs left: every message that came is delivered.
 // Their error is the beacon's flush, as a receive's own flush would be.
 func (c *Conn) onBeacon(wc *verbs.WorkCompletion) {

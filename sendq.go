@@ -33,8 +33,9 @@ import (
 // guards. Conn holds it as c.sq.
 type sendQueue struct {
 	postMu     sync.Mutex              // orders posts, so sent matches the send queue
-	sqFree     int                     // room in the send queue; given back under postMu by settle, after completed (docs/history/performance.md, "Conn split by concept")
-	beacon     bool                    // the beacon is posted (postBeacon)
+	sqFree     int                     // room in the send queue for operations; given back by settle, after completed
+	beacon     bool                    // the beacon is posted, in its room beyond the send depth (postBeacon)
+	creditDue  atomic.Bool             // a credit WRITE waits for postMu's holder (postCredit)
 	pending    fifo.Queue[*queuedPost] // chains waiting for room, oldest first
 	pendingWRs int                     // the WRs of pending
 	queuedSeq  uint64                  // seq of the last chain queued
@@ -227,6 +228,9 @@ func (c *Conn) settle(k int) {
 // a post under it asked to: later and fail take locks of their own.
 func (c *Conn) postUnlock() {
 	for {
+		if c.sq.creditDue.Load() {
+			c.postCreditLocked()
+		}
 		if c.sq.cq.n.Load() > 0 {
 			c.postCombinedLocked()
 		}
@@ -247,10 +251,10 @@ func (c *Conn) postUnlock() {
 		if err != nil {
 			c.fail(err)
 		}
-		// An operation left in the combining queue after the look
-		// above, by a goroutine that found postMu taken, is ours to
-		// post.
-		if c.sq.cq.n.Load() == 0 || !c.sq.postMu.TryLock() {
+		// An operation left in the combining queue, or a credit WRITE,
+		// after the look above, by a goroutine that found postMu taken,
+		// is ours to post.
+		if !c.sq.leftWork() || !c.sq.postMu.TryLock() {
 			return
 		}
 	}
@@ -260,10 +264,14 @@ func (c *Conn) postUnlock() {
 // what the combining queue got meanwhile.
 func (c *Conn) unlockPost() {
 	c.sq.postMu.Unlock()
-	if c.sq.cq.n.Load() > 0 && c.sq.postMu.TryLock() {
+	if c.sq.leftWork() && c.sq.postMu.TryLock() {
 		c.postUnlock()
 	}
 }
+
+// leftWork reports whether a goroutine that found postMu taken left
+// something for its holder to post.
+func (q *sendQueue) leftWork() bool { return q.cq.n.Load() > 0 || q.creditDue.Load() }
 
 // notifyLocked wakes waitSent. Caller holds postMu.
 func (q *sendQueue) notifyLocked() {
@@ -342,8 +350,7 @@ func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 		c.sq.sent.push(wrs[i].ID)
 	}
 	c.sq.sentMu.Unlock()
-	c.st.doorbells.Add(1)
-	n, err := c.qp.PostSend(wrs)
+	n, err := c.doorbellLocked(wrs)
 	c.sq.posted += uint64(n)
 	if err == nil {
 		// A parked Adaptive poller would wait for the completion
@@ -417,4 +424,108 @@ func resolveAll(ops []op, err error) {
 	for i := range ops {
 		ops[i].resolveOp(err, 0, 0)
 	}
+}
+
+// controlWRs is the room a connection with a shared receive queue keeps
+// in its send queue beyond the send depth, for the two WRs of its own
+// that no operation waits for: the beacon (posted once, at the end:
+// sq.beacon) and one credit WRITE (one at a time: cw.writing). So
+// neither ever waits for room, and operations never wait for them.
+const controlWRs = 2
+
+// doorbellLocked hands wrs to the QP as one chain: the one place a
+// connection posts send WRs. Caller holds postMu.
+func (c *Conn) doorbellLocked(wrs []verbs.SendWR) (int, error) {
+	c.st.doorbells.Add(1)
+	return c.qp.PostSend(wrs)
+}
+
+// postCredit posts a WRITE of the credits given so far into the peer's
+// credit word (the caller set cw.writing; the completion clears it,
+// onCreditWritten), in its room beyond the send depth. It never waits for
+// postMu: it runs under the shared receive queue's lock and the receive
+// side's, so when postMu is taken it leaves the WRITE to the holder, as
+// submit leaves an operation, and postUnlock posts it.
+func (c *Conn) postCredit() {
+	c.sq.creditDue.Store(true)
+	if c.sq.postMu.TryLock() {
+		c.postUnlock()
+	}
+}
+
+// postCreditLocked posts the credit WRITE left by postCredit. Caller
+// holds postMu.
+func (c *Conn) postCreditLocked() {
+	if !c.sq.creditDue.Swap(false) {
+		return
+	}
+	// inflight first: teardown, which waits for it, then cannot free the
+	// credit buffer under us.
+	c.inflight.Add(1)
+	if c.err() != nil || c.cr.cw.mr == nil {
+		c.opDone() // the connection is failing: nothing is taken any more
+		return
+	}
+	id := c.ops.add(op{kind: opCredit, conn: c})
+	c.st.creditWrites.Add(1)
+	if n, _ := c.doorbellLocked(c.cr.cw.request(id, c.inline, &c.peer)); n == 0 {
+		// The QP is closing or failed; its teardown ends the rest.
+		if _, ok := c.ops.take(id); ok {
+			c.opDone()
+		}
+	}
+}
+
+// postBeacon posts a WR to the QP, just moved to the error state, whose
+// flush comes after the completion of every message that arrived before
+// the error: a CQ reports a QP's completions in order, and in the error
+// state the QP takes no more messages. When the flush is handled, every
+// message that came is delivered, so the Recvs still waiting fail
+// (onBeacon), and no completion of the QP is left in its CQ, so its QPN
+// may go to another connection (teardown). It goes in its room beyond
+// the send depth.
+func (c *Conn) postBeacon() {
+	if c.srq == nil {
+		return
+	}
+	c.sq.postMu.Lock()
+	if c.sq.beacon {
+		c.unlockPost()
+		return
+	}
+	c.sq.beacon = true
+	c.inflight.Add(1)
+	id := c.ops.add(op{kind: opBeacon, conn: c})
+	_, err := c.doorbellLocked([]verbs.SendWR{{ID: id, Opcode: verbs.OpSend, Flags: verbs.SendSignaled}})
+	c.unlockPost()
+	if err != nil {
+		// Nothing to wait for (the QP is closed, or the provider
+		// refuses): what came is all there is.
+		if _, ok := c.ops.take(id); ok {
+			c.opDone()
+		}
+		c.onBeacon(nil)
+	}
+}
+
+// takeCovered takes the send WRs a completion of id covers off the sent
+// ring, and finishes the unsignaled ones before it: a send queue
+// completes in order, so they completed successfully, or they would
+// have produced a completion of their own. It returns how many WRs the
+// completion covers, its own included. It runs on a poller.
+func (c *Conn) takeCovered(id uint64) int {
+	c.sq.sentMu.Lock()
+	k := 1
+	for c.sq.sent.len() > 0 {
+		x := c.sq.sent.popFront()
+		if x == id {
+			break
+		}
+		if p, ok := c.ops.take(x); ok {
+			c.finish(&p, nil)
+			k++
+		}
+	}
+	c.sq.sentMu.Unlock()
+	return k
 }

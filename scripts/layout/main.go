@@ -1,0 +1,141 @@
+// layout prints the figures the layers issue sets targets for, measured
+// on the package in the current directory (the root by default):
+//
+//	go run ./scripts/layout [dir]
+//
+// Methods per receiver type and the files they sit in, files over 600
+// lines, the call sites of PostSend, where the records of an outstanding
+// send WR are written (op table, inflight, the sent ring, send-queue room
+// and counters), and comments that point at another .go file.
+package main
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// records are the calls and fields that record an outstanding WR.
+var records = map[string]bool{
+	"ops.add": true, "ops.take": true, "inflight.Add": true, "sent.push": true,
+	"sent.popFront": true, "sent.popBack": true, "completed.Add": true, "heldOps.Store": true,
+}
+
+// recordFields are fields whose assignment records a WR.
+var recordFields = map[string]bool{"sqFree": true, "posted": true}
+
+func main() {
+	dir := "."
+	if len(os.Args) > 1 {
+		dir = os.Args[1]
+	}
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go")
+	}, parser.ParseComments)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	methods := map[string]int{}
+	methodFiles := map[string]map[string]bool{}
+	var big []string
+	postSend := map[string]int{}
+	recordSites := map[string]int{}
+	var pointers []string
+	goFile := regexp.MustCompile(`\b[a-z0-9_]+\.go\b`)
+	for _, p := range pkgs {
+		for path, f := range p.Files {
+			name := filepath.Base(path)
+			if lines := fset.Position(f.End()).Line; lines > 600 {
+				big = append(big, fmt.Sprintf("%s %d", name, lines))
+			}
+			for _, d := range f.Decls {
+				fd, ok := d.(*ast.FuncDecl)
+				if !ok || fd.Recv == nil {
+					continue
+				}
+				t := fd.Recv.List[0].Type
+				if s, ok := t.(*ast.StarExpr); ok {
+					t = s.X
+				}
+				if id, ok := t.(*ast.Ident); ok {
+					methods[id.Name]++
+					if methodFiles[id.Name] == nil {
+						methodFiles[id.Name] = map[string]bool{}
+					}
+					methodFiles[id.Name][name] = true
+				}
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				switch n := n.(type) {
+				case *ast.CallExpr:
+					sel, ok := n.Fun.(*ast.SelectorExpr)
+					if !ok {
+						return true
+					}
+					if sel.Sel.Name == "PostSend" {
+						postSend[name]++
+					}
+					if x, ok := sel.X.(*ast.SelectorExpr); ok && records[x.Sel.Name+"."+sel.Sel.Name] {
+						recordSites[name]++
+					}
+				case *ast.AssignStmt:
+					for _, l := range n.Lhs {
+						if sel, ok := l.(*ast.SelectorExpr); ok && recordFields[sel.Sel.Name] {
+							recordSites[name]++
+						}
+					}
+				case *ast.IncDecStmt:
+					if sel, ok := n.X.(*ast.SelectorExpr); ok && recordFields[sel.Sel.Name] {
+						recordSites[name]++
+					}
+				}
+				return true
+			})
+			for _, cg := range f.Comments {
+				for _, m := range goFile.FindAllString(cg.Text(), -1) {
+					if m != name {
+						pointers = append(pointers, name+" -> "+m)
+					}
+				}
+			}
+		}
+	}
+	fmt.Println("methods by receiver (files):")
+	var types []string
+	for t := range methods {
+		types = append(types, t)
+	}
+	sort.Slice(types, func(i, j int) bool { return methods[types[i]] > methods[types[j]] })
+	for _, t := range types {
+		if methods[t] >= 5 {
+			fmt.Printf("  %-16s %3d (%d files)\n", t, methods[t], len(methodFiles[t]))
+		}
+	}
+	sort.Strings(big)
+	fmt.Printf("files over 600 lines: %v\n", big)
+	fmt.Printf("PostSend call sites: %s\n", counts(postSend))
+	fmt.Printf("WR record writes by file: %s\n", counts(recordSites))
+	fmt.Printf("comments naming another .go file: %d\n", len(pointers))
+	for _, p := range pointers {
+		fmt.Println("  " + p)
+	}
+}
+
+func counts(m map[string]int) string {
+	var s []string
+	total := 0
+	for k, v := range m {
+		s = append(s, fmt.Sprintf("%s %d", k, v))
+		total += v
+	}
+	sort.Strings(s)
+	return fmt.Sprintf("%d in %d files (%s)", total, len(m), strings.Join(s, ", "))
+}
