@@ -120,7 +120,7 @@ func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(*Conn) (cmHello,
 		return nil, err
 	}
 	c.cm = id
-	c.cr.credits = maxCredits // no control channel to return them: the peer's receives are unknown
+	c.sq.credits = maxCredits // no control channel to return them: the peer's receives are unknown
 	defer func() {
 		// c, not the result: a failure returns a nil *Conn.
 		if err != nil {

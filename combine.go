@@ -144,7 +144,7 @@ func (c *Conn) postCombinedLocked() {
 	}
 	wrs, sges, ops := cq.wrs[:0], cq.sges[:0], cq.ops[:0]
 	c.pullLocked()
-	credits := c.cr.credits
+	credits := c.sq.credits
 	i := 0
 	for ; i < len(q) && c.sq.pending.Len() == 0; i++ {
 		r := &q[i]

@@ -56,12 +56,12 @@ type Conn struct {
 	failed  atomic.Pointer[error]
 	up      atomic.Bool // the handshake completed: its end is logged
 
-	// The concepts, in an order that keeps what the post and completion
-	// paths touch together, as before the split: the sending side of the
-	// credits, then the send queue, then inflight.
-	cr creditState // credits both ways, and the credit word
+	// The parts, in an order that keeps what the post and completion
+	// paths touch together: the send queue (the sending half of the
+	// credits first, then postMu), then inflight.
+	cr creditState // the receiving half of the credits, and the credit word
 	iw iwarpSettle // the READ that settles an rdma_cm connection on iWARP (settleIWARP)
-	sq sendQueue   // the send queue: postMu and what it guards
+	sq sendQueue   // the send queue: postMu and what it guards, the sending half of the credits
 
 	inflight  atomic.Int64 // posted WRs not yet completed, receives included
 	closing   atomic.Bool
@@ -175,9 +175,8 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 	}
 	c.slot, c.ops.base = slot, slot.Base()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.cr.returnCreditsJob, c.cr.askJob, c.cr.backJob, c.cr.recallJob = c.returnCredits, c.askCredits, c.returnUnused, c.sendRecall
-	c.sq.sqFree = cfg.sqDepth
-	c.sq.sent = newRing(cfg.sqDepth)
+	c.cr.returnCreditsJob, c.sq.askJob, c.sq.backJob, c.cr.recallJob = c.returnCredits, c.askCredits, c.returnUnused, c.sendRecall
+	c.sq.init(cfg.sqDepth)
 	if !cfg.cm {
 		// go-rdma's handshake receives through the shared receive
 		// queue (its credits count its receives); rdma_cm
@@ -291,25 +290,6 @@ func (c *Conn) fail(err error) {
 	c.failRequests(err)
 	c.failPending()
 	c.tellPeer(err)
-}
-
-// resolveLeft resolves the operations still in the table, for which no
-// completion will come: each once (take), a receive's buffer back to the
-// pool, every other operation failed with the connection's error.
-func (c *Conn) resolveLeft() {
-	for _, id := range c.ops.ids() {
-		if o, ok := c.ops.take(id); ok {
-			switch o.kind {
-			case opBeacon, opCredit:
-			case opRecv:
-				o.buf.Release()
-			default:
-				o.resolveOp(c.closedErr(), 0, 0)
-				c.dropBuf(&o)
-			}
-			c.opDone()
-		}
-	}
 }
 
 // abandonAfter is how long after a failure a connection on a device
@@ -546,29 +526,6 @@ func (c *Conn) dropBuf(o *op) {
 	}
 }
 
-// opDone counts a finished WR and wakes Close when it was the last.
-func (c *Conn) opDone() {
-	if c.inflight.Add(-1) == 0 && c.closing.Load() {
-		c.drainOnce.Do(func() { close(c.drained) })
-	}
-}
-
-// complete hands the completion of o to what posted it. It runs on a
-// poller.
-func (c *Conn) complete(o *op, wc *verbs.WorkCompletion) {
-	switch o.kind {
-	case opRecv:
-		c.onRecv(o.buf, wc)
-	case opBeacon:
-		c.onBeacon(wc)
-		c.opDone()
-	case opCredit:
-		c.onCreditWritten(wc)
-	default:
-		c.onSendDone(o, wc)
-	}
-}
-
 // onSendDone resolves a send-side completion and every unsignaled WR it
 // covers. It runs on a poller.
 func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
@@ -764,15 +721,7 @@ func (c *Conn) teardown() error {
 		c.srq.Leave(c.ep(), held, int(c.cr.creditOut.Swap(0)))
 		errs = append(errs, c.eng.DropSRQ(c.srq))
 	}
-	// Posts check closing under postMu, so none is half done here.
-	c.sq.postMu.Lock()
-	c.sq.sentMu.Lock()
-	c.sq.sent.head, c.sq.sent.size = 0, 0
-	c.sq.sentMu.Unlock()
-	if c.cr.idleTimer != nil {
-		c.cr.idleTimer.Stop()
-	}
-	c.unlockPost()
+	c.clearSent()
 	// The QP is gone, so no completion can arrive for what is left:
 	// resolve it here.
 	c.resolveLeft()

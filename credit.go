@@ -1,11 +1,7 @@
 package rdma
 
 import (
-	"encoding/binary"
 	"sync/atomic"
-	"time"
-
-	"github.com/go-rdma/rdma/internal/verbs"
 )
 
 // Credits keep a connection's messages within receives its peer has
@@ -55,54 +51,27 @@ import (
 // rdma_cm have no control channel: they keep receives of their own and
 // send without credits.
 
-// creditState is a connection's credits, both ways. Conn holds it as
-// c.cr. Each field says the lock it is under, if any.
+// creditState is the receiving half of a connection's credits: those
+// the shared receive queue gives its peer, and the credit word that
+// tells the peer of them. Conn holds it as c.cr. Its fields are atomic;
+// the comment of one that changes under a lock says which. The sending
+// half is the send queue's (sendCredits).
 type creditState struct {
-	// Receiving side: credits given to the peer by the SRQ.
-	creditOut   atomic.Int64 // credits the peer holds or used on messages not yet here
-	creditHeld  atomic.Int64 // messages here the application has not taken
-	creditTaken atomic.Int64 // messages taken whose credits are not given back yet; changed under rmu
-	peerWants   atomic.Bool  // the peer asked for credits and gave none back since
-	peerShort   atomic.Bool  // the peer's last ask found too little room: give back each take at once
-	recalled    atomic.Bool  // a recall went to the peer, unanswered and with no grant since
-	spare       atomic.Bool  // credits went to the peer beyond what it asked for since its last ask
-	lookRecvs   uint64       // messages received at the last decay look; under srq.mu
+	creditOut   atomic.Int64  // credits the peer holds or used on messages not yet here
+	creditHeld  atomic.Int64  // messages here the application has not taken
+	creditTaken atomic.Int64  // messages taken whose credits are not given back yet; changed under rmu
+	peerWants   atomic.Bool   // the peer asked for credits and gave none back since
+	peerShort   atomic.Bool   // the peer's last ask found too little room: give back each take at once
+	recalled    atomic.Bool   // a recall went to the peer, unanswered and with no grant since
+	spare       atomic.Bool   // credits went to the peer beyond what it asked for since its last ask
+	lookRecvs   atomic.Uint64 // messages received at the last decay look (LookQuiet)
 
-	cw               creditWord   // in-band credits
-	creditQueued     atomic.Bool  // a job to return them is queued
-	returnCreditsJob func()       // c.returnCredits, bound once: a method value allocates
-	askJob           func()       // c.askCredits
-	backJob          func()       // c.returnUnused
-	recallJob        func()       // c.sendRecall
-	recallQueued     atomic.Bool  // recallJob is queued
-	creditBack       atomic.Int64 // unused credits to give back
-	askQueued        atomic.Bool  // askJob is queued
-	backQueued       atomic.Bool  // backJob is queued
-
-	// Sending side: credits the peer gave us, under postMu. Last, so
-	// that they sit beside postMu (Conn puts c.sq right after c.cr):
-	// the post path reads them with the send queue's state.
-	credits   int         // messages we may send the peer
-	asked     bool        // an ask for credits is out
-	askNow    bool        // postUnlock queues an ask
-	backNow   bool        // postUnlock queues a return of unused credits
-	idleArmed bool        // idleTimer runs
-	idleSeen  uint64      // posted at the idle timer's last look
-	idleTimer *time.Timer // gives unused credits back (idleCredits)
+	cw               creditWord  // in-band credits
+	creditQueued     atomic.Bool // a job to return them is queued
+	returnCreditsJob func()      // c.returnCredits, bound once: a method value allocates
+	recallJob        func()      // c.sendRecall
+	recallQueued     atomic.Bool // recallJob is queued
 }
-
-// maxCredits bounds the credits a peer can give, so adding never
-// overflows.
-const maxCredits = 1 << 30
-
-// creditIdle is how long a sender keeps credits it does not use when no
-// one recalls them. Shorter costs a sparse sender an ask per message:
-// 100 ms cut 1,024 round-robin connections (BenchmarkAggregateRate) to
-// a quarter of their rate.
-const creditIdle = time.Second
-
-// maxAsk bounds a request for credits; the receiver caps it anyway.
-const maxAsk = 1 << 16
 
 // recvCap is the credit cap this side announces in its hello: the most
 // credits it can give the peer at once, its receive depth, or its SRQ's
@@ -113,155 +82,6 @@ func (c *Conn) recvCap() int {
 		return min(c.cfg.rqDepth, c.srq.Depth())
 	}
 	return c.cfg.rqDepth
-}
-
-// creditCap is the most credits the peer gives at once: a chain that
-// needs more could never go out. Connections without a control channel
-// (rdma_cm) send without credits.
-func (c *Conn) creditCap() int {
-	if c.ctl.ctrl == nil {
-		return maxCredits
-	}
-	return int(c.peer.RecvDepth)
-}
-
-// needCredits counts the WRs of wrs that take a receive at the peer.
-func needCredits(wrs []verbs.SendWR) int {
-	n := 0
-	for i := range wrs {
-		switch wrs[i].Opcode {
-		case verbs.OpSend, verbs.OpSendWithImm, verbs.OpWriteWithImm:
-			n++
-		}
-	}
-	return n
-}
-
-// roomLocked reports whether wrs fit the send queue and the credits,
-// and asks the peer for credits when they are what is short. Caller
-// holds postMu.
-func (c *Conn) roomLocked(wrs []verbs.SendWR) bool {
-	if c.sq.sqFree < len(wrs) {
-		return false
-	}
-	need := needCredits(wrs)
-	if c.cr.credits >= need {
-		return true
-	}
-	if c.pullLocked(); c.cr.credits >= need {
-		return true
-	}
-	if !c.cr.asked && c.ctl.ctrl != nil {
-		c.cr.asked, c.cr.askNow = true, true // postUnlock queues the ask
-	}
-	return false
-}
-
-// askCredits tells the peer how many credits the messages waiting need.
-// It runs on the control worker.
-func (c *Conn) askCredits() {
-	c.cr.askQueued.Store(false)
-	c.sq.postMu.Lock()
-	// The credit word may have what the messages waiting need by now.
-	c.pullLocked()
-	c.drainLocked()
-	want, need, seen := -c.cr.credits, 0, c.cr.cw.seen
-	for i, q := range c.sq.pending.Items() {
-		n := needCredits(q.wrs)
-		if i == 0 {
-			need = n - c.cr.credits
-		}
-		if want += n; want >= maxAsk {
-			break
-		}
-	}
-	if want <= 0 {
-		c.cr.asked = false
-	}
-	c.postUnlock()
-	if want > 0 {
-		p := binary.BigEndian.AppendUint32(nil, uint32(min(want, maxAsk)))
-		p = binary.BigEndian.AppendUint32(p, seen)
-		c.writeControl(ctrlAsk, binary.BigEndian.AppendUint32(p, uint32(max(1, need))))
-	}
-}
-
-// onCredit answers this side's ask: total is what the peer has given
-// over the connection's life (creditWord). It posts what waited.
-func (c *Conn) onCredit(total uint32) {
-	c.sq.postMu.Lock()
-	c.takeTotalLocked(total)
-	c.pullLocked()
-	c.cr.asked = false
-	c.drainLocked()
-	c.postUnlock()
-}
-
-// addCreditsLocked takes n credits from the peer, and starts the idle
-// give-back. Caller holds postMu.
-func (c *Conn) addCreditsLocked(n int) {
-	c.cr.credits = min(c.cr.credits+n, maxCredits)
-	if c.cr.credits > 0 && !c.cr.idleArmed && c.err() == nil {
-		c.cr.idleArmed, c.cr.idleSeen = true, c.sq.posted
-		if c.cr.idleTimer == nil {
-			c.cr.idleTimer = time.AfterFunc(creditIdle, c.idleCredits)
-		} else {
-			c.cr.idleTimer.Reset(creditIdle)
-		}
-	}
-}
-
-// idleCredits gives the peer back the credits of a connection that sent
-// nothing since the last look. It runs on the idle timer.
-func (c *Conn) idleCredits() {
-	c.sq.postMu.Lock()
-	defer c.postUnlock()
-	c.pullLocked()
-	c.drainLocked()
-	switch {
-	case c.cr.credits <= 0 || c.err() != nil || c.closing.Load():
-		c.cr.idleArmed = false
-	case c.sq.posted == c.cr.idleSeen && c.sq.pending.Len() == 0:
-		c.cr.creditBack.Add(int64(c.cr.credits))
-		c.cr.credits, c.cr.idleArmed = 0, false
-		c.cr.backNow = true
-	default:
-		c.cr.idleSeen = c.sq.posted
-		c.cr.idleTimer.Reset(creditIdle)
-	}
-}
-
-// returnUnused sends the credits idleCredits gave back.
-func (c *Conn) returnUnused() {
-	c.cr.backQueued.Store(false)
-	if n := c.cr.creditBack.Swap(0); n > 0 {
-		c.writeControl(ctrlBack, binary.BigEndian.AppendUint32(nil, uint32(n)))
-	}
-}
-
-// onRecall serves the receiver's recall: others wait for credits. What
-// this side holds and cannot use now goes back: all of it when no
-// message waits, and when the first waiting chain needs more than it
-// holds, which then asks again for the whole chain. So a chain never
-// holds part of its credits while waiting for the rest.
-func (c *Conn) onRecall() {
-	c.sq.postMu.Lock()
-	defer c.postUnlock()
-	c.pullLocked()
-	c.drainLocked()
-	if c.cr.credits <= 0 || c.err() != nil {
-		return
-	}
-	waiting := c.sq.pending.Len() > 0
-	if waiting && c.cr.credits >= needCredits(c.sq.pending.Items()[0].wrs) {
-		return // it waits for room in the send queue, not for credits
-	}
-	c.cr.creditBack.Add(int64(c.cr.credits))
-	c.cr.credits = 0
-	c.cr.backNow = true
-	if waiting {
-		c.cr.asked, c.cr.askNow = true, true // after the give-back (postUnlock)
-	}
 }
 
 // The receiving side.

@@ -51,11 +51,7 @@ type creditWord struct {
 	buf ieng.Cell // registered memory for both words
 	mr  verbs.MR  // the 4 bytes at creditWordIn, for the peer to write
 
-	// Sending side, under postMu: the total of the peer's word last
-	// taken.
-	seen uint32
-
-	// Receiving side: the credits given over the connection's life; the
+	// The credits given over the connection's life; the
 	// total of the WRITE in flight; whether one is; an ask left to
 	// answer in a frame, and the total its sender had seen.
 	total   atomic.Uint32
@@ -109,25 +105,6 @@ func (c *Conn) closeCreditWord() error {
 // word returns the uint32 at off of the credit buffer.
 func (w *creditWord) word(off int) *uint32 {
 	return (*uint32)(unsafe.Pointer(&w.buf.Mem[off]))
-}
-
-// takeTotalLocked takes the credits a total from the peer adds to what
-// this side saw. Caller holds postMu.
-func (c *Conn) takeTotalLocked(total uint32) {
-	d := int32(total - c.cr.cw.seen)
-	if d <= 0 {
-		return
-	}
-	c.cr.cw.seen = total
-	c.addCreditsLocked(int(d))
-}
-
-// pullLocked takes the credits the peer wrote into the credit word since
-// the last look. Caller holds postMu.
-func (c *Conn) pullLocked() {
-	if c.cr.cw.mr != nil {
-		c.takeTotalLocked(atomic.LoadUint32(c.cr.cw.word(creditWordIn)))
-	}
 }
 
 // tellCredits tells the peer the credits given so far: in a frame when it

@@ -16,14 +16,7 @@ func (c *Conn) ep() *endpoint { return (*endpoint)(c) }
 
 // Complete hands the completion of a WR the connection posted to what
 // posted it. It runs on a poller.
-func (e *endpoint) Complete(wc *verbs.WorkCompletion) {
-	c := (*Conn)(e)
-	o, ok := c.ops.take(wc.WRID)
-	if !ok || c.holdForVerdict(&o, nil, wc) {
-		return
-	}
-	c.complete(&o, wc)
-}
+func (e *endpoint) Complete(wc *verbs.WorkCompletion) { (*Conn)(e).onCompletion(wc) }
 
 // Received hands a message that took a receive of the SRQ on the
 // connection's QP to its receive side. It runs on a poller.
@@ -75,8 +68,8 @@ func (e *endpoint) LookQuiet() bool {
 	if c.cr.creditOut.Load() <= 0 {
 		return false
 	}
-	if n := c.st.recvs.Load(); n != c.cr.lookRecvs {
-		c.cr.lookRecvs = n
+	if n := c.st.recvs.Load(); n != c.cr.lookRecvs.Load() {
+		c.cr.lookRecvs.Store(n)
 		return true
 	}
 	// A recall of the burst may have found its messages waiting (they

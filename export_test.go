@@ -116,7 +116,7 @@ func SharedRecvStats(c *Conn) SRQStats {
 // peer would take them.
 func ForgeCredits(c *Conn, n int) {
 	c.sq.postMu.Lock()
-	c.cr.credits += n
+	c.sq.credits += n
 	c.sq.postMu.Unlock()
 }
 
@@ -170,7 +170,7 @@ func CloseCalled(c *Conn) bool { return c.closeCalled.Load() }
 func CreditIdleArmed(c *Conn) bool {
 	c.sq.postMu.Lock()
 	defer c.sq.postMu.Unlock()
-	return c.cr.idleArmed
+	return c.sq.idleArmed
 }
 
 // SendRawControl writes b to c's control channel as it is, as a hostile

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/go-rdma/rdma/internal/pool"
+	"github.com/go-rdma/rdma/internal/verbs"
 )
 
 // opKind says what a work request was for, so its completion is
@@ -163,4 +164,58 @@ func (r *ring) popFront() uint64 {
 func (r *ring) popBack() uint64 {
 	r.size--
 	return r.buf[(r.head+r.size)%len(r.buf)]
+}
+
+// onCompletion hands the completion of a WR of the connection to what
+// posted it, once: the op table gives each wr_id's op to the first who
+// takes it, the completion or the teardown (resolveLeft). It runs on a
+// poller.
+func (c *Conn) onCompletion(wc *verbs.WorkCompletion) {
+	o, ok := c.ops.take(wc.WRID)
+	if !ok || c.holdForVerdict(&o, nil, wc) {
+		return
+	}
+	c.complete(&o, wc)
+}
+
+// opDone counts a finished WR and wakes Close when it was the last.
+func (c *Conn) opDone() {
+	if c.inflight.Add(-1) == 0 && c.closing.Load() {
+		c.drainOnce.Do(func() { close(c.drained) })
+	}
+}
+
+// complete hands the completion of o to what posted it. It runs on a
+// poller.
+func (c *Conn) complete(o *op, wc *verbs.WorkCompletion) {
+	switch o.kind {
+	case opRecv:
+		c.onRecv(o.buf, wc)
+	case opBeacon:
+		c.onBeacon(wc)
+		c.opDone()
+	case opCredit:
+		c.onCreditWritten(wc)
+	default:
+		c.onSendDone(o, wc)
+	}
+}
+
+// resolveLeft resolves the operations still in the table, for which no
+// completion will come: each once (take), a receive's buffer back to the
+// pool, every other operation failed with the connection's error.
+func (c *Conn) resolveLeft() {
+	for _, id := range c.ops.ids() {
+		if o, ok := c.ops.take(id); ok {
+			switch o.kind {
+			case opBeacon, opCredit:
+			case opRecv:
+				o.buf.Release()
+			default:
+				o.resolveOp(c.closedErr(), 0, 0)
+				c.dropBuf(&o)
+			}
+			c.opDone()
+		}
+	}
 }

@@ -32,25 +32,26 @@ import (
 // sendQueue is a connection's send queue: postMu and the state it
 // guards. Conn holds it as c.sq.
 type sendQueue struct {
-	postMu     sync.Mutex              // orders posts, so sent matches the send queue
-	sqFree     int                     // room in the send queue for operations; given back by settle, after completed
-	beacon     bool                    // the beacon is posted, in its room beyond the send depth (postBeacon)
-	creditDue  atomic.Bool             // a credit WRITE waits for postMu's holder (postCredit)
-	pending    fifo.Queue[*queuedPost] // chains waiting for room, oldest first
-	pendingWRs int                     // the WRs of pending
-	queuedSeq  uint64                  // seq of the last chain queued
-	drainedSeq uint64                  // seq of the last chain that left pending
-	posted     uint64                  // send WRs the QP accepted
-	completed  atomic.Uint64           // send WRs completed
-	quiescing  bool                    // Close waits for what was issued: nothing new
-	progress   chan struct{}           // closed at the next completion or drain, for waitSent
-	failAfter  error                   // a post under postMu failed the QP: fail at unlock
-	latencySeq uint64                  // send-side ops submitted, for latency sampling
-	wr         [1]verbs.SendWR
-	sge        [1]verbs.SGE
-	op         [1]op
-	cq         combineQueue // operations left by goroutines that found postMu taken
-	heldOps    atomic.Int64 // operations posted and queued, as of the last postUnlock
+	sendCredits                         // the sending half of the credits: admission of messages
+	postMu      sync.Mutex              // orders posts, so sent matches the send queue
+	sqFree      int                     // room in the send queue for operations; given back by settle, after completed
+	beacon      bool                    // the beacon is posted, in its room beyond the send depth (postBeacon)
+	creditDue   atomic.Bool             // a credit WRITE waits for postMu's holder (postCredit)
+	pending     fifo.Queue[*queuedPost] // chains waiting for room, oldest first
+	pendingWRs  int                     // the WRs of pending
+	queuedSeq   uint64                  // seq of the last chain queued
+	drainedSeq  uint64                  // seq of the last chain that left pending
+	posted      uint64                  // send WRs the QP accepted
+	completed   atomic.Uint64           // send WRs completed
+	quiescing   bool                    // Close waits for what was issued: nothing new
+	progress    chan struct{}           // closed at the next completion or drain, for waitSent
+	failAfter   error                   // a post under postMu failed the QP: fail at unlock
+	latencySeq  uint64                  // send-side ops submitted, for latency sampling
+	wr          [1]verbs.SendWR
+	sge         [1]verbs.SGE
+	op          [1]op
+	cq          combineQueue // operations left by goroutines that found postMu taken
+	heldOps     atomic.Int64 // operations posted and queued, as of the last postUnlock
 
 	revoked     map[uint32]struct{} // rkeys the peer revoked (isRevoked)
 	revokedFIFO []uint32
@@ -60,6 +61,26 @@ type sendQueue struct {
 	// unsignaled WR ahead of it in sent.
 	sentMu sync.Mutex
 	sent   ring
+}
+
+// init makes the send queue of a connection of send depth sqDepth.
+func (q *sendQueue) init(sqDepth int) {
+	q.sqFree = sqDepth
+	q.sent = newRing(sqDepth)
+}
+
+// clearSent forgets the posted WRs of a connection whose QP is gone (no
+// completion can come for them: teardown resolves them) and stops the
+// idle timer. Posts check closing under postMu, so none is half done.
+func (c *Conn) clearSent() {
+	c.sq.postMu.Lock()
+	c.sq.sentMu.Lock()
+	c.sq.sent.head, c.sq.sent.size = 0, 0
+	c.sq.sentMu.Unlock()
+	if c.sq.idleTimer != nil {
+		c.sq.idleTimer.Stop()
+	}
+	c.unlockPost()
 }
 
 // ErrQueueFull: the connection holds its WithSendQueueLimit of
@@ -236,17 +257,17 @@ func (c *Conn) postUnlock() {
 		}
 		err := c.sq.failAfter
 		c.sq.failAfter = nil
-		ask, back := c.cr.askNow, c.cr.backNow
-		c.cr.askNow, c.cr.backNow = false, false
+		ask, back := c.sq.askNow, c.sq.backNow
+		c.sq.askNow, c.sq.backNow = false, false
 		c.sq.heldOps.Store(int64(c.cfg.sqDepth - c.sq.sqFree + c.sq.pendingWRs))
 		c.sq.postMu.Unlock()
 		// A give-back before an ask: a recalled chain gives back its
 		// credits and asks for all it needs (onRecall).
-		if back && !c.cr.backQueued.Swap(true) {
-			c.later(c.cr.backJob)
+		if back && !c.sq.backQueued.Swap(true) {
+			c.later(c.sq.backJob)
 		}
-		if ask && !c.cr.askQueued.Swap(true) {
-			c.later(c.cr.askJob)
+		if ask && !c.sq.askQueued.Swap(true) {
+			c.later(c.sq.askJob)
 		}
 		if err != nil {
 			c.fail(err)
@@ -340,7 +361,7 @@ func (c *Conn) waitProgressLocked(ctx context.Context) error {
 // (or flush, since a failed post fails the connection) like any other.
 func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 	c.sq.sqFree -= len(wrs)
-	c.cr.credits -= needCredits(wrs)
+	c.sq.credits -= needCredits(wrs)
 	for i := range wrs {
 		c.inflight.Add(1)
 		wrs[i].ID = c.ops.add(ops[i])
@@ -369,7 +390,7 @@ func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 		if o, ok := c.ops.take(wrs[i].ID); ok {
 			c.dropBuf(&o)
 			c.sq.sqFree++
-			c.cr.credits += needCredits(wrs[i : i+1])
+			c.sq.credits += needCredits(wrs[i : i+1])
 			c.opDone()
 		}
 	}
