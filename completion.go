@@ -1,6 +1,12 @@
 package rdma
 
-import "github.com/go-rdma/rdma/internal/verbs"
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/go-rdma/rdma/internal/verbs"
+)
 
 // CompletionError is an operation the device completed with an error:
 // a failed work completion. It is in the chain of the error of the
@@ -108,4 +114,97 @@ func completionStatus(st verbs.WCStatus) CompletionStatus {
 		return StatusGeneralErr
 	}
 	return CompletionStatus(st)
+}
+
+// onSendDone resolves a send-side completion and every unsignaled WR it
+// covers. It runs on a poller.
+func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
+	k := c.takeCovered(wc.WRID)
+	if k > 1 {
+		c.st.completions.Add(uint64(k - 1))
+	}
+	c.st.completed(wc.Status, wc.Status == verbs.WCWRFlushErr && c.orderly())
+	var err error
+	if wc.Status != verbs.WCSuccess {
+		err = c.completionErr(postedWC(o.kind, wc))
+	}
+	if err != nil {
+		// Fail first: whoever sees this future resolve must also see a
+		// failed connection.
+		c.fail(err)
+	}
+	c.finish(o, err)
+	c.settle(k)
+}
+
+// completionErr is the error of a failed completion; it keeps the
+// *CompletionError for errors.As, except after the peer's close.
+//   - Once the peer's orderly close was heard, whatever fails is that
+//     close's doing (the QP went to the error state, the peer tore its
+//     side down): the error is the close's own (peerClosedErr), the same
+//     for every operation and for Err, with no completion status.
+//   - A flush says only that the QP is in the error state, so it carries
+//     the reason: the connection's first error, or, when the QP went to
+//     the error state without one, the peer's end: a disconnect through
+//     rdma_cm (ErrPeerClosed), else a peer that went away (ErrPeerLost).
+//   - Retries exceeded means the transport gave up on the peer: it died
+//     or tore its queue pair down. That is ErrPeerLost, whichever of the
+//     completion and the end of the control channel comes first.
+//   - A remote operational error (or abort) means the peer's queue pair
+//     failed under our request. A go-rdma peer posts only receives it
+//     can fill, so its side of the connection is gone: it died (rxe
+//     NAKs this way while a killed process's SRQ and QPs are torn down)
+//     or failed on its own. That is ErrPeerLost as well, unless the
+//     peer said why (its abort): an access or invalid-request error
+//     stays ours to explain.
+func (c *Conn) completionErr(wc *verbs.WorkCompletion) error {
+	if c.ctl.closeHeard.Load() {
+		return c.peerClosedErr()
+	}
+	var err error = completionError(wc)
+	switch {
+	case wc.Status == verbs.WCWRFlushErr:
+		cause := c.err()
+		if cause == nil && c.cm != nil {
+			cause = c.peerClosedErr()
+		} else if cause == nil {
+			cause = c.peerLostErr()
+		}
+		return fmt.Errorf("%w (%w)", cause, err)
+	case wc.Status == verbs.WCRetryExcErr, wc.Status == verbs.WCRemOpErr, wc.Status == verbs.WCRemAbortErr,
+		c.peerClosed.Load():
+		c.peerClosed.Store(true)
+		// The peer's end may carry its reason (an abort's): keep it.
+		cause := c.err()
+		if cause == nil || !(errors.Is(cause, ErrPeerClosed) || errors.Is(cause, ErrPeerLost)) {
+			cause = c.peerLostErr()
+		}
+		return fmt.Errorf("%w (%w)", cause, err)
+	}
+	return fmt.Errorf("rdma: peer %v: %w", c.remote, err)
+}
+
+// peerClosedErr is the error of a connection whose peer closed it in
+// order: one text, whatever failed since.
+func (c *Conn) peerClosedErr() error { return fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerClosed) }
+
+// peerLostErr is the error of a connection whose peer went away without
+// closing it.
+func (c *Conn) peerLostErr() error { return fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerLost) }
+
+// finish resolves a send-side op: a signaled one (or any that failed)
+// resolves its future; its buffer and credit go back.
+func (c *Conn) finish(o *op, err error) {
+	if err == nil {
+		c.observeLatency(o)
+	}
+	if o.signaled || o.covered || err != nil {
+		var old uint64
+		if err == nil && o.kind == opAtomic {
+			old = *(*uint64)(unsafe.Pointer(&o.buf.Bytes()[0]))
+		}
+		o.resolveOp(err, o.n, old)
+	}
+	c.dropBuf(o)
+	c.opDone()
 }

@@ -1,0 +1,163 @@
+package rdma
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Close closes the connection gracefully and returns every buffer it
+// holds. What it promises to both sides:
+//   - Every operation this side issued before Close completes as it
+//     would have: Close first waits (up to 5 s) for them. Operations
+//     still queued for room or credits go out as the peer makes room;
+//     if it makes none for half a second (it does not read), they fail
+//     with ErrClosed.
+//   - The peer hears of the close, posts nothing more (its new and
+//     pending operations and its Err give one error matching
+//     ErrPeerClosed), and its operations in flight
+//     complete too: Close keeps the queue pair up until the peer says
+//     they are done (up to 2 s more). So a message that this side's Recv
+//     took before Close counts as delivered on the sender's side, and a
+//     READ or WRITE of the peer's into memory exposed here finishes
+//     before the memory is deregistered.
+//   - Messages that arrived and were not handed over yet (no Recv took
+//     them; the RecvHandler was not called for them) are dropped;
+//     pending Recvs and anything the bounds cut short fail with an error
+//     wrapping net.ErrClosed (ErrClosed here, ErrPeerClosed on the
+//     peer). A caller that closes once Done is closed drops nothing:
+//     Done closes only after every message that arrived was handed
+//     over. Done is closed when Close returns.
+//
+// On connections set up through rdma_cm the peer's operations are not
+// waited for. Close is safe to call twice.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() {
+		c.closeCalled.Store(true)
+		// Let the operations in flight finish first (bounded): holding
+		// every send credit means none is outstanding, and none can
+		// start. A message we sent is then known to have arrived
+		// before the peer hears that we close.
+		if c.err() == nil {
+			c.quiesce(fmt.Errorf("rdma: conn %v: %w", c.remote, ErrClosed), true)
+		}
+		if c.ctl.ctrl != nil && !c.told.Load() { // an abort told the peer already
+			c.ctl.ctrlMu.Lock()
+			c.ctl.ctrl.SetWriteDeadline(time.Now().Add(time.Second))
+			writeFrame(c.ctl.ctrl, ctrlClose, nil)
+			c.ctl.ctrlMu.Unlock()
+			// Keep the QP up until the peer's operations are done too
+			// (bounded): it acknowledges what it received only while
+			// it is up, and the peer may still be reading from or
+			// writing to our memory.
+			select {
+			case <-c.ctl.closeAck:
+			case <-c.ctl.ctrlDone:
+			case <-time.After(closeAckBound):
+			}
+		}
+		if c.cm != nil {
+			// Keep the QP in RTS until the peer has answered the
+			// disconnect (bounded): moving it to ERR at once can drop
+			// the ACK of the last message the peer sent us (rxe
+			// completes a receive before it acknowledges it), and the
+			// peer would then wait for its retries.
+			c.cm.Disconnect()
+			select {
+			case <-c.ctl.ctrlDone:
+			case <-time.After(2 * time.Second):
+			}
+		}
+		c.closeErr = c.teardown()
+	})
+	return c.closeErr
+}
+
+// teardown releases everything the connection holds.
+func (c *Conn) teardown() error {
+	c.closing.Store(true)
+	c.fail(fmt.Errorf("rdma: conn %v: %w", c.remote, ErrClosed))
+	var errs []error
+	if c.qp != nil {
+		// The QP is in the error state: the outstanding WRs flush.
+		if c.inflight.Load() == 0 {
+			c.drainOnce.Do(func() { close(c.drained) })
+		}
+		var stopped <-chan struct{} // a stopped poller drains nothing
+		if c.unit != nil {
+			stopped = c.unit.P.Done()
+		}
+		select {
+		case <-c.drained:
+		case <-stopped:
+		case <-time.After(5 * time.Second):
+		}
+		errs = append(errs, c.qp.Close())
+		if c.srq != nil {
+			// The beacon flushed (or the bounds above ran out): no
+			// completion of the QP is left to reach the next user of
+			// its QPN.
+			c.eng.UnregisterQPN(c.qp.QPN(), c.ep())
+		}
+	}
+	errs = append(errs, c.closeCreditWord(), c.closeSettleByte())
+	if c.srq != nil {
+		c.rq.rmu.Lock()
+		held := c.cr.creditHeld.Swap(0) + c.cr.creditTaken.Swap(0)
+		c.rq.rmu.Unlock()
+		c.srq.Leave(c.ep(), held, int(c.cr.creditOut.Swap(0)))
+		errs = append(errs, c.eng.DropSRQ(c.srq))
+	}
+	c.clearSent()
+	// The QP is gone, so no completion can arrive for what is left:
+	// resolve it here.
+	c.resolveLeft()
+	c.rq.rmu.Lock()
+	for _, m := range c.rq.ready.Take() {
+		if m.pb != nil {
+			m.pb.Release()
+		}
+	}
+	ws := c.rq.takeWaitersLocked()
+	if !c.rq.ended {
+		// Nothing more is delivered: a handler still running (it
+		// may be the caller) has its message already.
+		c.rq.ended = true
+		close(c.done)
+	}
+	c.rq.rmu.Unlock()
+	for _, f := range ws {
+		f.resolve(c.closedErr(), 0, 0, false, nil, 0)
+	}
+	// The abort frame goes out before the socket closes. A failure
+	// racing with this (a device event) starts no telling after it.
+	c.tellMu.Lock()
+	c.untold = true
+	c.tellMu.Unlock()
+	c.telling.Wait()
+	if c.ctl.ctrl != nil {
+		c.ctl.ctrl.Close()
+	}
+	<-c.ctl.ctrlDone
+	c.ctl.workers.Wait()
+	if c.cm != nil {
+		errs = append(errs, c.cm.Close())
+	}
+	c.ctl.emu.Lock()
+	keys := make([]uint32, 0, len(c.ctl.exposed))
+	for k := range c.ctl.exposed {
+		keys = append(keys, k)
+	}
+	c.ctl.emu.Unlock()
+	for _, k := range keys {
+		if err := c.RevokeNow(RemoteRegion{RKey: k}); err != nil && !errors.Is(err, ErrInvalid) {
+			errs = append(errs, err)
+		}
+	}
+	c.eng.retire(c) // its ops are all resolved: later completions are dropped
+	if c.unit != nil {
+		c.eng.Unreserve(c.ep(), c.unit, c.cfg.sqDepth+c.cfg.rqDepth)
+	}
+	errs = append(errs, c.eng.Release())
+	return errors.Join(errs...)
+}
