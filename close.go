@@ -102,31 +102,14 @@ func (c *Conn) teardown() error {
 	}
 	errs = append(errs, c.closeCreditWord(), c.closeSettleByte())
 	if c.srq != nil {
-		c.rq.rmu.Lock()
-		held := c.cr.creditHeld.Swap(0) + c.cr.creditTaken.Swap(0)
-		c.rq.rmu.Unlock()
-		c.srq.Leave(c.ep(), held, int(c.cr.creditOut.Swap(0)))
+		c.leaveSRQ()
 		errs = append(errs, c.eng.DropSRQ(c.srq))
 	}
 	c.clearSent()
 	// The QP is gone, so no completion can arrive for what is left:
 	// resolve it here.
 	c.resolveLeft()
-	c.rq.rmu.Lock()
-	for _, m := range c.rq.ready.Take() {
-		if m.pb != nil {
-			m.pb.Release()
-		}
-	}
-	ws := c.rq.takeWaitersLocked()
-	if !c.rq.ended {
-		// Nothing more is delivered: a handler still running (it
-		// may be the caller) has its message already.
-		c.rq.ended = true
-		close(c.done)
-	}
-	c.rq.rmu.Unlock()
-	for _, f := range ws {
+	for _, f := range c.dropReceived() {
 		f.resolve(c.closedErr(), 0, 0, false, nil, 0)
 	}
 	// The abort frame goes out before the socket closes. A failure
@@ -143,12 +126,12 @@ func (c *Conn) teardown() error {
 	if c.cm != nil {
 		errs = append(errs, c.cm.Close())
 	}
-	c.ctl.emu.Lock()
-	keys := make([]uint32, 0, len(c.ctl.exposed))
-	for k := range c.ctl.exposed {
+	c.rg.emu.Lock()
+	keys := make([]uint32, 0, len(c.rg.exposed))
+	for k := range c.rg.exposed {
 		keys = append(keys, k)
 	}
-	c.ctl.emu.Unlock()
+	c.rg.emu.Unlock()
 	for _, k := range keys {
 		if err := c.RevokeNow(RemoteRegion{RKey: k}); err != nil && !errors.Is(err, ErrInvalid) {
 			errs = append(errs, err)

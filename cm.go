@@ -114,13 +114,13 @@ func dialCMOnce(ctx context.Context, eng *engine, cfg config, address string) (*
 // cmConn makes the connection of id on eng: QP to INIT, receives posted,
 // then connect (or accept) through rdma_cm, which gives the peer's hello.
 func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(*Conn) (cmHello, error)) (_ *Conn, err error) {
-	c, err := newConn(eng, cfg, id.LocalAddr(), id.RemoteAddr())
+	c, err := newConn(eng, cfg, nil, id.LocalAddr(), id.RemoteAddr())
 	if err != nil {
 		id.Close()
 		return nil, err
 	}
 	c.cm = id
-	c.sq.credits = maxCredits // no control channel to return them: the peer's receives are unknown
+	c.sq.unlimitedCredits()
 	defer func() {
 		// c, not the result: a failure returns a nil *Conn.
 		if err != nil {
@@ -139,7 +139,7 @@ func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(*Conn) (cmHello,
 		return nil, err
 	}
 	c.peer.MaxMsg, c.peer.RecvWindow = peer.maxMsg, peer.recvWindow
-	c.iw.peer = peer.settle
+	c.iw.named(peer.settle)
 	go func() {
 		defer close(c.ctl.ctrlDone)
 		if id.WaitDisconnect(c.ctx) == nil {

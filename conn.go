@@ -68,7 +68,8 @@ type Conn struct {
 	drainOnce sync.Once
 
 	rq  receives    // the receive side: rmu and what it guards
-	ctl controlChan // the control channel and the regions' state on it
+	ctl controlChan // the control channel
+	rg  regionState // the regions exposed, granted and requested
 	vd  verdict     // completions waiting for the control channel's word (holdForVerdict)
 
 	peerClosed  atomic.Bool // the peer closed or went away: post nothing more
@@ -156,26 +157,23 @@ func randPSN() uint32 {
 // newConn makes a connection on eng with its QP created (in RESET) and
 // room reserved in a CQ for every WR it can have outstanding. On error
 // nothing is left behind.
-func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
+func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*Conn, error) {
 	if err := eng.Acquire(); err != nil {
 		return nil, err
 	}
 	c := &Conn{eng: eng, cfg: cfg, local: local, remote: remote, rq: receives{recvSize: cfg.maxMsg},
 		drained: make(chan struct{}), done: make(chan struct{}),
-		ctl: controlChan{ctrlDone: make(chan struct{}), closeAck: make(chan struct{}), heard: make(chan struct{}),
-			exposed: map[uint32]*exposure{}, requests: map[uint32]*request{},
-			reqSlots: make(chan struct{}, maxRegionRequests), regionSlots: make(chan struct{}, maxQueuedRegions),
-			revokeSlots: make(chan struct{}, maxRevokes), regions: make(chan RemoteRegion, maxQueuedRegions),
-			jobs: make(chan func(), maxRegionRequests+6)}}
+		ctl: newControlChan(ctrl), rg: newRegionState()}
 	slot, err := eng.AddEndpoint(c.ep())
 	if err != nil {
 		eng.Release()
 		return nil, err
 	}
-	c.slot, c.ops.base = slot, slot.Base()
+	c.slot = slot
+	c.ops.init(slot.Base())
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.cr.returnCreditsJob, c.sq.askJob, c.sq.backJob, c.cr.recallJob = c.returnCredits, c.askCredits, c.returnUnused, c.sendRecall
-	c.sq.init(cfg.sqDepth)
+	c.cr.init(c.returnCredits, c.sendRecall)
+	c.sq.init(cfg.sqDepth, c.askCredits, c.returnUnused)
 	if !cfg.cm {
 		// go-rdma's handshake receives through the shared receive
 		// queue (its credits count its receives); rdma_cm
@@ -213,11 +211,7 @@ func newConn(eng *engine, cfg config, local, remote net.Addr) (*Conn, error) {
 	}
 	c.inline = min(c.qp.Cap().MaxInlineData, 64)
 	if c.srq == nil {
-		c.rq.rwrs = make([]verbs.RecvWR, cfg.rqDepth)
-		c.rq.rsges = make([]verbs.SGE, cfg.rqDepth)
-		for i := range c.rq.rwrs {
-			c.rq.rwrs[i].SGL = c.rq.rsges[i : i+1]
-		}
+		c.rq.init(cfg.rqDepth)
 	}
 	return c, nil
 }
@@ -289,32 +283,6 @@ func (c *Conn) fail(err error) {
 	c.failRequests(err)
 	c.failPending()
 	c.tellPeer(err)
-}
-
-// abandonAfter is how long after a failure a connection on a device
-// that never completes WRs posted to a QP in ERR (siw) waits for the
-// flushes of those it posted before giving up on the rest.
-const abandonAfter = time.Second
-
-// abandonPosted gives up on the WRs the device will never complete. On
-// such a device a WR posted after the device moved the QP to ERR on its
-// own (the peer's reset), before this side knew, waits for ever; the
-// ones posted before were flushed when fail moved the QP to ERR, and
-// their completions are handled well within abandonAfter. So the Recvs
-// still waiting fail now rather than at Close, and the operations left
-// resolve with the connection's error; their buffers go back, as the
-// device will not touch them.
-func (c *Conn) abandonPosted() {
-	c.rq.rmu.Lock()
-	c.rq.abandoned = true
-	ws := c.rq.takeWaitersLocked()
-	c.endIfDeliveredLocked()
-	c.rq.rmu.Unlock()
-	err := c.err()
-	for _, f := range ws {
-		f.resolve(err, 0, 0, false, nil, 0)
-	}
-	c.resolveLeft()
 }
 
 // closedErr is the error of an operation on a closed or failed

@@ -62,9 +62,9 @@ const (
 )
 
 // controlChan is a connection's control channel: the socket, the
-// worker that runs control work, the close handshake, and the state of
-// the regions exchanged on it (Expose, SendRegion, RequestRegion). Conn holds it as
-// c.ctl.
+// worker that runs control work, and the close handshake. Conn holds it
+// as c.ctl. The regions exchanged on it are a part of their own
+// (regionState).
 type controlChan struct {
 	ctrl     net.Conn   // the TCP control channel; nil on rdma_cm connections
 	ctrlMu   sync.Mutex // serializes control frames
@@ -80,22 +80,13 @@ type controlChan struct {
 	closeAckOnce sync.Once
 	deaf         atomic.Bool                   // tests: play a peer that reads its control frames and drops them
 	slow         atomic.Pointer[chan struct{}] // tests: the reader waits for it to close before each frame
+}
 
-	// The regions' state: the maps and counts under emu; the channels
-	// bound what is in flight.
-	emu         sync.Mutex
-	exposed     map[uint32]*exposure
-	granted     int // bytes granted to the peer's RequestRegion
-	grants      int // regions granted to it
-	requests    map[uint32]*request
-	nextReq     uint32
-	peerReqs    int               // the peer's region requests queued or being served
-	revokeAcks  []uint32          // the peer's revokes waiting for a fence
-	fencing     bool              // a fence is queued or running
-	reqSlots    chan struct{}     // our RequestRegions in flight
-	regionSlots chan struct{}     // our SendRegions the peer has not taken
-	revokeSlots chan struct{}     // our orderly revokes in flight
-	regions     chan RemoteRegion // the peer's SendRegions not taken yet
+// newControlChan makes the control channel over ctrl, nil on rdma_cm
+// connections.
+func newControlChan(ctrl net.Conn) controlChan {
+	return controlChan{ctrl: ctrl, ctrlDone: make(chan struct{}), closeAck: make(chan struct{}), heard: make(chan struct{}),
+		jobs: make(chan func(), maxRegionRequests+6)}
 }
 
 // ErrProtocol means the peer broke go-rdma's control protocol: a
@@ -236,7 +227,7 @@ func (c *Conn) readControl(r *bufio.Reader) {
 			c.onRegion(p)
 		case ctrlTaken:
 			select {
-			case <-c.ctl.regionSlots:
+			case <-c.rg.regionSlots:
 			default:
 				c.protocolErr("took a region that was never sent")
 			}
@@ -328,33 +319,7 @@ func (c *Conn) quiesce(why error, drain bool) {
 	c.quiesceOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(c.ctx, revokeBound)
 		defer cancel()
-		c.sq.postMu.Lock()
-		// Operations left in the combining queue were issued before
-		// the close: they go out (or queue) as issued, not refused as
-		// new ones.
-		if c.sq.cq.n.Load() > 0 {
-			c.postCombinedLocked()
-		}
-		c.sq.quiescing = true
-		for drain && c.sq.pending.Len() > 0 {
-			if c.sq.progress == nil {
-				c.sq.progress = make(chan struct{})
-			}
-			ch := c.sq.progress
-			c.unlockPost()
-			stall := time.NewTimer(closeStall)
-			select {
-			case <-ch:
-			case <-stall.C:
-				drain = false
-			case <-ctx.Done():
-				drain = false
-			}
-			stall.Stop()
-			c.sq.postMu.Lock()
-		}
-		c.failPendingLocked(why)
-		c.postUnlock()
+		c.quiesceSends(ctx, why, drain)
 		c.waitSent(ctx)
 	})
 }

@@ -5,9 +5,10 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/go-rdma/rdma/internal/verbs"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/go-rdma/rdma/internal/verbs"
 )
 
 // Rule: Device, Port and GIDEntry have the fields of the verbs types

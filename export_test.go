@@ -49,9 +49,9 @@ const (
 
 // RequestsInFlight counts c's RequestRegion calls waiting for an answer.
 func RequestsInFlight(c *Conn) int {
-	c.ctl.emu.Lock()
-	defer c.ctl.emu.Unlock()
-	return len(c.ctl.requests)
+	c.rg.emu.Lock()
+	defer c.rg.emu.Unlock()
+	return len(c.rg.requests)
 }
 
 // SendControl writes a raw control frame to c's peer, as a hostile peer
@@ -61,16 +61,16 @@ func SendControl(c *Conn, typ byte, p []byte) error { return c.writeControl(typ,
 // Granted is what c has granted to its peer's RequestRegion: bytes and
 // regions.
 func Granted(c *Conn) (bytes, regions int) {
-	c.ctl.emu.Lock()
-	defer c.ctl.emu.Unlock()
-	return c.ctl.granted, c.ctl.grants
+	c.rg.emu.Lock()
+	defer c.rg.emu.Unlock()
+	return c.rg.granted, c.rg.grants
 }
 
 // Exposed counts c's exposures.
 func Exposed(c *Conn) int {
-	c.ctl.emu.Lock()
-	defer c.ctl.emu.Unlock()
-	return len(c.ctl.exposed)
+	c.rg.emu.Lock()
+	defer c.rg.emu.Unlock()
+	return len(c.rg.exposed)
 }
 
 // Deafen makes c read the peer's control frames and drop them, as a hung

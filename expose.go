@@ -91,18 +91,18 @@ func (c *Conn) expose(pb *pool.Buffer, off, n int, access Access, granted int, l
 	}
 	r := RemoteRegion{Addr: mr.Addr(), Len: n, RKey: mr.RKey()}
 	x := &exposure{mr: mr, pb: pb, granted: granted}
-	c.ctl.emu.Lock()
+	c.rg.emu.Lock()
 	if c.closing.Load() {
-		c.ctl.emu.Unlock()
+		c.rg.emu.Unlock()
 		mr.Close()
 		pb.Unref()
 		return RemoteRegion{}, c.closedErr()
 	}
-	c.ctl.exposed[r.RKey] = x
+	c.rg.exposed[r.RKey] = x
 	if life > 0 {
 		x.expiry = time.AfterFunc(life, func() { c.Revoke(context.Background(), r) })
 	}
-	c.ctl.emu.Unlock()
+	c.rg.emu.Unlock()
 	return r, nil
 }
 
@@ -121,15 +121,15 @@ func (c *Conn) Revoke(ctx context.Context, r RemoteRegion) error {
 	if c.ctl.ctrl == nil {
 		return c.RevokeNow(r)
 	}
-	c.ctl.emu.Lock()
-	x, ok := c.ctl.exposed[r.RKey]
+	c.rg.emu.Lock()
+	x, ok := c.rg.exposed[r.RKey]
 	if !ok {
-		c.ctl.emu.Unlock()
+		c.rg.emu.Unlock()
 		return fmt.Errorf("rdma: revoke %v: %w: not exposed on this connection", r, ErrInvalid)
 	}
 	if x.revoke != nil { // under way already: wait for it
 		rv := x.revoke
-		c.ctl.emu.Unlock()
+		c.rg.emu.Unlock()
 		return c.waitRevoke(ctx, rv)
 	}
 	rv := &revocation{done: make(chan struct{})}
@@ -137,10 +137,10 @@ func (c *Conn) Revoke(ctx context.Context, r RemoteRegion) error {
 	if x.expiry != nil {
 		x.expiry.Stop()
 	}
-	c.ctl.emu.Unlock()
+	c.rg.emu.Unlock()
 
 	select {
-	case c.ctl.revokeSlots <- struct{}{}:
+	case c.rg.revokeSlots <- struct{}{}:
 	case <-c.ctx.Done():
 		// The connection failed: no access of the peer's can come.
 		c.finishRevoke(r.RKey, nil)
@@ -150,7 +150,7 @@ func (c *Conn) Revoke(ctx context.Context, r RemoteRegion) error {
 		// break the peer; wait for a slot in the background instead.
 		go func() {
 			select {
-			case c.ctl.revokeSlots <- struct{}{}:
+			case c.rg.revokeSlots <- struct{}{}:
 				c.askRevoke(r.RKey, rv)
 			case <-c.ctx.Done():
 				c.finishRevoke(r.RKey, nil)
@@ -165,13 +165,13 @@ func (c *Conn) Revoke(ctx context.Context, r RemoteRegion) error {
 // askRevoke sends the revoke and arms its bound. The caller holds a
 // revoke slot, which finishRevoke gives back.
 func (c *Conn) askRevoke(rkey uint32, rv *revocation) {
-	c.ctl.emu.Lock()
+	c.rg.emu.Lock()
 	rv.bound = time.AfterFunc(revokeBound, func() {
 		err := fmt.Errorf("rdma: peer %v did not answer the revoke of rkey %#x within %v: %w: cut off", c.remote, rkey, revokeBound, ErrProtocol)
 		c.cutOff(err)
 		c.finishRevoke(rkey, err)
 	})
-	c.ctl.emu.Unlock()
+	c.rg.emu.Unlock()
 	if err := c.writeControl(ctrlRevoke, binary.BigEndian.AppendUint32(nil, rkey)); err != nil {
 		// The connection failed: no access of the peer's can come.
 		c.finishRevoke(rkey, nil)
@@ -190,10 +190,10 @@ func (c *Conn) waitRevoke(ctx context.Context, rv *revocation) error {
 // onRevoked: the peer answered our revoke; nothing of its reaches the
 // region any more.
 func (c *Conn) onRevoked(rkey uint32) {
-	c.ctl.emu.Lock()
-	x, ok := c.ctl.exposed[rkey]
+	c.rg.emu.Lock()
+	x, ok := c.rg.exposed[rkey]
 	asked := ok && x.revoke != nil && x.revoke.bound != nil
-	c.ctl.emu.Unlock()
+	c.rg.emu.Unlock()
 	if !asked {
 		c.protocolErr("answered a revoke of rkey %#x that was not asked", rkey)
 		return
@@ -204,26 +204,26 @@ func (c *Conn) onRevoked(rkey uint32) {
 // finishRevoke deregisters an exposure whose revoke may complete: the
 // peer answered, or can no longer reach it. It runs once per exposure.
 func (c *Conn) finishRevoke(rkey uint32, err error) {
-	c.ctl.emu.Lock()
-	x, ok := c.ctl.exposed[rkey]
+	c.rg.emu.Lock()
+	x, ok := c.rg.exposed[rkey]
 	if !ok || x.revoke == nil {
-		c.ctl.emu.Unlock()
+		c.rg.emu.Unlock()
 		return
 	}
-	delete(c.ctl.exposed, rkey)
-	c.ctl.granted -= x.granted
+	delete(c.rg.exposed, rkey)
+	c.rg.granted -= x.granted
 	if x.granted > 0 {
-		c.ctl.grants--
+		c.rg.grants--
 	}
 	rv := x.revoke
 	asked := rv.bound != nil
 	if asked {
 		rv.bound.Stop()
 	}
-	c.ctl.emu.Unlock()
+	c.rg.emu.Unlock()
 	rv.err = errors.Join(err, c.unexpose(x))
 	if asked {
-		<-c.ctl.revokeSlots
+		<-c.rg.revokeSlots
 	}
 	close(rv.done)
 }
@@ -248,22 +248,22 @@ func (c *Conn) unexpose(x *exposure) error {
 // safe: it stays out of the pool until the deregistration is done. Use
 // Revoke to end an exposure without breaking the connection.
 func (c *Conn) RevokeNow(r RemoteRegion) error {
-	c.ctl.emu.Lock()
-	x, ok := c.ctl.exposed[r.RKey]
+	c.rg.emu.Lock()
+	x, ok := c.rg.exposed[r.RKey]
 	if ok && x.revoke != nil {
 		// An orderly revoke is under way: finish it now.
-		c.ctl.emu.Unlock()
+		c.rg.emu.Unlock()
 		c.finishRevoke(r.RKey, nil)
 		return nil
 	}
 	if ok {
-		delete(c.ctl.exposed, r.RKey)
-		c.ctl.granted -= x.granted
+		delete(c.rg.exposed, r.RKey)
+		c.rg.granted -= x.granted
 		if x.granted > 0 {
-			c.ctl.grants--
+			c.rg.grants--
 		}
 	}
-	c.ctl.emu.Unlock()
+	c.rg.emu.Unlock()
 	if !ok {
 		return fmt.Errorf("rdma: revoke %v: %w: not exposed on this connection", r, ErrInvalid)
 	}
@@ -275,18 +275,18 @@ func (c *Conn) RevokeNow(r RemoteRegion) error {
 // (fence). A peer may have at most maxRevokes revokes unanswered.
 func (c *Conn) onRevoke(rkey uint32) {
 	c.sq.postMu.Lock()
-	c.addRevoked(rkey)
+	c.sq.addRevoked(rkey)
 	c.unlockPost()
-	c.ctl.emu.Lock()
-	if len(c.ctl.revokeAcks) >= maxRevokes {
-		c.ctl.emu.Unlock()
+	c.rg.emu.Lock()
+	if len(c.rg.revokeAcks) >= maxRevokes {
+		c.rg.emu.Unlock()
 		c.protocolErr("more than %d revokes unanswered", maxRevokes)
 		return
 	}
-	c.ctl.revokeAcks = append(c.ctl.revokeAcks, rkey)
-	start := !c.ctl.fencing
-	c.ctl.fencing = true
-	c.ctl.emu.Unlock()
+	c.rg.revokeAcks = append(c.rg.revokeAcks, rkey)
+	start := !c.rg.fencing
+	c.rg.fencing = true
+	c.rg.emu.Unlock()
 	if start {
 		c.later(c.fence)
 	}
@@ -298,11 +298,11 @@ func (c *Conn) fence() {
 	ctx, cancel := context.WithTimeout(c.ctx, revokeBound)
 	err := c.waitSent(ctx)
 	cancel()
-	c.ctl.emu.Lock()
-	acks := c.ctl.revokeAcks
-	c.ctl.revokeAcks = nil
-	c.ctl.fencing = false
-	c.ctl.emu.Unlock()
+	c.rg.emu.Lock()
+	acks := c.rg.revokeAcks
+	c.rg.revokeAcks = nil
+	c.rg.fencing = false
+	c.rg.emu.Unlock()
 	if err != nil {
 		return // failed or closing: the peer learns that from the connection
 	}
@@ -311,49 +311,4 @@ func (c *Conn) fence() {
 			return
 		}
 	}
-}
-
-// maxRevokedKeys bounds the revoked rkeys a connection remembers, to
-// refuse accesses to them locally.
-const maxRevokedKeys = 1024
-
-// addRevoked records a revoked rkey. Caller holds postMu.
-func (c *Conn) addRevoked(rkey uint32) {
-	if c.sq.revoked == nil {
-		c.sq.revoked = map[uint32]struct{}{}
-	}
-	if _, ok := c.sq.revoked[rkey]; ok {
-		return
-	}
-	if len(c.sq.revokedFIFO) >= maxRevokedKeys {
-		delete(c.sq.revoked, c.sq.revokedFIFO[0])
-		c.sq.revokedFIFO = c.sq.revokedFIFO[1:]
-	}
-	c.sq.revoked[rkey] = struct{}{}
-	c.sq.revokedFIFO = append(c.sq.revokedFIFO, rkey)
-}
-
-// forgetRevoked: the peer hands out rkey again (the device reused it for
-// new memory), so accesses to it are good again.
-func (c *Conn) forgetRevoked(rkey uint32) {
-	c.sq.postMu.Lock()
-	if _, ok := c.sq.revoked[rkey]; ok {
-		delete(c.sq.revoked, rkey)
-		for i, k := range c.sq.revokedFIFO {
-			if k == rkey {
-				c.sq.revokedFIFO = append(c.sq.revokedFIFO[:i], c.sq.revokedFIFO[i+1:]...)
-				break
-			}
-		}
-	}
-	c.unlockPost()
-}
-
-// isRevoked reports whether the peer revoked rkey. Caller holds postMu.
-func (c *Conn) isRevoked(rkey uint32) bool {
-	if len(c.sq.revoked) == 0 {
-		return false
-	}
-	_, ok := c.sq.revoked[rkey]
-	return ok
 }

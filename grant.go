@@ -71,34 +71,34 @@ func (c *Conn) RequestRegion(ctx context.Context, size int, access Access, opts 
 		return RemoteRegion{}, errNoControl
 	}
 	select {
-	case c.ctl.reqSlots <- struct{}{}:
+	case c.rg.reqSlots <- struct{}{}:
 	case <-ctx.Done():
 		return RemoteRegion{}, ctx.Err()
 	case <-c.ctx.Done():
 		return RemoteRegion{}, c.closedErr()
 	}
 	ch := make(chan regionAnswer, 1)
-	c.ctl.emu.Lock()
+	c.rg.emu.Lock()
 	if c.err() != nil {
-		c.ctl.emu.Unlock()
-		<-c.ctl.reqSlots
+		c.rg.emu.Unlock()
+		<-c.rg.reqSlots
 		return RemoteRegion{}, c.closedErr()
 	}
-	c.ctl.nextReq++
-	id := c.ctl.nextReq
-	c.ctl.requests[id] = &request{ch: ch}
-	c.ctl.emu.Unlock()
+	c.rg.nextReq++
+	id := c.rg.nextReq
+	c.rg.requests[id] = &request{ch: ch}
+	c.rg.emu.Unlock()
 	p := binary.BigEndian.AppendUint32(nil, id)
 	p = binary.BigEndian.AppendUint64(p, uint64(size))
 	p = binary.BigEndian.AppendUint32(p, uint32(access))
 	p = binary.BigEndian.AppendUint32(p, uint32(rr.life/time.Millisecond))
 	if err := c.control(ctx, ctrlRequest, p); err != nil {
-		c.ctl.emu.Lock()
-		_, mine := c.ctl.requests[id]
-		delete(c.ctl.requests, id)
-		c.ctl.emu.Unlock()
+		c.rg.emu.Lock()
+		_, mine := c.rg.requests[id]
+		delete(c.rg.requests, id)
+		c.rg.emu.Unlock()
 		if mine {
-			<-c.ctl.reqSlots
+			<-c.rg.reqSlots
 		}
 		return RemoteRegion{}, err
 	}
@@ -106,12 +106,12 @@ func (c *Conn) RequestRegion(ctx context.Context, size int, access Access, opts 
 	case a := <-ch:
 		return a.r, a.err
 	case <-ctx.Done():
-		c.ctl.emu.Lock()
-		rq, waiting := c.ctl.requests[id]
+		c.rg.emu.Lock()
+		rq, waiting := c.rg.requests[id]
 		if waiting {
 			rq.abandoned = true // onAnswer hands a grant back
 		}
-		c.ctl.emu.Unlock()
+		c.rg.emu.Unlock()
 		if !waiting {
 			// The answer was taken as ctx ended: it is in ch, or
 			// about to be. A grant goes back to the peer.
@@ -132,7 +132,7 @@ func (c *Conn) ReleaseRegion(ctx context.Context, r RemoteRegion) error {
 		return errNoControl
 	}
 	c.sq.postMu.Lock()
-	c.addRevoked(r.RKey)
+	c.sq.addRevoked(r.RKey)
 	c.unlockPost()
 	if err := c.waitSent(ctx); err != nil {
 		if c.err() != nil {
@@ -153,21 +153,21 @@ func (c *Conn) onRequest(p []byte) {
 	id, size := binary.BigEndian.Uint32(p), binary.BigEndian.Uint64(p[4:])
 	access := Access(binary.BigEndian.Uint32(p[12:]))
 	life := time.Duration(binary.BigEndian.Uint32(p[16:])) * time.Millisecond
-	c.ctl.emu.Lock()
-	if c.ctl.peerReqs >= maxRegionRequests {
-		c.ctl.emu.Unlock()
+	c.rg.emu.Lock()
+	if c.rg.peerReqs >= maxRegionRequests {
+		c.rg.emu.Unlock()
 		c.protocolErr("more than %d region requests in flight", maxRegionRequests)
 		return
 	}
-	c.ctl.peerReqs++
-	c.ctl.emu.Unlock()
+	c.rg.peerReqs++
+	c.rg.emu.Unlock()
 	c.later(func() {
 		typ, p := c.grant(size, access, life)
 		// The request is served before the peer can hear it: it may
 		// send its next one as soon as the answer arrives.
-		c.ctl.emu.Lock()
-		c.ctl.peerReqs--
-		c.ctl.emu.Unlock()
+		c.rg.emu.Lock()
+		c.rg.peerReqs--
+		c.rg.emu.Unlock()
 		c.control(context.Background(), typ, append(binary.BigEndian.AppendUint32(nil, id), p...))
 	})
 }
@@ -180,14 +180,14 @@ func (c *Conn) grant(size uint64, access Access, life time.Duration) (typ byte, 
 		return deny(fmt.Sprintf("bad request: %d bytes, access %v", size, access))
 	}
 	limit := c.cfg.maxExpose
-	c.ctl.emu.Lock()
-	granted, grants := c.ctl.granted, c.ctl.grants
+	c.rg.emu.Lock()
+	granted, grants := c.rg.granted, c.rg.grants
 	ok := size <= uint64(limit-granted) && grants < maxGrants
 	if ok {
-		c.ctl.granted += int(size)
-		c.ctl.grants++
+		c.rg.granted += int(size)
+		c.rg.grants++
 	}
-	c.ctl.emu.Unlock()
+	c.rg.emu.Unlock()
 	switch {
 	case grants >= maxGrants:
 		return deny(fmt.Sprintf("%d regions granted already, the most a connection may hold", grants))
@@ -205,10 +205,10 @@ func (c *Conn) grant(size uint64, access Access, life time.Duration) (typ byte, 
 		}
 		pb.Release()
 	}
-	c.ctl.emu.Lock()
-	c.ctl.granted -= int(size)
-	c.ctl.grants--
-	c.ctl.emu.Unlock()
+	c.rg.emu.Lock()
+	c.rg.granted -= int(size)
+	c.rg.grants--
+	c.rg.emu.Unlock()
 	return deny(err.Error())
 }
 
@@ -230,15 +230,15 @@ func (c *Conn) onAnswer(typ byte, p []byte) {
 	} else {
 		a.err = fmt.Errorf("rdma: peer %v: %w: %q", c.remote, ErrRegionRefused, p[4:])
 	}
-	c.ctl.emu.Lock()
-	rq, ok := c.ctl.requests[id]
-	delete(c.ctl.requests, id)
-	c.ctl.emu.Unlock()
+	c.rg.emu.Lock()
+	rq, ok := c.rg.requests[id]
+	delete(c.rg.requests, id)
+	c.rg.emu.Unlock()
 	if !ok {
 		c.protocolErr("answered region request %d, which is not in flight", id)
 		return
 	}
-	<-c.ctl.reqSlots
+	<-c.rg.reqSlots
 	if !rq.abandoned {
 		rq.ch <- a
 		return
@@ -254,10 +254,10 @@ func (c *Conn) onAnswer(typ byte, p []byte) {
 // back: memory this side exposed with Expose stays until its Revoke. A
 // release of a region that is gone already (it expired) is no error.
 func (c *Conn) onFree(rkey uint32) {
-	c.ctl.emu.Lock()
-	x, ok := c.ctl.exposed[rkey]
+	c.rg.emu.Lock()
+	x, ok := c.rg.exposed[rkey]
 	grant := ok && x.granted > 0
-	c.ctl.emu.Unlock()
+	c.rg.emu.Unlock()
 	if grant {
 		c.RevokeNow(RemoteRegion{RKey: rkey})
 	}
@@ -265,11 +265,11 @@ func (c *Conn) onFree(rkey uint32) {
 
 // failRequests answers every RequestRegion in flight with err.
 func (c *Conn) failRequests(err error) {
-	c.ctl.emu.Lock()
-	for id, rq := range c.ctl.requests {
-		delete(c.ctl.requests, id)
-		<-c.ctl.reqSlots
+	c.rg.emu.Lock()
+	for id, rq := range c.rg.requests {
+		delete(c.rg.requests, id)
+		<-c.rg.reqSlots
 		rq.ch <- regionAnswer{err: err}
 	}
-	c.ctl.emu.Unlock()
+	c.rg.emu.Unlock()
 }

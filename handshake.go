@@ -197,12 +197,11 @@ func dialHandshake(ctx context.Context, eng *engine, cfg config, tc net.Conn) (*
 			return nil, err
 		}
 	}
-	c, err := newConn(eng, cfg, tc.LocalAddr(), tc.RemoteAddr())
+	c, err := newConn(eng, cfg, tc, tc.LocalAddr(), tc.RemoteAddr())
 	if err != nil {
 		tc.Close()
 		return nil, err
 	}
-	c.ctl.ctrl = tc
 	me, err := c.prepare()
 	if err == nil {
 		err = writeHello(tc, &me)
@@ -269,13 +268,12 @@ func readPeerHello(eng *engine, cfg *config, tc net.Conn, br *bufio.Reader) (*he
 // its answer on it waits on the dialer, and calls waiting first. It
 // closes tc on failure.
 func acceptConn(eng *engine, cfg config, tc net.Conn, br *bufio.Reader, peer *hello, release func() bool, waiting func()) (*Conn, error) {
-	c, err := newConn(eng, cfg, tc.LocalAddr(), tc.RemoteAddr())
+	c, err := newConn(eng, cfg, tc, tc.LocalAddr(), tc.RemoteAddr())
 	if err != nil {
 		writeRefusal(tc, err.Error())
 		tc.Close()
 		return nil, err
 	}
-	c.ctl.ctrl = tc
 	me, err := c.prepare()
 	if err != nil {
 		writeRefusal(tc, err.Error())

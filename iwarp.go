@@ -21,6 +21,10 @@ type iwarpSettle struct {
 	peer RemoteRegion // the dialer's: the listener's byte; Len 0 if it named none
 }
 
+// named keeps the byte the listener named in its accept hello, for the
+// dialer's settling READ.
+func (s *iwarpSettle) named(r RemoteRegion) { s.peer = r }
+
 // settleIWARP makes sure the peer of a new iWARP connection reads what
 // this side sends, before Dial returns it.
 //

@@ -126,16 +126,6 @@ func nanotime() int64 { return int64(time.Since(clockBase)) + 1 }
 
 // stampLatency marks every LatencySample-th op the connection submits
 // with its start time; the others cost the counter check. Caller holds
-// postMu.
-func (c *Conn) stampLatency(ops []op) {
-	for i := range ops {
-		c.sq.latencySeq++
-		if c.sq.latencySeq%LatencySample == 0 {
-			ops[i].start = nanotime()
-		}
-	}
-}
-
 // observeLatency counts the latency of a sampled op that succeeded.
 func (c *Conn) observeLatency(o *op) {
 	if o.start != 0 {

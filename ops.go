@@ -76,6 +76,9 @@ type opTable struct {
 	n      uint32 // slots made so far
 }
 
+// init makes the table of the connection in the engine's slot base.
+func (t *opTable) init(base uint64) { t.base = base }
+
 func (t *opTable) at(idx uint32) *slot { return &t.chunks[idx/opChunk][idx%opChunk] }
 
 // add records o and returns its wr_id. A connection has at most its

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-rdma/rdma/internal/fifo"
 	"github.com/go-rdma/rdma/internal/pool"
@@ -290,6 +291,16 @@ func (c *Conn) unpost(i int) {
 	}
 }
 
+// init makes room for the receives of a connection that posts its own
+// (rdma_cm), rqDepth of them.
+func (q *receives) init(rqDepth int) {
+	q.rwrs = make([]verbs.RecvWR, rqDepth)
+	q.rsges = make([]verbs.SGE, rqDepth)
+	for i := range q.rwrs {
+		q.rwrs[i].SGL = q.rsges[i : i+1]
+	}
+}
+
 // isClosedChan reports whether c is closed, without blocking.
 func isClosedChan(c <-chan struct{}) bool {
 	select {
@@ -298,4 +309,51 @@ func isClosedChan(c <-chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// dropReceived ends delivery at teardown: the messages that arrived and
+// were not handed over go back to the pool, Done closes, and it returns
+// the Recvs still waiting, for the caller to fail.
+func (c *Conn) dropReceived() []*Future {
+	c.rq.rmu.Lock()
+	for _, m := range c.rq.ready.Take() {
+		if m.pb != nil {
+			m.pb.Release()
+		}
+	}
+	ws := c.rq.takeWaitersLocked()
+	if !c.rq.ended {
+		// Nothing more is delivered: a handler still running (it
+		// may be the caller) has its message already.
+		c.rq.ended = true
+		close(c.done)
+	}
+	c.rq.rmu.Unlock()
+	return ws
+}
+
+// abandonAfter is how long after a failure a connection on a device
+// that never completes WRs posted to a QP in ERR (siw) waits for the
+// flushes of those it posted before giving up on the rest.
+const abandonAfter = time.Second
+
+// abandonPosted gives up on the WRs the device will never complete. On
+// such a device a WR posted after the device moved the QP to ERR on its
+// own (the peer's reset), before this side knew, waits for ever; the
+// ones posted before were flushed when fail moved the QP to ERR, and
+// their completions are handled well within abandonAfter. So the Recvs
+// still waiting fail now rather than at Close, and the operations left
+// resolve with the connection's error; their buffers go back, as the
+// device will not touch them.
+func (c *Conn) abandonPosted() {
+	c.rq.rmu.Lock()
+	c.rq.abandoned = true
+	ws := c.rq.takeWaitersLocked()
+	c.endIfDeliveredLocked()
+	c.rq.rmu.Unlock()
+	err := c.err()
+	for _, f := range ws {
+		f.resolve(err, 0, 0, false, nil, 0)
+	}
+	c.resolveLeft()
 }

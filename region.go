@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"sync"
 
 	"github.com/go-rdma/rdma/internal/verbs"
 )
@@ -89,14 +90,14 @@ func (c *Conn) SendRegion(ctx context.Context, r RemoteRegion) error {
 		return errNoControl
 	}
 	select {
-	case c.ctl.regionSlots <- struct{}{}:
+	case c.rg.regionSlots <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-c.ctx.Done():
 		return c.closedErr()
 	}
 	if err := c.control(ctx, ctrlRegion, r.appendTo(nil)); err != nil {
-		<-c.ctl.regionSlots
+		<-c.rg.regionSlots
 		return err
 	}
 	return nil
@@ -109,12 +110,12 @@ func (c *Conn) RecvRegion(ctx context.Context) (RemoteRegion, error) {
 	}
 	var r RemoteRegion
 	select {
-	case r = <-c.ctl.regions:
+	case r = <-c.rg.regions:
 	case <-ctx.Done():
 		return RemoteRegion{}, ctx.Err()
 	case <-c.ctx.Done():
 		select {
-		case r = <-c.ctl.regions: // sent before the end: still ours
+		case r = <-c.rg.regions: // sent before the end: still ours
 		default:
 			return RemoteRegion{}, c.closedErr()
 		}
@@ -135,8 +136,34 @@ func (c *Conn) onRegion(p []byte) {
 	}
 	c.forgetRevoked(r.RKey)
 	select {
-	case c.ctl.regions <- r:
+	case c.rg.regions <- r:
 	default:
 		c.protocolErr("sent more than %d regions that RecvRegion did not take", maxQueuedRegions)
 	}
+}
+
+// regionState is a connection's regions: those it exposed, granted and
+// requested, and the peer's revocations it fences (Expose, SendRegion,
+// RequestRegion, Revoke). Conn holds it as c.rg. The maps and counts are
+// under emu; the channels bound what is in flight.
+type regionState struct {
+	emu         sync.Mutex
+	exposed     map[uint32]*exposure
+	granted     int // bytes granted to the peer's RequestRegion
+	grants      int // regions granted to it
+	requests    map[uint32]*request
+	nextReq     uint32
+	peerReqs    int               // the peer's region requests queued or being served
+	revokeAcks  []uint32          // the peer's revokes waiting for a fence
+	fencing     bool              // a fence is queued or running
+	reqSlots    chan struct{}     // our RequestRegions in flight
+	regionSlots chan struct{}     // our SendRegions the peer has not taken
+	revokeSlots chan struct{}     // our orderly revokes in flight
+	regions     chan RemoteRegion // the peer's SendRegions not taken yet
+}
+
+func newRegionState() regionState {
+	return regionState{exposed: map[uint32]*exposure{}, requests: map[uint32]*request{},
+		reqSlots: make(chan struct{}, maxRegionRequests), regionSlots: make(chan struct{}, maxQueuedRegions),
+		revokeSlots: make(chan struct{}, maxRevokes), regions: make(chan RemoteRegion, maxQueuedRegions)}
 }

@@ -3,8 +3,9 @@ package rdma
 import (
 	"testing"
 
-	"github.com/go-rdma/rdma/internal/verbs"
 	"github.com/stretchr/testify/assert"
+
+	"github.com/go-rdma/rdma/internal/verbs"
 )
 
 // Rule: the Access bits are the verbs access flags (Expose registers

@@ -50,6 +50,11 @@ const creditIdle = time.Second
 // maxAsk bounds a request for credits; the receiver caps it anyway.
 const maxAsk = 1 << 16
 
+// unlimitedCredits lets the connection send without credits: it has no
+// control channel to get or return them (rdma_cm), and its peer's
+// receives are unknown.
+func (q *sendQueue) unlimitedCredits() { q.credits = maxCredits }
+
 // creditCap is the most credits the peer gives at once: a chain that
 // needs more could never go out. Connections without a control channel
 // (rdma_cm) send without credits.

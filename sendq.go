@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-rdma/rdma/internal/fifo"
 	"github.com/go-rdma/rdma/internal/verbs"
@@ -63,8 +64,10 @@ type sendQueue struct {
 	sent   ring
 }
 
-// init makes the send queue of a connection of send depth sqDepth.
-func (q *sendQueue) init(sqDepth int) {
+// init makes the send queue of a connection of send depth sqDepth, and
+// binds the jobs of its credits once (a method value allocates).
+func (q *sendQueue) init(sqDepth int, askCredits, returnUnused func()) {
+	q.askJob, q.backJob = askCredits, returnUnused
 	q.sqFree = sqDepth
 	q.sent = newRing(sqDepth)
 }
@@ -427,7 +430,7 @@ func (c *Conn) postable(wrs []verbs.SendWR, ops []op, queued bool) error {
 		return c.closedErr()
 	}
 	for i := range wrs {
-		if ops[i].kind != opSend && c.isRevoked(wrs[i].RKey) {
+		if ops[i].kind != opSend && c.sq.isRevoked(wrs[i].RKey) {
 			return fmt.Errorf("rdma: %v to %v, rkey %#x: %w", wrs[i].Opcode, c.remote, wrs[i].RKey, ErrRegionRevoked)
 		}
 	}
@@ -549,4 +552,93 @@ func (c *Conn) takeCovered(id uint64) int {
 	}
 	c.sq.sentMu.Unlock()
 	return k
+}
+
+// maxRevokedKeys bounds the revoked rkeys a connection remembers, to
+// refuse accesses to them locally.
+const maxRevokedKeys = 1024
+
+// addRevoked records a revoked rkey. Caller holds postMu.
+func (q *sendQueue) addRevoked(rkey uint32) {
+	if q.revoked == nil {
+		q.revoked = map[uint32]struct{}{}
+	}
+	if _, ok := q.revoked[rkey]; ok {
+		return
+	}
+	if len(q.revokedFIFO) >= maxRevokedKeys {
+		delete(q.revoked, q.revokedFIFO[0])
+		q.revokedFIFO = q.revokedFIFO[1:]
+	}
+	q.revoked[rkey] = struct{}{}
+	q.revokedFIFO = append(q.revokedFIFO, rkey)
+}
+
+// forgetRevoked: the peer hands out rkey again (the device reused it for
+// new memory), so accesses to it are good again.
+func (c *Conn) forgetRevoked(rkey uint32) {
+	c.sq.postMu.Lock()
+	if _, ok := c.sq.revoked[rkey]; ok {
+		delete(c.sq.revoked, rkey)
+		for i, k := range c.sq.revokedFIFO {
+			if k == rkey {
+				c.sq.revokedFIFO = append(c.sq.revokedFIFO[:i], c.sq.revokedFIFO[i+1:]...)
+				break
+			}
+		}
+	}
+	c.unlockPost()
+}
+
+// isRevoked reports whether the peer revoked rkey. Caller holds postMu.
+func (q *sendQueue) isRevoked(rkey uint32) bool {
+	if len(q.revoked) == 0 {
+		return false
+	}
+	_, ok := q.revoked[rkey]
+	return ok
+}
+
+// postMu.
+func (c *Conn) stampLatency(ops []op) {
+	for i := range ops {
+		c.sq.latencySeq++
+		if c.sq.latencySeq%LatencySample == 0 {
+			ops[i].start = nanotime()
+		}
+	}
+}
+
+// quiesceSends stops new posts for a close: the operations issued before
+// it, those left in the combining queue included, go out while the peer
+// makes room (when drain is set); when it makes none for closeStall,
+// or ctx ends, or drain is not set, those still queued fail with why.
+func (c *Conn) quiesceSends(ctx context.Context, why error, drain bool) {
+	c.sq.postMu.Lock()
+	// Operations left in the combining queue were issued before
+	// the close: they go out (or queue) as issued, not refused as
+	// new ones.
+	if c.sq.cq.n.Load() > 0 {
+		c.postCombinedLocked()
+	}
+	c.sq.quiescing = true
+	for drain && c.sq.pending.Len() > 0 {
+		if c.sq.progress == nil {
+			c.sq.progress = make(chan struct{})
+		}
+		ch := c.sq.progress
+		c.unlockPost()
+		stall := time.NewTimer(closeStall)
+		select {
+		case <-ch:
+		case <-stall.C:
+			drain = false
+		case <-ctx.Done():
+			drain = false
+		}
+		stall.Stop()
+		c.sq.postMu.Lock()
+	}
+	c.failPendingLocked(why)
+	c.postUnlock()
 }

@@ -52,7 +52,7 @@ func sendQueueConn(t *testing.T, depth, credits int) (*Conn, *fakePoster) {
 	p := &fakePoster{accept: -1}
 	c := &Conn{eng: &engine{cfg: config{pollMode: PollEvent}}, cfg: config{sqDepth: depth}, qp: p}
 	c.peer.MaxMsg = 1 << 20
-	c.sq.init(depth)
+	c.sq.init(depth, func() {}, func() {})
 	c.sq.credits = credits
 	return c, p
 }

@@ -30,6 +30,42 @@ var records = map[string]bool{
 // recordFields are fields whose assignment records a WR.
 var recordFields = map[string]bool{"sqFree": true, "posted": true}
 
+// parts are the connection's parts, by the name of the field that holds
+// them, and the files that own them: no other file should write their
+// fields.
+var parts = map[string][]string{
+	"sq":  {"sendq.go", "combine.go", "sendcredit.go"},
+	"cr":  {"credit.go", "credit_word.go"},
+	"rq":  {"recv.go", "dispatch.go"},
+	"ctl": {"control.go"},
+	"vd":  {"verdict.go"},
+	"iw":  {"iwarp.go"},
+	"rg":  {"region.go", "expose.go", "grant.go"},
+	"ops": {"ops.go"},
+}
+
+// mutators are the methods that write a field (atomics, locks excluded).
+var mutators = map[string]bool{"Store": true, "Add": true, "Swap": true, "CompareAndSwap": true,
+	"Push": true, "Pop": true, "Take": true, "push": true, "popFront": true, "popBack": true, "add": true, "take": true}
+
+// partWrite reports the part whose field e writes (x.part.field), if any.
+func partWrite(e ast.Expr) (string, bool) {
+	sel, ok := e.(*ast.SelectorExpr) // x.part.field
+	if !ok {
+		return "", false
+	}
+	for {
+		inner, ok := sel.X.(*ast.SelectorExpr)
+		if !ok {
+			return "", false
+		}
+		if _, isPart := parts[inner.Sel.Name]; isPart {
+			return inner.Sel.Name, true
+		}
+		sel = inner
+	}
+}
+
 func main() {
 	dir := "."
 	if len(os.Args) > 1 {
@@ -49,6 +85,15 @@ func main() {
 	postSend := map[string]int{}
 	recordSites := map[string]int{}
 	var pointers []string
+	foreign := map[string]int{} // "file -> part"
+	owns := func(part, file string) bool {
+		for _, f := range parts[part] {
+			if f == file {
+				return true
+			}
+		}
+		return false
+	}
 	goFile := regexp.MustCompile(`\b[a-z0-9_]+\.go\b`)
 	for _, p := range pkgs {
 		for path, f := range p.Files {
@@ -86,15 +131,26 @@ func main() {
 					if x, ok := sel.X.(*ast.SelectorExpr); ok && records[x.Sel.Name+"."+sel.Sel.Name] {
 						recordSites[name]++
 					}
+					if mutators[sel.Sel.Name] {
+						if part, ok := partWrite(sel.X); ok && !owns(part, name) {
+							foreign[name+" -> "+part]++
+						}
+					}
 				case *ast.AssignStmt:
 					for _, l := range n.Lhs {
 						if sel, ok := l.(*ast.SelectorExpr); ok && recordFields[sel.Sel.Name] {
 							recordSites[name]++
 						}
+						if part, ok := partWrite(l); ok && !owns(part, name) {
+							foreign[name+" -> "+part]++
+						}
 					}
 				case *ast.IncDecStmt:
 					if sel, ok := n.X.(*ast.SelectorExpr); ok && recordFields[sel.Sel.Name] {
 						recordSites[name]++
+					}
+					if part, ok := partWrite(n.X); ok && !owns(part, name) {
+						foreign[name+" -> "+part]++
 					}
 				}
 				return true
@@ -123,6 +179,7 @@ func main() {
 	fmt.Printf("files over 600 lines: %v\n", big)
 	fmt.Printf("PostSend call sites: %s\n", counts(postSend))
 	fmt.Printf("WR record writes by file: %s\n", counts(recordSites))
+	fmt.Printf("writes of a part's fields outside its files: %s\n", counts(foreign))
 	fmt.Printf("comments naming another .go file: %d\n", len(pointers))
 	for _, p := range pointers {
 		fmt.Println("  " + p)
