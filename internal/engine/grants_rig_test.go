@@ -783,6 +783,38 @@ func (r *grantRig) slowArmed() bool {
 	return false
 }
 
+// underLoad runs rounds of load: feed posts more, then up to 50 steps
+// that answer recalls, hand messages over and let the applications
+// take them, in a random order, with the retry timer when nothing else
+// can run. It returns the round in which done reports true, and fails
+// the test when none of rounds does.
+func (r *grantRig) underLoad(rounds int, feed func(), done func() bool) int {
+	r.t.Helper()
+	var buf []step
+	for round := range rounds {
+		if done() {
+			return round
+		}
+		r.logf("round %d", round)
+		feed()
+		for range 50 {
+			if buf = r.enabled(true, buf[:0]); len(buf) > 0 {
+				r.run(r.pick(buf))
+				continue
+			}
+			r.steps++
+			if !r.retryArmed() {
+				break
+			}
+			r.logf("retry")
+			r.fireRetry()
+			r.check()
+		}
+	}
+	r.failf("not done after %d rounds of load", rounds)
+	return rounds
+}
+
 // unsettled says why the connections have not settled, or "".
 func (r *grantRig) unsettled() string {
 	for _, c := range r.conns {

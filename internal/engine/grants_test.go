@@ -248,6 +248,22 @@ func TestGrantsTable(t *testing.T) {
 			postEach(c[1:], 4, 1)
 		},
 	}, {
+		name:  "a chain of the whole cap while single messages keep coming",
+		depth: 32, caps: append([]int{32}, same(16, 4)...),
+		script: func(r *grantRig, c []*fakeConn) {
+			postEach(c[1:], 2, 1)
+			c[0].post(32)
+			// The waiting chain is served first: within 20 rounds of
+			// load, however many single messages keep coming.
+			r.underLoad(20, func() {
+				for _, x := range c[1:] {
+					if x.pendingMsgs() < 2 {
+						x.post(1)
+					}
+				}
+			}, func() bool { return len(c[0].pending) == 0 })
+		},
+	}, {
 		name:  "an application that does not read holds up no one",
 		depth: 16, caps: []int{8, 16, 16}, reads: []bool{false, true, true},
 		script: func(r *grantRig, c []*fakeConn) {
