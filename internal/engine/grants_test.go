@@ -59,8 +59,10 @@ import (
 //     so it is given credits it can never use; recalled, it gives them
 //     back, and GiveBack's serveLocked serves its own old ask with them
 //     before its new one comes: a chain of the cap elsewhere waits, in
-//     some walks for good. "a non-reader keeps a credit of a chain it has
-//     no room for".
+//     some walks for good, the recall and the give-back going round at
+//     every retry (200 times a second; the fuzz seed in
+//     testdata/fuzz/FuzzGrants is one). "a non-reader keeps a credit of a
+//     chain it has no room for".
 //   - An ask that overtakes its own give-back (the ask job was queued
 //     before the recall's answer queued the give-back, Conn.onRecall)
 //     is passed over for room; the give-back then clears peerWants
