@@ -1,0 +1,11 @@
+package engine
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// Every test closes what it opens: the engines, the soft provider's
+// listener and the pool's goroutines are gone at the end.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
