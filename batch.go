@@ -46,17 +46,8 @@ func (b *Batch) addSend(opc verbs.Opcode, src Local, imm uint32) {
 	if b.err != nil {
 		return
 	}
-	pb, off, n, err := local(src)
-	if err == nil && opc == verbs.OpSendWithImm {
-		if err = b.c.eng.Lacks(verbs.FeatureImmediate); err != nil {
-			err = fmt.Errorf("rdma: %v: %w", opc, err)
-		}
-	}
-	if err == nil && n > int(b.c.peer.MaxMsg) {
-		err = fmt.Errorf("rdma: send of %d bytes: %w: the peer accepts messages up to %d bytes", n, ErrInvalid, b.c.peer.MaxMsg)
-	}
-	flags := b.c.inlineFlag(opc, n)
-	b.add(err, op{kind: opSend, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Flags: flags, Imm: imm})
+	o, wr, err := b.c.sendRequest(opc, src, imm)
+	b.add(err, o, wr)
 	runtime.KeepAlive(src) // add took the reference: the handle may go now
 }
 
@@ -64,19 +55,8 @@ func (b *Batch) addRDMA(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, 
 	if b.err != nil {
 		return
 	}
-	pb, off, n, err := local(l)
-	if err == nil && opc == verbs.OpWriteWithImm {
-		if err = b.c.eng.Lacks(verbs.FeatureImmediate); err != nil {
-			err = fmt.Errorf("rdma: %v: %w", opc, err)
-		}
-	}
-	if err == nil && n > r.Len {
-		err = fmt.Errorf("rdma: %v of %d bytes into a %d-byte remote region: %w", opc, n, r.Len, ErrInvalid)
-	}
-	if err == nil && n == 0 && opc != verbs.OpWriteWithImm {
-		err = fmt.Errorf("rdma: %v of 0 bytes: %w", opc, ErrInvalid)
-	}
-	b.add(err, op{kind: kind, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Flags: b.c.inlineFlag(opc, n), Imm: imm, RemoteAddr: r.Addr, RKey: r.RKey})
+	o, wr, err := b.c.rdmaRequest(kind, opc, l, r, imm)
+	b.add(err, o, wr)
 	runtime.KeepAlive(l) // add took the reference: the handle may go now
 }
 

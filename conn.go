@@ -345,23 +345,33 @@ func (c *Conn) Send(b Local) *Future { return c.sendOp(verbs.OpSend, b, 0) }
 func (c *Conn) SendWithImm(b Local, imm uint32) *Future { return c.sendOp(verbs.OpSendWithImm, b, imm) }
 
 func (c *Conn) sendOp(opc verbs.Opcode, b Local, imm uint32) *Future {
-	if opc == verbs.OpSendWithImm {
-		if err := c.eng.Lacks(verbs.FeatureImmediate); err != nil {
-			return newResolved(fmt.Errorf("rdma: %v: %w", opc, err))
-		}
-	}
-	pb, off, n, err := local(b)
+	o, wr, err := c.sendRequest(opc, b, imm)
 	if err != nil {
 		return newResolved(err)
 	}
-	if n > int(c.peer.MaxMsg) {
-		return newResolved(fmt.Errorf("rdma: send of %d bytes: %w: the peer accepts messages up to %d bytes", n, ErrInvalid, c.peer.MaxMsg))
-	}
-	flags := verbs.SendSignaled | c.inlineFlag(opc, n)
-	c.st.issued(opc, n)
-	f := c.post(op{kind: opSend, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Flags: flags, Imm: imm})
+	wr.Flags |= verbs.SendSignaled
+	c.st.issued(opc, o.n)
+	f := c.post(o, wr)
 	runtime.KeepAlive(b) // the handle's cleanup must not run before the post took its reference
 	return f
+}
+
+// sendRequest checks a message of src and makes its op and its WR,
+// unsignaled: for Send and for a Batch's Send alike.
+func (c *Conn) sendRequest(opc verbs.Opcode, src Local, imm uint32) (op, verbs.SendWR, error) {
+	if opc == verbs.OpSendWithImm {
+		if err := c.eng.Lacks(verbs.FeatureImmediate); err != nil {
+			return op{}, verbs.SendWR{}, fmt.Errorf("rdma: %v: %w", opc, err)
+		}
+	}
+	pb, off, n, err := local(src)
+	if err != nil {
+		return op{}, verbs.SendWR{}, err
+	}
+	if n > int(c.peer.MaxMsg) {
+		return op{}, verbs.SendWR{}, fmt.Errorf("rdma: send of %d bytes: %w: the peer accepts messages up to %d bytes", n, ErrInvalid, c.peer.MaxMsg)
+	}
+	return op{kind: opSend, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Flags: c.inlineFlag(opc, n), Imm: imm}, nil
 }
 
 // inlineFlag is SendInline for a SEND or WRITE of n bytes that fits the
@@ -396,25 +406,37 @@ func (c *Conn) Read(dst Local, src RemoteRegion) *Future {
 }
 
 func (c *Conn) rdmaOp(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, imm uint32) *Future {
+	o, wr, err := c.rdmaRequest(kind, opc, l, r, imm)
+	if err != nil {
+		return newResolved(err)
+	}
+	wr.Flags |= verbs.SendSignaled
+	c.st.issued(opc, o.n)
+	f := c.post(o, wr)
+	runtime.KeepAlive(l) // the handle's cleanup must not run before the post took its reference
+	return f
+}
+
+// rdmaRequest checks a WRITE or READ between l and r and makes its op and
+// its WR, unsignaled: for the Conn's operations and a Batch's alike.
+func (c *Conn) rdmaRequest(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, imm uint32) (op, verbs.SendWR, error) {
 	if opc == verbs.OpWriteWithImm {
 		if err := c.eng.Lacks(verbs.FeatureImmediate); err != nil {
-			return newResolved(fmt.Errorf("rdma: %v: %w", opc, err))
+			return op{}, verbs.SendWR{}, fmt.Errorf("rdma: %v: %w", opc, err)
 		}
 	}
 	pb, off, n, err := local(l)
 	if err != nil {
-		return newResolved(err)
+		return op{}, verbs.SendWR{}, err
 	}
 	if n > r.Len {
-		return newResolved(fmt.Errorf("rdma: %v of %d bytes into a %d-byte remote region: %w", opc, n, r.Len, ErrInvalid))
+		return op{}, verbs.SendWR{}, fmt.Errorf("rdma: %v of %d bytes into a %d-byte remote region: %w", opc, n, r.Len, ErrInvalid)
 	}
 	if n == 0 && opc != verbs.OpWriteWithImm {
-		return newResolved(fmt.Errorf("rdma: %v of 0 bytes: %w", opc, ErrInvalid))
+		return op{}, verbs.SendWR{}, fmt.Errorf("rdma: %v of 0 bytes: %w", opc, ErrInvalid)
 	}
-	c.st.issued(opc, n)
-	f := c.post(op{kind: kind, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Flags: verbs.SendSignaled | c.inlineFlag(opc, n), Imm: imm, RemoteAddr: r.Addr, RKey: r.RKey})
-	runtime.KeepAlive(l) // the handle's cleanup must not run before the post took its reference
-	return f
+	return op{kind: kind, buf: pb, off: off, n: n},
+		verbs.SendWR{Opcode: opc, Flags: c.inlineFlag(opc, n), Imm: imm, RemoteAddr: r.Addr, RKey: r.RKey}, nil
 }
 
 // CompareAndSwap sets the 8-byte word at the start of r to new if it
