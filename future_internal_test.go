@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/go-rdma/rdma/internal/pool"
 )
 
 // TestResolveOpStale: an op issued before its future was released and
@@ -49,4 +51,34 @@ func BenchmarkFutureCycle(b *testing.B) {
 		}
 		f.Release()
 	}
+}
+
+// futureResolver is the call a connection in a package below the API
+// would make to resolve an operation's Future, were the Future to stay
+// in the API's package: an interface call.
+type futureResolver interface {
+	resolve(err error, n int, imm uint32, hasImm bool, pb *pool.Buffer, old uint64) bool
+}
+
+// BenchmarkFutureResolve measures what resolving an operation's Future
+// costs called directly (the Future in the connection's package, or an
+// alias of it) and through an interface (the Future in the API's
+// package, the connection below it), to decide where Future lives
+// (docs/architecture.md). Each resolves a Future and gives it back.
+func BenchmarkFutureResolve(b *testing.B) {
+	b.Run("direct", func(b *testing.B) {
+		for b.Loop() {
+			f := newFuture(nil)
+			f.resolve(nil, 8, 0, false, nil, 0)
+			f.Release()
+		}
+	})
+	b.Run("interface", func(b *testing.B) {
+		for b.Loop() {
+			f := newFuture(nil)
+			var r futureResolver = f
+			r.resolve(nil, 8, 0, false, nil, 0)
+			f.Release()
+		}
+	})
 }
