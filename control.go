@@ -297,10 +297,15 @@ func (c *Conn) word(p []byte, what string) (uint32, bool) {
 // hears that they did before it tears down its queue pair. A message it
 // received before its Close therefore completes here as delivered.
 func (c *Conn) onPeerClose() {
-	c.peerClosed.Store(true)
+	// closeHeard before peerClosed: a post that finds the peer closed
+	// must find its close heard too, or it fails as if the peer went
+	// away without closing (postable). TestPeerCloseErrors saw that, once
+	// in a few runs of the whole suite, for a Write left in the combining
+	// queue as the close came.
 	if c.ctl.closeHeard.Swap(true) {
 		return // said twice: once is served
 	}
+	c.peerClosed.Store(true)
 	close(c.ctl.heard)
 	c.later(func() {
 		c.quiesce(c.peerClosedErr(), false)
