@@ -345,15 +345,20 @@ func (c *Conn) Send(b Local) *Future { return c.sendOp(verbs.OpSend, b, 0) }
 func (c *Conn) SendWithImm(b Local, imm uint32) *Future { return c.sendOp(verbs.OpSendWithImm, b, imm) }
 
 func (c *Conn) sendOp(opc verbs.Opcode, b Local, imm uint32) *Future {
-	o, wr, err := c.sendRequest(opc, b, imm)
+	f := c.issue(c.sendRequest(opc, b, imm))
+	runtime.KeepAlive(b) // the handle's cleanup must not run before the post took its reference
+	return f
+}
+
+// issue posts an operation that its check (sendRequest, rdmaRequest)
+// made, signaled, or fails its Future with the check's error.
+func (c *Conn) issue(o op, wr verbs.SendWR, err error) *Future {
 	if err != nil {
 		return newResolved(err)
 	}
 	wr.Flags |= verbs.SendSignaled
-	c.st.issued(opc, o.n)
-	f := c.post(o, wr)
-	runtime.KeepAlive(b) // the handle's cleanup must not run before the post took its reference
-	return f
+	c.st.issued(wr.Opcode, o.n)
+	return c.post(o, wr)
 }
 
 // sendRequest checks a message of src and makes its op and its WR,
@@ -406,13 +411,7 @@ func (c *Conn) Read(dst Local, src RemoteRegion) *Future {
 }
 
 func (c *Conn) rdmaOp(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, imm uint32) *Future {
-	o, wr, err := c.rdmaRequest(kind, opc, l, r, imm)
-	if err != nil {
-		return newResolved(err)
-	}
-	wr.Flags |= verbs.SendSignaled
-	c.st.issued(opc, o.n)
-	f := c.post(o, wr)
+	f := c.issue(c.rdmaRequest(kind, opc, l, r, imm))
 	runtime.KeepAlive(l) // the handle's cleanup must not run before the post took its reference
 	return f
 }
