@@ -260,3 +260,62 @@ func TestBatchLoopsShareReceives(t *testing.T) {
 		require.NoError(t, err, "shared receive queue %+v", rdma.SharedRecvStats(servers[0]))
 	}
 }
+
+// Rule: a Batch that waits for room its own earlier messages hold goes
+// out as soon as the application takes them, not at the shared receive
+// queue's next decay look (a second or two). The client holds one credit
+// of the Batch (given ahead), the server two of its messages unread: the
+// Batch of the cap is passed over for room. The server takes the two;
+// the second's credit used to wait for a batch of credits to fill
+// (WithQueueDepth's receive depth 16: two), and the Batch for the decay
+// look's recall, every run.
+func TestBatchServedAsTaken(t *testing.T) { eachProvider(t, testBatchServedAsTaken) }
+
+func testBatchServedAsTaken(t *testing.T, opts []rdma.Option) {
+	const depth = 16
+	opts = append(opts, rdma.WithQueueDepth(64, depth))
+	se, err := rdma.OpenEngine(append(engineOpts(opts), rdma.WithSharedReceives(depth))...)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, se.Close()) }()
+	ce, err := rdma.OpenEngine(engineOpts(opts)...)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, ce.Close()) }()
+	clients, accepted := enginePairs(t, ce, se, 1, opts...)
+	c, s := clients[0], peers(t, clients, accepted)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := c.Alloc(64)
+	require.NoError(t, err)
+	defer b.Release()
+	recv := func(n int) {
+		t.Helper()
+		for k := range n {
+			r := s.Recv()
+			require.NoError(t, r.Wait(ctx), "message %d of %d", k, n)
+			r.Buffer().Release()
+		}
+	}
+	// Each ask alone on the queue is given two credits (an eighth of
+	// it): after three messages the client holds one.
+	for i := range 3 {
+		require.NoError(t, c.Send(b).Wait(ctx), "message %d", i)
+	}
+	recv(1)
+	batch := c.NewBatch()
+	for range depth {
+		batch.Send(b)
+	}
+	f := batch.Post()
+	// Its ask is passed over (waits) before the server takes the two.
+	require.Eventually(t, func() bool { return rdma.SharedRecvStats(s).Waiting == 1 }, 10*time.Second, time.Millisecond,
+		"the Batch's ask")
+	recv(2)
+	// Within a round trip or two; the decay look would take a second.
+	bound, stop := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- f.Wait(bound) }()
+	recv(depth)
+	require.NoError(t, <-done, "the Batch, %v after the messages before it were taken; shared receive queue %+v",
+		500*time.Millisecond, rdma.SharedRecvStats(s))
+}

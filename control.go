@@ -27,8 +27,8 @@ const (
 	ctrlRevoked  = 9  // answer to ctrlRevoke: no access to rkey u32 is in flight or will be posted
 	ctrlCloseAck = 10 // answer to ctrlClose: this side's operations are done too
 	ctrlCredit   = 11 // credits: u32 total the peer gave over the connection's life, answering an ask (returnCredits)
-	ctrlAsk      = 12 // the sender asks for n u32 credits for messages it has waiting, having seen a u32 total, a u32 of them at once (its first chain's)
-	ctrlBack     = 13 // the sender gives back n u32 credits it did not use
+	ctrlAsk      = 12 // the sender asks for n u32 credits for messages it has waiting, having seen a u32 total, a u32 of them at once (what its first chain lacks), that chain's u32 credits
+	ctrlBack     = 13 // the sender gives back the n u32 credits it held: its asks before are void, an ask follows if messages wait
 	ctrlRecall   = 14 // the receiver asks for the credits the sender has no message for (others wait)
 	ctrlAbort    = 15 // the sender failed for a reason of its own: reason text (Abort)
 	maxCtrl      = 1024
@@ -254,10 +254,11 @@ func (c *Conn) readControl(r *bufio.Reader) {
 				c.onCredit(v)
 			}
 		case ctrlAsk:
-			if len(p) != 12 {
+			if len(p) != 16 {
 				c.protocolErr("malformed credit request")
 			} else if c.srq != nil {
-				c.onCreditAsk(binary.BigEndian.Uint32(p), binary.BigEndian.Uint32(p[4:]), binary.BigEndian.Uint32(p[8:]))
+				c.onCreditAsk(binary.BigEndian.Uint32(p), binary.BigEndian.Uint32(p[4:]), binary.BigEndian.Uint32(p[8:]),
+					binary.BigEndian.Uint32(p[12:]))
 			}
 		case ctrlBack:
 			if v, ok := c.word(p, "credit return"); ok && c.srq != nil {

@@ -18,8 +18,9 @@ import (
 // the control channel:
 //   - A connection starts with none. A sender that has a message and no
 //     credit, and finds none new in its credit word, asks for what its
-//     messages waiting need, and how many of them its first waiting
-//     chain needs at once (ctrlAsk). The receiver serves asks in turn
+//     messages waiting need, how many of them its first waiting chain
+//     needs at once and how many that chain takes (ctrlAsk; all but the
+//     last net of the credits it holds). The receiver serves asks in turn
 //     (the SRQ's Ask): when no other connection waits, at once and up
 //     to the connection's whole cap (WithQueueDepth's receive depth) as
 //     far as the SRQ's headroom and the connection's share go.
@@ -29,16 +30,21 @@ import (
 //     for credits; while others wait, the receives go to them. An ask
 //     gives back at once what was taken and not given back yet, and
 //     when even that leaves the ask short (the connection's messages
-//     are not taken yet), each later take is given back at once: a
-//     sender that waits is never left waiting for a batch to fill.
+//     are not taken yet), the next take is given back at once; while
+//     the SRQ passes its first chain over for room its messages hold,
+//     every take is, until the chain is served (WaitsForRoom): a sender
+//     that waits is never left waiting for a batch to fill.
 //   - A sender that has sent nothing for creditIdle gives back what it
 //     holds (ctrlBack), so idle connections hold none and the SRQ
-//     serves the active ones.
+//     serves the active ones. A give-back voids the sender's asks before
+//     it (SRQ.GiveBack); a sender that still waits asks again, after it
+//     (askCredits sends the give-backs ahead of its ask).
 //   - When the first waiting connection needs more than the SRQ has
 //     left to give, the receiver recalls (ctrlRecall) the credits of the
-//     connections that may hold some they cannot use: a sender gives
-//     back what it holds when no message waits, or when its first chain
-//     needs more than it holds, and then asks again for the whole chain.
+//     connections that may hold some they cannot use (given ahead of
+//     their asks, or part of a waiting chain): a sender gives back what
+//     it holds when no message waits, or when its first chain needs
+//     more than it holds, and then asks again for the whole chain.
 //     So a waiting connection gets credits within a round trip or two of
 //     the control channel (recallGap), however many connections there
 //     are, and no chain holds part of its credits while waiting for the
@@ -59,9 +65,9 @@ import (
 type creditState struct {
 	creditOut   atomic.Int64  // credits the peer holds or used on messages not yet here
 	creditHeld  atomic.Int64  // messages here the application has not taken
-	creditTaken atomic.Int64  // messages taken whose credits are not given back yet; changed under rmu
+	creditTaken atomic.Int64  // messages taken whose credits are not given back yet; added to under rmu, swapped by the SRQ too (WaitsForRoom)
 	peerWants   atomic.Bool   // the peer asked for credits and gave none back since
-	peerShort   atomic.Bool   // the peer's last ask found too little room: give back each take at once
+	short       atomic.Uint32 // shortAsk | shortChain: give back takes at once
 	recalled    atomic.Bool   // a recall went to the peer, unanswered and with no grant since
 	spare       atomic.Bool   // credits went to the peer beyond what it asked for since its last ask
 	lookRecvs   atomic.Uint64 // messages received at the last decay look (LookQuiet)
@@ -111,7 +117,10 @@ func (c *Conn) recall() {
 
 // creditRoom is how many more credits c may give: its cap less the
 // credits out, the messages not yet taken and those taken whose credits
-// are not given back yet.
+// are not given back yet. It reads them in that order, and a message
+// moving from one to the next (arrived, tookLocked) is added to the next
+// before it leaves the one before: a look racing with the move counts it
+// once or twice, never not at all, so the SRQ never grants past the cap.
 func (c *Conn) creditRoom() int {
 	return c.cfg.rqDepth - int(c.cr.creditOut.Load()+c.cr.creditHeld.Load()+c.cr.creditTaken.Load())
 }
@@ -119,13 +128,14 @@ func (c *Conn) creditRoom() int {
 // arrived accounts for a message from the peer: it used a credit. A
 // message without one breaks the protocol.
 func (c *Conn) arrived() bool {
+	c.cr.creditHeld.Add(1) // before creditOut falls: creditRoom
 	if c.cr.creditOut.Add(-1) < 0 {
 		c.cr.creditOut.Add(1)
+		c.cr.creditHeld.Add(-1)
 		c.protocolErr("a message without a credit")
 		return false
 	}
 	c.srq.Arrived()
-	c.cr.creditHeld.Add(1)
 	return true
 }
 
@@ -138,15 +148,28 @@ func (c *Conn) arrived() bool {
 // (onCreditAsk).
 func (c *Conn) creditBatch() int64 { return int64(returnBatch(c.cfg.rqDepth)) }
 
+// The marks of creditState.short: why takes go back at once.
+const (
+	// shortAsk: the peer's last ask found too little room; the next give
+	// clears it.
+	shortAsk = 1 << iota
+	// shortChain: the SRQ passed the peer's first chain over for room
+	// its messages hold (WaitsForRoom); a grant clears it (Give).
+	shortChain
+)
+
 // tookLocked accounts for a message the application took: its credit
 // goes back to the peer in a batch, or at once when the peer has none
-// left or its last ask was short, or to the SRQ at once when other
-// connections wait for credits. Caller holds rmu.
+// left, or when its last ask was short or its waiting chain needs the
+// room (short), or to the SRQ at once when other connections wait for
+// credits. Caller holds rmu.
 func (c *Conn) tookLocked() {
+	taken := c.cr.creditTaken.Add(1) // before creditHeld falls: creditRoom
 	c.cr.creditHeld.Add(-1)
-	taken := c.cr.creditTaken.Add(1)
-	if taken >= c.creditBatch() || c.cr.creditOut.Load() == 0 || c.cr.peerShort.Load() || c.srq.OthersWait(c.ep()) {
-		c.cr.peerShort.Store(false)
+	if taken >= c.creditBatch() || c.cr.creditOut.Load() == 0 || c.cr.short.Load() != 0 || c.srq.OthersWait(c.ep()) {
+		if c.cr.short.Load()&shortAsk != 0 {
+			c.cr.short.And(^uint32(shortAsk))
+		}
 		c.giveTakenLocked(true)
 	}
 }
@@ -166,27 +189,40 @@ func (c *Conn) giveTakenLocked(regrant bool) {
 }
 
 // onCreditAsk serves the peer's request for want credits, need of them
-// at once, having seen seen of the total given. The peer waits, so the
-// credits of messages taken count at once, without waiting for their
-// batch; if the ask is still short, every take is given back at once
-// until the next ask.
-func (c *Conn) onCreditAsk(want, seen, need uint32) {
+// at once for its first chain of chain credits (need is net of what the
+// peer holds), having seen seen of the total given. The peer waits, so
+// the credits of messages taken count at once, without waiting for
+// their batch; if the ask is still short, the next take is given back
+// at once, and while its first chain is passed over for room every take
+// until it is served (WaitsForRoom).
+func (c *Conn) onCreditAsk(want, seen, need, chain uint32) {
 	c.cr.cw.openAsk(seen)
 	c.cr.peerWants.Store(true)
 	c.cr.recalled.Store(false)
 	c.cr.spare.Store(false) // it is short: what it holds, its first chain needs
 	// Credits given that the peer had not seen when it asked (a WRITE in
-	// flight) count toward its ask.
+	// flight) count toward its ask; beyond it, they are spare.
 	unseen := max(0, int(int32(c.cr.cw.total.Load()-seen)))
 	w := int(min(want, maxAsk)) - unseen
+	if w < 0 {
+		c.cr.spare.Store(true)
+	}
 	n := int(min(need, maxAsk)) - unseen
+	ch := int(min(chain, maxAsk))
+	if n <= 0 {
+		n, ch = 1, 1 // its first chain has its credits: what else waits is asked for later
+	}
 	// Under rmu, with the takes: a take between the flush and the mark
 	// would keep its credit until a batch fills.
 	c.rq.rmu.Lock()
 	c.giveTakenLocked(false)
-	c.cr.peerShort.Store(w > c.creditRoom())
+	if w > c.creditRoom() {
+		c.cr.short.Or(shortAsk)
+	} else {
+		c.cr.short.And(^uint32(shortAsk))
+	}
 	c.rq.rmu.Unlock()
-	c.srq.Ask(c.ep(), w, n)
+	c.srq.Ask(c.ep(), w, n, ch)
 	// Answer at once when the peer has credits it has not seen (a WRITE
 	// in flight); else the next grant answers.
 	if !c.cr.creditQueued.Swap(true) {
@@ -194,13 +230,17 @@ func (c *Conn) onCreditAsk(want, seen, need uint32) {
 	}
 }
 
-// onCreditBack takes back credits the peer did not use.
+// onCreditBack takes back credits the peer did not use: all it held.
+// Its asks before are void (GiveBack); if messages still wait, its next
+// ask follows (askCredits sends a give-back ahead of the ask computed
+// after it).
 func (c *Conn) onCreditBack(n uint32) {
 	if int64(n) > c.cr.creditOut.Load() {
 		c.protocolErr("gave back %d credits, holding %d", n, c.cr.creditOut.Load())
 		return
 	}
 	c.cr.peerWants.Store(false)
+	c.cr.short.And(^uint32(shortChain)) // its ask is void
 	c.cr.recalled.Store(false)
 	c.cr.spare.Store(false)
 	// The peer is idle: the credits of messages taken since the last
@@ -208,7 +248,11 @@ func (c *Conn) onCreditBack(n uint32) {
 	c.rq.rmu.Lock()
 	c.giveTakenLocked(false)
 	c.rq.rmu.Unlock()
-	c.cr.creditOut.Add(-int64(n))
+	if c.cr.creditOut.Add(-int64(n)) > 0 {
+		// Credits given after the peer gave these back may sit at it
+		// unused (or be messages on their way): a recall may get them.
+		c.cr.spare.Store(true)
+	}
 	c.srq.GiveBack(c.ep(), int(n))
 }
 
@@ -232,17 +276,24 @@ func (e *endpoint) CreditRoom() int { return (*Conn)(e).creditRoom() }
 // CreditCap is the most credits the connection may give at once.
 func (e *endpoint) CreditCap() int { return e.cfg.rqDepth }
 
-// Give records k credits given to the peer and tells it.
+// Give records k credits given to the peer and tells it. Its waiting
+// chain was served: takes go back in batches again.
 func (e *endpoint) Give(k int, ahead bool) {
 	c := (*Conn)(e)
-	if ahead && !c.cr.spare.Load() {
-		c.cr.spare.Store(true)
-	}
 	c.cr.creditOut.Add(int64(k))
 	if c.cr.recalled.Load() {
 		c.cr.recalled.Store(false) // it may be recalled again
 	}
 	c.owe(k)
+	// Marked after the counts: an ask or a give-back racing with this
+	// either counts these credits or sees the mark (onCreditAsk,
+	// onCreditBack).
+	if ahead && !c.cr.spare.Load() {
+		c.cr.spare.Store(true)
+	}
+	if c.cr.short.Load()&shortChain != 0 {
+		c.cr.short.And(^uint32(shortChain))
+	}
 }
 
 // CreditsOut is what the peer holds or used on messages not yet here.
@@ -253,6 +304,18 @@ func (e *endpoint) Spare() bool { return e.cr.spare.Load() }
 
 // Recall asks the peer for the credits it cannot use.
 func (e *endpoint) Recall() { (*Conn)(e).recall() }
+
+// WaitsForRoom marks the peer's first chain as waiting for room: each
+// take gives its credit back at once (tookLocked) until it is served
+// (Give), and the credits of the takes before are the SRQ's now. The
+// mark comes before the swap, and a take counts itself before it looks
+// at the mark: a take's credit is either swapped here or given back by
+// the take. It runs under the SRQ's lock, without rmu: creditTaken is
+// only swapped.
+func (e *endpoint) WaitsForRoom() int {
+	e.cr.short.Or(shortChain)
+	return int(e.cr.creditTaken.Swap(0))
+}
 
 // LookQuiet recalls the credits of a peer that holds some and had no
 // message since the last look, and reports whether it holds any. A

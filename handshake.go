@@ -27,7 +27,7 @@ import (
 
 const (
 	handshakeMagic   = "GO-RDMA\x00"
-	handshakeVersion = 7
+	handshakeVersion = 8
 	maxReason        = 512
 )
 

@@ -98,18 +98,23 @@ func (c *Conn) roomLocked(wrs []verbs.SendWR) bool {
 }
 
 // askCredits tells the peer how many credits the messages waiting need.
-// It runs on the control worker.
+// It runs on the control worker. Credits given back before it looks
+// (onRecall, idleCredits) go in a frame ahead of the ask, even when
+// their job is queued behind it: the peer takes a give-back as the end
+// of the asks before it (SRQ.GiveBack), and an ask net of credits the
+// peer then takes back would be passed over for room it has.
 func (c *Conn) askCredits() {
 	c.sq.askQueued.Store(false)
 	c.sq.postMu.Lock()
 	// The credit word may have what the messages waiting need by now.
 	c.pullLocked()
 	c.drainLocked()
-	want, need, seen := -c.sq.credits, 0, c.sq.creditSeen
+	back := c.sq.creditBack.Swap(0)
+	want, need, chain, seen := -c.sq.credits, 0, 0, c.sq.creditSeen
 	for i, q := range c.sq.pending.Items() {
 		n := needCredits(q.wrs)
 		if i == 0 {
-			need = n - c.sq.credits
+			need, chain = n-c.sq.credits, n
 		}
 		if want += n; want >= maxAsk {
 			break
@@ -119,10 +124,14 @@ func (c *Conn) askCredits() {
 		c.sq.asked = false
 	}
 	c.postUnlock()
+	if back > 0 {
+		c.writeControl(ctrlBack, binary.BigEndian.AppendUint32(nil, uint32(back)))
+	}
 	if want > 0 {
 		p := binary.BigEndian.AppendUint32(nil, uint32(min(want, maxAsk)))
 		p = binary.BigEndian.AppendUint32(p, seen)
-		c.writeControl(ctrlAsk, binary.BigEndian.AppendUint32(p, uint32(max(1, need))))
+		p = binary.BigEndian.AppendUint32(p, uint32(max(1, need)))
+		c.writeControl(ctrlAsk, binary.BigEndian.AppendUint32(p, uint32(max(1, chain))))
 	}
 }
 
@@ -171,7 +180,8 @@ func (c *Conn) idleCredits() {
 	}
 }
 
-// returnUnused sends the credits idleCredits gave back.
+// returnUnused sends the credits idleCredits or onRecall gave back,
+// unless an ask took them ahead of itself (askCredits).
 func (c *Conn) returnUnused() {
 	c.sq.backQueued.Store(false)
 	if n := c.sq.creditBack.Swap(0); n > 0 {
@@ -183,7 +193,9 @@ func (c *Conn) returnUnused() {
 // this side holds and cannot use now goes back: all of it when no
 // message waits, and when the first waiting chain needs more than it
 // holds, which then asks again for the whole chain. So a chain never
-// holds part of its credits while waiting for the rest.
+// holds part of its credits while waiting for the rest. The give-back
+// goes ahead of the ask, even one whose job was queued before it
+// (askCredits).
 func (c *Conn) onRecall() {
 	c.sq.postMu.Lock()
 	defer c.postUnlock()
@@ -200,7 +212,7 @@ func (c *Conn) onRecall() {
 	c.sq.credits = 0
 	c.sq.backNow = true
 	if waiting {
-		c.sq.asked, c.sq.askNow = true, true // after the give-back (postUnlock)
+		c.sq.asked, c.sq.askNow = true, true // after the give-back (askCredits)
 	}
 }
 

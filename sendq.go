@@ -265,7 +265,9 @@ func (c *Conn) postUnlock() {
 		c.sq.heldOps.Store(int64(c.cfg.sqDepth - c.sq.sqFree + c.sq.pendingWRs))
 		c.sq.postMu.Unlock()
 		// A give-back before an ask: a recalled chain gives back its
-		// credits and asks for all it needs (onRecall).
+		// credits and asks for all it needs (onRecall); an ask job
+		// queued before takes the give-back ahead of itself
+		// (askCredits).
 		if back && !c.sq.backQueued.Swap(true) {
 			c.later(c.sq.backJob)
 		}

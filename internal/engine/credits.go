@@ -8,22 +8,31 @@ import (
 // Credits of a shared receive queue go to the connections that ask for
 // them, in the order they asked, as receives come back.
 //
-// A peer asks for want credits: what its messages waiting need. Its
-// first waiting chain (a Batch) needs need of them at once: it goes out
-// whole or not at all, so a grant to a waiting connection is never less
-// than its need. The queue serves the oldest waiter first; when the
-// receives free are fewer than its need, it waits for them and the ones
-// behind it wait too (it is reserved), so a chain of the whole cap is
-// served however many single messages queue behind it. Meanwhile the
-// queue recalls the credits of every other connection: a sender gives
-// back what it holds and cannot use now, a chain's partial credits
-// included, and asks again for the whole chain. So no connection holds
-// part of what it needs while waiting for the rest (no hold-and-wait),
-// and credits left over at senders come back within a recall.
+// A peer asks for want credits: what its messages waiting need, net of
+// the credits it holds. Its first waiting chain (a Batch) of chain
+// credits goes out whole or not at all: it needs need of them at once
+// (chain less what the peer holds), so a grant to a waiting connection
+// is never less than its need. The queue serves the oldest waiter
+// first; when the receives free are fewer than its need, it waits for
+// them and the ones behind it wait too (it is reserved), so a chain of
+// the whole cap is served however many single messages queue behind it.
+// Meanwhile the queue recalls the credits of the connections that may
+// hold some they cannot use (given ahead of their asks, or part of a
+// waiting chain: need < chain): a sender gives back what it holds and
+// cannot use now, a chain's partial credits included, and asks again
+// for the whole chain. A give-back voids the asks before it, and the
+// sender sends it ahead of its next ask, so credits given back are never
+// served to an ask net of them. So no connection holds part of what it
+// needs while waiting for the rest (no hold-and-wait), and credits left
+// over at senders come back within a recall.
 //
 // A waiter whose own messages fill its cap (its application does not
 // read) is passed over until it takes them: one connection that does not
-// read never holds up the others.
+// read never holds up the others. A chain passed over so takes back the
+// credits of the messages its application took, and from then on its
+// connection gives each take's credit back at once (WaitsForRoom): the
+// chain is served as soon as the takes make it room, not when a batch
+// of them fills.
 //
 // Credits given back as the application takes messages go straight back
 // to their connection while no one waits, so a connection that streams
@@ -49,6 +58,12 @@ type Grantee interface {
 	// Spare reports whether its peer may hold credits it cannot use:
 	// given ahead of what it asked for.
 	Spare() bool
+	// WaitsForRoom says that its peer's first waiting chain was passed
+	// over for room its own messages hold: until it is given credits,
+	// each message its application takes gives its credit back at once.
+	// It returns the credits of the messages already taken and not given
+	// back yet, which the SRQ takes back now.
+	WaitsForRoom() int
 	// Recall asks its peer for the credits it cannot use, once until the
 	// peer answers or is given more.
 	Recall()
@@ -68,6 +83,7 @@ type creditWaiter struct {
 	c     Grantee
 	want  int  // credits its peer's messages waiting need, less those given since it asked
 	need  int  // the least grant that lets its first waiting chain go; 0 once that was given
+	chain int  // the credits of that chain; need is what the peer lacks of them
 	ahead bool // want includes credits of messages taken, given back before the peer asks
 }
 
@@ -108,20 +124,20 @@ func (q *creditQueue) othersWait(c Grantee) bool {
 	return true
 }
 
-// holdsChain reports whether c waits for a chain's credits: it may hold
-// part of them.
+// holdsChain reports whether c waits for a chain's credits and its peer
+// holds part of them: its need is less than its chain.
 func (q *creditQueue) holdsChain(c Grantee) bool {
 	w := q.byConn[c]
-	return w != nil && w.need > 1
+	return w != nil && w.need > 0 && w.need < w.chain
 }
 
-// add queues c for want credits, need of them at once; ahead when they
-// are given back before the peer asks.
-func (q *creditQueue) add(c Grantee, want, need int, ahead bool) {
+// add queues c for want credits, need of them at once for a chain of
+// chain; ahead when they are given back before the peer asks.
+func (q *creditQueue) add(c Grantee, want, need, chain int, ahead bool) {
 	if q.byConn == nil {
 		q.byConn = map[Grantee]*creditWaiter{}
 	}
-	w := &creditWaiter{c: c, want: want, need: need, ahead: ahead}
+	w := &creditWaiter{c: c, want: want, need: need, chain: chain, ahead: ahead}
 	q.ws = append(q.ws, w)
 	q.byConn[c] = w
 	q.wantSum += int64(want)
@@ -187,8 +203,21 @@ func (s *SRQ) serveLocked() {
 		}
 		room := c.CreditRoom()
 		need := max(w.need, 1)
+		if room < need && w.need > 0 && w.chain > 1 {
+			// A chain: the credits of messages its application took
+			// may be what it lacks, waiting for their batch. They come
+			// back now, and every take from now on comes back at once,
+			// until it is served.
+			if k := c.WaitsForRoom(); k > 0 {
+				s.held.Add(-int64(k))
+				room += k
+			}
+		}
 		if room < need {
 			// Its own messages fill its cap: served once it takes them.
+			// A single message's credits come back in a batch, or at
+			// once when its peer holds none (Conn.tookLocked): until
+			// then they are messages on their way here.
 			ws[kept] = w
 			kept++
 			continue
@@ -229,9 +258,11 @@ func (s *SRQ) serveLocked() {
 }
 
 // Ask serves a peer's request for want credits, need of them at once:
-// at once from the headroom when no one waits, else in turn. A new ask
-// of a connection that waits replaces its old one, in its place.
-func (s *SRQ) Ask(c Grantee, want, need int) {
+// what its first waiting chain, of chain credits, lacks of what the
+// peer holds. It is served at once from the headroom when no one waits,
+// else in turn. A new ask of a connection that waits replaces its old
+// one, in its place.
+func (s *SRQ) Ask(c Grantee, want, need, chain int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if want <= 0 {
@@ -240,10 +271,11 @@ func (s *SRQ) Ask(c Grantee, want, need int) {
 		return
 	}
 	need = min(max(need, 1), c.CreditCap()) // a chain needs at most the cap (Batch.Post)
+	chain = min(max(chain, need), c.CreditCap())
 	want = max(want, need)
 	if w := s.wq.byConn[c]; w != nil {
 		s.wq.wantSum += int64(want - w.want)
-		w.want, w.need = want, need
+		w.want, w.need, w.chain = want, need, chain
 		if s.serveLocked(); s.wq.reserved != nil {
 			s.refillLocked(RefillGrant) // too few posted
 		}
@@ -270,10 +302,10 @@ func (s *SRQ) Ask(c Grantee, want, need int) {
 			if got >= want {
 				return
 			}
-			want, need = want-got, 1
+			want, need, chain = want-got, 1, 1
 		}
 	}
-	s.wq.add(c, want, need, false)
+	s.wq.add(c, want, need, chain, false)
 	s.refillLocked(RefillGrant)
 }
 
@@ -303,23 +335,29 @@ func (s *SRQ) Regrant(c Grantee, k int) {
 			// Too few receives posted: the refill gives the rest.
 			s.refillForLocked(RefillGrant, int64(k-got))
 			if got += s.grantLocked(c, k-got, true); got < k {
-				s.wq.add(c, k-got, 1, true)
+				s.wq.add(c, k-got, 1, 1, true)
 			}
 		}
 	}
 }
 
 // GiveBack takes back n credits c's peer did not use; c has taken them
-// off its own count.
+// off its own count. A peer gives back all it holds, on a recall or
+// idle, and asks again afterwards for what it still has waiting: an ask
+// of c's still queued is void (it is net of the credits given back, and
+// served with them it would hand the peer part of a chain it cannot
+// send).
 func (s *SRQ) GiveBack(c Grantee, n int) {
-	if n <= 0 {
-		return
-	}
-	s.granted.Add(-int64(n))
 	s.mu.Lock()
-	s.serveLocked()
+	s.wq.remove(c)
+	if n > 0 {
+		s.granted.Add(-int64(n))
+		s.serveLocked()
+	}
 	s.mu.Unlock()
-	s.armDecay() // the receives behind them may be left over
+	if n > 0 {
+		s.armDecay() // the receives behind them may be left over
+	}
 }
 
 // Arrived accounts for a message that used a credit and a receive.
@@ -367,10 +405,10 @@ const recallGap = time.Millisecond
 
 // recallLocked asks the connections on s that may hold credits they
 // cannot use now to give them back: those given credits beyond what they
-// asked for, and waiting chains (they may hold part of what they need),
-// but not the waiter the headroom is kept for. Connections that asked
-// and were given what they asked for use it all: recalling them would
-// cost a frame each for nothing. At most once a recallGap; the retry
+// asked for, and waiting chains whose peer holds part of them
+// (holdsChain), but not the waiter the headroom is kept for. Connections
+// that asked and were given what they asked for use it all: recalling
+// them would cost a frame each for nothing. At most once a recallGap; the retry
 // timer looks again while the reserved waiter waits. Caller holds mu.
 func (s *SRQ) recallLocked() {
 	if s.wq.reserved == nil {

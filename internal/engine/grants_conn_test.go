@@ -33,7 +33,8 @@ type fakeConn struct {
 	bufs      []*pool.Buffer
 	inflight  int // messages sent, not yet handed to the engine
 	peerWants bool
-	peerShort bool
+	peerShort bool // creditState.short's shortAsk
+	roomWait  bool // and its shortChain
 	recalled  bool
 	spare     bool
 	total     uint32 // creditWord.total: credits given over its life
@@ -76,11 +77,11 @@ const (
 	jobCredits               // Conn.returnCredits
 )
 
-// ctlFrame is a control frame: an ask (want, seen, need), a give-back
-// (n), a recall, or credits (total).
+// ctlFrame is a control frame: an ask (want, seen, need, chain), a
+// give-back (n), a recall, or credits (total).
 type ctlFrame struct {
-	kind          ctlJob // the job that wrote it
-	n, seen, need uint32
+	kind                 ctlJob // the job that wrote it
+	n, seen, need, chain uint32
 }
 
 func (c *fakeConn) String() string {
@@ -110,6 +111,7 @@ func (c *fakeConn) Give(k int, ahead bool) {
 	if ahead {
 		c.spare = true
 	}
+	c.roomWait = false
 	c.out += k
 	c.recalled = false
 	c.total += uint32(k)
@@ -130,6 +132,17 @@ func (c *fakeConn) CreditsOut() int64 { return int64(c.out) }
 
 // Spare reports credits given ahead of the peer's asks.
 func (c *fakeConn) Spare() bool { return c.spare }
+
+// WaitsForRoom is endpoint.WaitsForRoom.
+func (c *fakeConn) WaitsForRoom() int {
+	c.roomWait = true
+	k := c.taken
+	c.taken = 0
+	if k > 0 {
+		c.r.logf("  c%d waits for room: %d taken come back", c.id, k)
+	}
+	return k
+}
 
 // Recall is Conn.recall.
 func (c *fakeConn) Recall() {
@@ -186,7 +199,7 @@ func (c *fakeConn) took() {
 	c.bufs = c.bufs[1:]
 	c.held--
 	c.taken++
-	if c.taken >= max(1, c.cap/8) || c.out == 0 || c.peerShort || c.r.s.OthersWait(c) {
+	if c.taken >= max(1, c.cap/8) || c.out == 0 || c.peerShort || c.roomWait || c.r.s.OthersWait(c) {
 		c.peerShort = false
 		c.giveTaken(true)
 	}
@@ -208,17 +221,24 @@ func (c *fakeConn) giveTaken(regrant bool) {
 }
 
 // onCreditAsk is Conn.onCreditAsk.
-func (c *fakeConn) onCreditAsk(want, seen, need uint32) {
+func (c *fakeConn) onCreditAsk(want, seen, need, chain uint32) {
 	c.askSeen, c.askOpen = seen, true
 	c.peerWants = true
 	c.recalled = false
 	c.spare = false
 	unseen := max(0, int(int32(c.total-seen)))
 	w := int(min(want, MaxAsk)) - unseen
+	if w < 0 {
+		c.spare = true
+	}
 	n := int(min(need, MaxAsk)) - unseen
+	ch := int(min(chain, MaxAsk))
+	if n <= 0 {
+		n, ch = 1, 1
+	}
 	c.giveTaken(false)
 	c.peerShort = w > c.CreditRoom()
-	c.r.s.Ask(c, w, n)
+	c.r.s.Ask(c, w, n, ch)
 	c.r.clock()
 	if !c.creditQueued {
 		c.creditQueued = true
@@ -233,10 +253,13 @@ func (c *fakeConn) onCreditBack(n uint32) {
 		return
 	}
 	c.peerWants = false
+	c.roomWait = false
 	c.recalled = false
 	c.spare = false
 	c.giveTaken(false)
-	c.out -= int(n)
+	if c.out -= int(n); c.out > 0 {
+		c.spare = true // given after the peer gave these back, or messages on their way
+	}
 	c.r.s.GiveBack(c, int(n))
 	c.r.clock()
 }
@@ -267,8 +290,8 @@ func (c *fakeConn) deliverToRecv() {
 	c.toRecv = c.toRecv[1:]
 	switch f.kind {
 	case jobAsk:
-		c.r.logf("c%d asks want %d need %d seen %d", c.id, f.n, f.need, f.seen)
-		c.onCreditAsk(f.n, f.seen, f.need)
+		c.r.logf("c%d asks want %d need %d chain %d seen %d", c.id, f.n, f.need, f.chain, f.seen)
+		c.onCreditAsk(f.n, f.seen, f.need, f.chain)
 	case jobBack:
 		c.r.logf("c%d gives back %d", c.id, f.n)
 		c.onCreditBack(f.n)
@@ -396,10 +419,12 @@ func (c *fakeConn) runSenderJob() {
 		c.askQueued = false
 		c.pull()
 		c.drain()
-		want, need := -c.credits, 0
+		back := c.creditBack
+		c.creditBack = 0
+		want, need, chain := -c.credits, 0, 0
 		for i, n := range c.pending {
 			if i == 0 {
-				need = n - c.credits
+				need, chain = n-c.credits, n
 			}
 			if want += n; want >= MaxAsk {
 				break
@@ -409,9 +434,14 @@ func (c *fakeConn) runSenderJob() {
 			c.asked = false
 		}
 		c.postUnlock()
+		if back > 0 {
+			c.toRecv = append(c.toRecv, ctlFrame{kind: jobBack, n: uint32(back)})
+			c.r.logf("c%d give-back sent ahead of its ask: %d", c.id, back)
+		}
 		if want > 0 {
-			c.toRecv = append(c.toRecv, ctlFrame{kind: jobAsk, n: uint32(min(want, MaxAsk)), seen: c.seen, need: uint32(max(1, need))})
-			c.r.logf("c%d ask sent: want %d need %d", c.id, want, max(1, need))
+			c.toRecv = append(c.toRecv, ctlFrame{kind: jobAsk, n: uint32(min(want, MaxAsk)), seen: c.seen,
+				need: uint32(max(1, need)), chain: uint32(max(1, chain))})
+			c.r.logf("c%d ask sent: want %d need %d chain %d", c.id, want, max(1, need), max(1, chain))
 		}
 	case jobBack: // Conn.returnUnused
 		c.backQueued = false

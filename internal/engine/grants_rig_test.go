@@ -418,7 +418,7 @@ func (r *grantRig) state() string {
 	fmt.Fprintf(&b, "SRQ depth %d: posted %d granted %d held %d withdrawing %d; waiting:", r.depth,
 		s.posted.Load(), s.granted.Load(), s.held.Load(), s.withdrawing.Load())
 	for _, w := range s.wq.ws {
-		fmt.Fprintf(&b, " c%d(want %d need %d)", w.c.(*fakeConn).id, w.want, w.need)
+		fmt.Fprintf(&b, " c%d(want %d need %d chain %d)", w.c.(*fakeConn).id, w.want, w.need, w.chain)
 	}
 	if s.wq.reserved != nil {
 		fmt.Fprintf(&b, "; reserved c%d", s.wq.reserved.(*fakeConn).id)

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"flag"
 	"fmt"
 	"testing"
 
@@ -34,43 +33,44 @@ import (
 //     chain its own messages leave no room for: it holds no one up.
 //
 // The design says they hold promptly: by the recalls of the SRQ's
-// retry timer alone (pace promptly). On the current grant logic they do
-// not always (the defects below), and in some runs not at all, even
-// with the decay look's recalls and the senders' idle timers (pace
-// eventually). So by default TestGrantsSafety checks the safety on the
-// random walks, and TestGrantsTable the progress with every timer on the
-// cases that make it; -grants.strict adds the progress on the walks
-// (TestGrantsProgress) and the cases that never settle, and asks every
-// case to settle promptly:
+// retry timer alone (pace promptly), and the tests check them so, on
+// the random walks (TestGrantsProgress, FuzzGrants) and on every case of
+// TestGrantsTable.
 //
-//	go test -run Grants ./internal/engine/ -args -grants.strict
-//
-// The defects, each shown by a case of TestGrantsTable:
-//   - A chain waiter is passed over for room (serveLocked: room < need)
-//     while the credits of messages its application took wait for their
-//     batch (Conn.tookLocked gives back at once only the first take
-//     after a short ask): it waits for the decay look's recall, 1 to 2 s.
-//     "a Batch of the cap after 40 and 24 messages (issue 30)".
+// The defects the rig found, each a case of TestGrantsTable (fixed;
+// before, they waited for the decay look, or for good):
+//   - A chain waiter was passed over for room (serveLocked: room < need)
+//     while the credits of messages its application took waited for
+//     their batch (Conn.tookLocked gave back at once only the first take
+//     after a short ask): it waited for the decay look's recall, 1 to
+//     2 s. Now the SRQ takes those credits back when it passes a chain
+//     over, and every take after gives its credit back at once until the
+//     chain is served (Grantee.WaitsForRoom). "a Batch of the cap after
+//     40 and 24 messages (issue 30)".
 //   - An ask's need is net of the credits its sender holds: a sender
-//     holding all but one credit of its first chain asks need 1, and
-//     holdsChain (need > 1) leaves it out of the recalls. "a sender
-//     missing one credit of its chain, behind a chain of the cap".
-//   - A non-reader's net need fits its room though its chain does not,
-//     so it is given credits it can never use; recalled, it gives them
-//     back, and GiveBack's serveLocked serves its own old ask with them
-//     before its new one comes: a chain of the cap elsewhere waits, in
-//     some walks for good, the recall and the give-back going round at
-//     every retry (200 times a second; the fuzz seed in
-//     testdata/fuzz/FuzzGrants is one). "a non-reader keeps a credit of a
-//     chain it has no room for".
-//   - An ask that overtakes its own give-back (the ask job was queued
-//     before the recall's answer queued the give-back, Conn.onRecall)
-//     is passed over for room; the give-back then clears peerWants
-//     (Conn.onCreditBack), so the takes that make the room regrant
-//     nothing, nothing serves the waiter again, and the connection waits
-//     for good, even alone on the SRQ. "an ask that overtakes its own
-//     give-back".
-var strict = flag.Bool("grants.strict", false, "also check the credit grants' progress where the grant logic is known to fail it")
+//     holding all but one credit of its first chain asked need 1, and
+//     holdsChain (need > 1) left it out of the recalls. Now an ask says
+//     its chain too, and holdsChain is need < chain. "a sender missing
+//     one credit of its chain, behind a chain of the cap".
+//   - A non-reader's net need fitted its room though its chain did not,
+//     so it was given credits it could never use; recalled, it gave them
+//     back, and GiveBack's serveLocked served its own old ask with them
+//     before its new one came: a chain of the cap elsewhere waited, in
+//     some walks for good (the fuzz seed in testdata/fuzz/FuzzGrants is
+//     one). Now a give-back voids the asks before it (SRQ.GiveBack). "a
+//     non-reader keeps a credit of a chain it has no room for".
+//   - An ask that overtook its own give-back (the ask job was queued
+//     before the recall's answer queued the give-back, Conn.onRecall) was
+//     passed over for room; the give-back then cleared peerWants
+//     (Conn.onCreditBack), so the takes that made the room regranted
+//     nothing, and the connection waited for good, even alone on the
+//     SRQ. Now an ask sends the give-backs before it ahead of itself
+//     (Conn.askCredits). "an ask that overtakes its own give-back".
+//   - Credits given after a peer's give-back or beyond its ask (a WRITE
+//     the peer had not seen) lost their spare mark to the give-back or
+//     the ask, and no recall got them back. Now onCreditBack and
+//     onCreditAsk keep the mark for them. The regression walks of
+//     TestGrantsProgress.
 
 // walkConfig says what a random walk may do.
 type walkConfig struct {
@@ -104,7 +104,8 @@ func grantWalk(t *testing.T, e *Engine, ch choices, cfg walkConfig) *grantRig {
 // steps with the settling, 1 s with -race) and checks after every step
 // that the SRQ never grants beyond its headroom nor a connection beyond
 // its cap. The walks then settle with every timer, the decay look's and
-// the idle ones too, without checking progress: see TestGrantsProgress.
+// the idle ones too, without checking progress: TestGrantsProgress
+// does.
 func TestGrantsSafety(t *testing.T) {
 	seeds := 100
 	if testing.Short() {
@@ -118,15 +119,11 @@ func TestGrantsSafety(t *testing.T) {
 	}
 }
 
-// TestGrantsProgress checks the progress properties on random walks:
-// promptly (by the SRQ's recalls alone) with connections whose
-// applications do not read, and eventually (the decay look's recalls and
-// the idle timers too) with every application reading. Both fail on the
-// current grant logic (see above): it runs only with -grants.strict.
+// TestGrantsProgress checks the progress properties on random walks,
+// promptly (by the SRQ's recalls alone): with connections whose
+// applications do not read, with every application reading, and on the
+// walks that found the lost spare marks (see above).
 func TestGrantsProgress(t *testing.T) {
-	if !*strict {
-		t.Skip("the grant logic is known to fail it (see grants_test.go); run with -grants.strict")
-	}
 	e := openSoftEngine(t)
 	t.Run("promptly", func(t *testing.T) {
 		for seed := range uint64(200) {
@@ -135,13 +132,28 @@ func TestGrantsProgress(t *testing.T) {
 			})
 		}
 	})
-	t.Run("eventually", func(t *testing.T) {
+	t.Run("readers", func(t *testing.T) {
 		for seed := range uint64(2000) {
 			t.Run(fmt.Sprint(seed), func(t *testing.T) {
-				grantWalk(t, e, newSeeded(seed), walkConfig{steps: 300, pace: eventually, progress: true})
+				grantWalk(t, e, newSeeded(seed), walkConfig{steps: 300, pace: promptly, progress: true})
 			})
 		}
 	})
+	regressions := []struct {
+		seed   uint64
+		cfg    walkConfig
+		defect string
+	}{
+		{101980, walkConfig{steps: 600, nonReaders: true}, "a credit given after a give-back, unmarked"},
+		{203781, walkConfig{steps: 400}, "a credit given after a give-back, unmarked"},
+		{204821, walkConfig{steps: 400}, "credits given beyond an ask, unmarked"},
+	}
+	for _, tt := range regressions {
+		t.Run(fmt.Sprint("regression/", tt.seed), func(t *testing.T) {
+			tt.cfg.pace, tt.cfg.progress = promptly, true
+			grantWalk(t, e, newSeeded(tt.seed), tt.cfg)
+		})
+	}
 }
 
 // TestGrantsReplay walks a seed twice: the same steps, the same end. A
@@ -159,19 +171,14 @@ func TestGrantsReplay(t *testing.T) {
 }
 
 // FuzzGrants walks a rig by the fuzzer's bytes, a choice each, and
-// checks what TestGrantsSafety does; with -grants.strict, what
-// TestGrantsProgress does too.
+// checks what TestGrantsSafety and TestGrantsProgress do.
 func FuzzGrants(f *testing.F) {
 	f.Add([]byte{0})
 	f.Add([]byte("\x03\x05\x10\x20\x30\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f"))
 	f.Add([]byte("\x02\x01\x07\xff\x00\xff\x00\x80\x40\x20\x10\x08\x04\x02\x01\x00\x11\x22\x33\x44\x55\x66\x77\x88\x99"))
 	e := openSoftEngine(f)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		cfg := walkConfig{steps: 2000, nonReaders: true, pace: eventually}
-		if *strict {
-			cfg.pace, cfg.progress = promptly, true
-		}
-		grantWalk(t, e, newFuzzed(b), cfg)
+		grantWalk(t, e, newFuzzed(b), walkConfig{steps: 2000, nonReaders: true, pace: promptly, progress: true})
 	})
 }
 
@@ -189,13 +196,9 @@ func postEach(cs []*fakeConn, n, k int) {
 }
 
 // TestGrantsTable runs scripted cases, each settled in 20 random orders
-// (seeds; 5 for the largest): the defect of issue 30, the cases the design names, and the
-// defects the walks found. Every case settles with every timer (the
-// decay look's recall, a second apart, too): no chain waits for good.
-// With -grants.strict they settle promptly, by the SRQ's recalls alone,
-// as the design says they do; the cases marked slow do not on the
-// current grant logic, and the cases marked wedged do not settle at all
-// (they run only with -grants.strict).
+// (seeds; 5 for the largest): the defect of issue 30, the cases the
+// design names, and the defects the walks found. Every case settles
+// promptly, by the SRQ's recalls alone, as the design says it does.
 func TestGrantsTable(t *testing.T) {
 	same := func(n, c int) []int {
 		s := make([]int, n)
@@ -211,8 +214,7 @@ func TestGrantsTable(t *testing.T) {
 		reads  []bool // nil: all read
 		script grantScript
 		seeds  int    // settling orders; 0: 20
-		slow   string // why it waits for the decay look
-		wedged string // why it waits for good
+		defect string // the defect it showed (see above): what held it up
 	}{{
 		name:  "a Batch of the cap after 40 and 24 messages (issue 30)",
 		depth: 64, caps: []int{64, 64},
@@ -221,7 +223,7 @@ func TestGrantsTable(t *testing.T) {
 			postEach(c[1:], 24, 1)
 			postEach(c, 1, 64)
 		},
-		slow: "a chain passed over for room while taken credits wait for their batch",
+		defect: "a chain passed over for room while taken credits waited for their batch",
 	}, {
 		name:  "a Batch of the cap while holding partial credits (issue 30)",
 		depth: 64, caps: []int{64, 64},
@@ -240,7 +242,7 @@ func TestGrantsTable(t *testing.T) {
 				r.quiet()
 			}
 		},
-		slow: "a chain passed over for room while taken credits wait for their batch",
+		defect: "a chain passed over for room while taken credits waited for their batch",
 	}, {
 		name:  "a chain of the whole cap behind many single messages",
 		depth: 32, caps: append([]int{32}, same(16, 4)...),
@@ -289,7 +291,7 @@ func TestGrantsTable(t *testing.T) {
 			c[0].runSenderJob()
 			c[0].deliverToRecv()
 		},
-		slow: "an ask's need is net of what the sender holds: need 1 is no chain to recall (holdsChain)",
+		defect: "an ask's need is net of what the sender holds: need 1 was no chain to recall (holdsChain)",
 	}, {
 		name:  "a non-reader keeps a credit of a chain it has no room for",
 		depth: 4, caps: []int{2, 4}, reads: []bool{false, true},
@@ -299,8 +301,8 @@ func TestGrantsTable(t *testing.T) {
 			r.quiet() // c0 sent 1 and holds 1 credit of its chain of 2
 			c[1].post(4)
 		},
-		slow: "an ask is net of the credits held, so a non-reader's fits its room though its chain does not; " +
-			"its give-back on a recall serves its own old ask",
+		defect: "an ask is net of the credits held, so a non-reader's fitted its room though its chain did not; " +
+			"its give-back on a recall served its own old ask",
 	}, {
 		name:  "an ask that overtakes its own give-back",
 		depth: 8, caps: []int{8},
@@ -325,25 +327,15 @@ func TestGrantsTable(t *testing.T) {
 				c0.runSenderJob()
 			}
 			for len(c0.toRecv) > 0 {
-				c0.deliverToRecv() // the ask (no room yet), then the give-back
+				c0.deliverToRecv() // the give-back, then the ask (askCredits sends it ahead)
 			}
 		},
-		wedged: "the give-back after the ask clears peerWants: the takes that make room give their credits to no one, " +
-			"and nothing serves the waiter again",
+		defect: "the give-back after the ask cleared peerWants: the takes that made room gave their credits to no one, " +
+			"and nothing served the waiter again",
 	}}
 	e := openSoftEngine(t)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := eventually
-			switch {
-			case *strict:
-				p = promptly
-				if known := tt.slow + tt.wedged; known != "" {
-					t.Logf("fails on the current grant logic: %s", known)
-				}
-			case tt.wedged != "":
-				t.Skipf("known defect: %s; run with -grants.strict", tt.wedged)
-			}
 			seeds := tt.seeds
 			if seeds == 0 {
 				seeds = 20
@@ -360,7 +352,7 @@ func TestGrantsTable(t *testing.T) {
 					r := newGrantRig(t, e, tt.depth, newSeeded(seed), tt.caps, reads)
 					tt.script(r, r.conns)
 					r.check()
-					r.settle(100000, p)
+					r.settle(100000, promptly)
 				})
 			}
 		})
