@@ -36,13 +36,13 @@ func (c *Conn) Abort(cause error) error {
 		return fmt.Errorf("rdma: conn %v: abort: %w: nil cause", c.remote, ErrInvalid)
 	}
 	c.fail(fmt.Errorf("rdma: conn %v: %w: aborted: %w", c.remote, ErrClosed, cause))
-	return c.Close()
+	return c.api.Close()
 }
 
 // tellPeer tells the peer that the connection failed with err, when err
 // is a failure of this side's own; fail calls it. It does not block: a
 // poller may be the caller.
-func (c *Conn) tellPeer(err error) {
+func (c *conn) tellPeer(err error) {
 	// Before the handshake completed, the set-up's own error tells the
 	// peer; a frame would only garble the handshake.
 	if !c.up.Load() || c.closing.Load() || c.peerClosed.Load() || errors.Is(err, ErrPeerClosed) || errors.Is(err, ErrPeerLost) || (c.ctl.ctrl == nil && c.cm == nil) {
@@ -90,7 +90,7 @@ func abortReason(err error) []byte {
 // onPeerAbort handles the peer's abort frame: the connection fails with
 // ErrPeerClosed and the peer's reason, quoted (the peer is untrusted:
 // its text is bounded and cannot forge lines of ours).
-func (c *Conn) onPeerAbort(p []byte) {
+func (c *conn) onPeerAbort(p []byte) {
 	if len(p) > maxAbortReason {
 		p = p[:maxAbortReason]
 	}

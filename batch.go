@@ -12,7 +12,7 @@ import (
 // data movers. A Batch is reusable: Post empties it. It is not safe for
 // concurrent use.
 type Batch struct {
-	c    *Conn
+	c    *conn
 	wrs  []verbs.SendWR
 	sges []verbs.SGE
 	ops  []op
@@ -20,7 +20,7 @@ type Batch struct {
 }
 
 // NewBatch returns an empty batch for c.
-func (c *Conn) NewBatch() *Batch { return &Batch{c: c} }
+func (c *Conn) NewBatch() *Batch { return &Batch{c: c.conn} }
 
 // Len is the number of operations in the batch.
 func (b *Batch) Len() int { return len(b.wrs) }

@@ -74,7 +74,7 @@ func (c *Conn) Close() error {
 }
 
 // teardown releases everything the connection holds.
-func (c *Conn) teardown() error {
+func (c *conn) teardown() error {
 	c.closing.Store(true)
 	c.fail(fmt.Errorf("rdma: conn %v: %w", c.remote, ErrClosed))
 	var errs []error
@@ -133,7 +133,7 @@ func (c *Conn) teardown() error {
 	}
 	c.rg.emu.Unlock()
 	for _, k := range keys {
-		if err := c.RevokeNow(RemoteRegion{RKey: k}); err != nil && !errors.Is(err, ErrInvalid) {
+		if err := c.api.RevokeNow(RemoteRegion{RKey: k}); err != nil && !errors.Is(err, ErrInvalid) {
 			errs = append(errs, err)
 		}
 	}

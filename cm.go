@@ -74,7 +74,7 @@ const cmDialAttempts = 4
 // TCP stack may still hold for an earlier connection of that port
 // (TIME_WAIT): rdma_connect then fails with EADDRNOTAVAIL, before
 // anything reached the listener, and a new id (a new port) is tried.
-func dialCM(ctx context.Context, eng *engine, cfg config, address string) (*Conn, error) {
+func dialCM(ctx context.Context, eng *engine, cfg config, address string) (*conn, error) {
 	for attempt := 1; ; attempt++ {
 		c, err := dialCMOnce(ctx, eng, cfg, address)
 		if err == nil || !errors.Is(err, syscall.EADDRNOTAVAIL) || attempt == cmDialAttempts || ctx.Err() != nil {
@@ -84,7 +84,7 @@ func dialCM(ctx context.Context, eng *engine, cfg config, address string) (*Conn
 }
 
 // dialCMOnce is one attempt of dialCM, on one rdma_cm id.
-func dialCMOnce(ctx context.Context, eng *engine, cfg config, address string) (*Conn, error) {
+func dialCMOnce(ctx context.Context, eng *engine, cfg config, address string) (*conn, error) {
 	id, err := ibv.CMDial(ctx, "", address)
 	if err != nil {
 		return nil, err
@@ -94,7 +94,7 @@ func dialCMOnce(ctx context.Context, eng *engine, cfg config, address string) (*
 		id.Close()
 		return nil, err
 	}
-	c, err := cmConn(eng, cfg, id, func(c *Conn) (cmHello, error) {
+	c, err := cmConn(eng, cfg, id, func(c *conn) (cmHello, error) {
 		if err := id.Connect(ctx, c.qp, ibv.CMParams{PrivateData: cmHelloFor(cfg).marshal()}); err != nil {
 			return cmHello{}, cmRefused(err)
 		}
@@ -105,7 +105,7 @@ func dialCMOnce(ctx context.Context, eng *engine, cfg config, address string) (*
 		return nil, err
 	}
 	if err := c.settleIWARP(ctx, id.ReadDepth()); err != nil {
-		c.Close()
+		c.api.Close()
 		return nil, err
 	}
 	return c, nil
@@ -113,7 +113,7 @@ func dialCMOnce(ctx context.Context, eng *engine, cfg config, address string) (*
 
 // cmConn makes the connection of id on eng: QP to INIT, receives posted,
 // then connect (or accept) through rdma_cm, which gives the peer's hello.
-func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(*Conn) (cmHello, error)) (_ *Conn, err error) {
+func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(*conn) (cmHello, error)) (_ *conn, err error) {
 	c, err := newConn(eng, cfg, nil, id.LocalAddr(), id.RemoteAddr())
 	if err != nil {
 		id.Close()
@@ -122,7 +122,7 @@ func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(*Conn) (cmHello,
 	c.cm = id
 	c.sq.unlimitedCredits()
 	defer func() {
-		// c, not the result: a failure returns a nil *Conn.
+		// c, not the result: a failure returns a nil *conn.
 		if err != nil {
 			close(c.ctl.ctrlDone)
 			c.teardown()
@@ -173,7 +173,7 @@ func listenCM(eng *engine, cfg config, address string) (*Listener, error) {
 		ln.Close()
 		return nil, err
 	}
-	l := &Listener{eng: eng, cfg: cfg, conns: make(chan *Conn), cmln: ln, addr: ln.Addr()}
+	l := &Listener{eng: eng, cfg: cfg, conns: make(chan *conn), cmln: ln, addr: ln.Addr()}
 	l.ctx, l.stop = context.WithCancel(context.Background())
 	l.wg.Add(1)
 	go l.acceptCM()
@@ -215,7 +215,7 @@ func (l *Listener) acceptCM() {
 				l.eng.life.handshake(err)
 				return
 			}
-			c, err := cmConn(l.eng, l.cfg, req.CMID, func(c *Conn) (cmHello, error) {
+			c, err := cmConn(l.eng, l.cfg, req.CMID, func(c *conn) (cmHello, error) {
 				ours := cmHelloFor(l.cfg)
 				var err error
 				if ours.settle, err = c.offerSettleByte(); err != nil {
@@ -231,7 +231,7 @@ func (l *Listener) acceptCM() {
 			select {
 			case l.conns <- c:
 			case <-l.ctx.Done():
-				c.Close()
+				c.api.Close()
 			}
 		}()
 	}

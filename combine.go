@@ -84,14 +84,14 @@ func (cq *combineQueue) giveBack(q []postReq) {
 // ending reports whether a post would be refused now: the connection
 // failed, is closing or its peer closed. Such a post takes the lock, so
 // that it fails at the call (postable), not later in the queue.
-func (c *Conn) ending() bool {
+func (c *conn) ending() bool {
 	return c.closeCalled.Load() || c.closing.Load() || c.peerClosed.Load() || c.err() != nil
 }
 
 // submit posts one operation: at once when postMu is free, else through
 // the combining queue. An operation that fails at once has its Future
 // resolved.
-func (c *Conn) submit(wr verbs.SendWR, sge verbs.SGE, o op) {
+func (c *conn) submit(wr verbs.SendWR, sge verbs.SGE, o op) {
 	if !c.sq.postMu.TryLock() {
 		// Near the send queue limit, or on a connection that is
 		// ending, wait for the lock: a post past the limit, or after
@@ -132,7 +132,7 @@ func (c *Conn) submit(wr verbs.SendWR, sge verbs.SGE, o op) {
 // one chain as far as the send queue and the credits have room, then
 // each on its own through submitLocked (which queues it for room).
 // Caller holds postMu.
-func (c *Conn) postCombinedLocked() {
+func (c *conn) postCombinedLocked() {
 	q := c.sq.cq.takeAll()
 	if len(q) == 0 {
 		c.sq.cq.giveBack(q)

@@ -118,7 +118,7 @@ func completionStatus(st verbs.WCStatus) CompletionStatus {
 
 // onSendDone resolves a send-side completion and every unsignaled WR it
 // covers. It runs on a poller.
-func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
+func (c *conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
 	k := c.takeCovered(wc.WRID)
 	if k > 1 {
 		c.st.completions.Add(uint64(k - 1))
@@ -157,7 +157,7 @@ func (c *Conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
 //     or failed on its own. That is ErrPeerLost as well, unless the
 //     peer said why (its abort): an access or invalid-request error
 //     stays ours to explain.
-func (c *Conn) completionErr(wc *verbs.WorkCompletion) error {
+func (c *conn) completionErr(wc *verbs.WorkCompletion) error {
 	if c.ctl.closeHeard.Load() {
 		return c.peerClosedErr()
 	}
@@ -186,15 +186,15 @@ func (c *Conn) completionErr(wc *verbs.WorkCompletion) error {
 
 // peerClosedErr is the error of a connection whose peer closed it in
 // order: one text, whatever failed since.
-func (c *Conn) peerClosedErr() error { return fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerClosed) }
+func (c *conn) peerClosedErr() error { return fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerClosed) }
 
 // peerLostErr is the error of a connection whose peer went away without
 // closing it.
-func (c *Conn) peerLostErr() error { return fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerLost) }
+func (c *conn) peerLostErr() error { return fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerLost) }
 
 // finish resolves a send-side op: a signaled one (or any that failed)
 // resolves its future; its buffer and credit go back.
-func (c *Conn) finish(o *op, err error) {
+func (c *conn) finish(o *op, err error) {
 	if err == nil {
 		c.observeLatency(o)
 	}

@@ -37,7 +37,7 @@ func TestCompletionErrClass(t *testing.T) {
 		{verbs.WCRemInvReqErr, false, nil},
 		{verbs.WCLocProtErr, false, nil},
 	} {
-		c := &Conn{remote: remote}
+		c := &conn{remote: remote}
 		if tc.cm {
 			c.cm = &ibv.CMID{}
 		}
@@ -58,7 +58,7 @@ func TestCompletionErrClass(t *testing.T) {
 func TestCompletionErrAfterPeerClose(t *testing.T) {
 	remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7471}
 	for _, st := range []verbs.WCStatus{verbs.WCWRFlushErr, verbs.WCRetryExcErr, verbs.WCRemOpErr, verbs.WCRemAccessErr} {
-		c := &Conn{remote: remote}
+		c := &conn{remote: remote}
 		c.ctl.closeHeard.Store(true)
 		err := c.completionErr(&verbs.WorkCompletion{Status: st, Opcode: verbs.WCRecv, WRID: 9})
 		assert.Equal(t, "rdma: peer 127.0.0.1:7471: peer closed the connection", err.Error(), "%v", st)

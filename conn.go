@@ -29,6 +29,15 @@ import (
 // share between connections of the same engine settings (see Engine). No
 // OS thread blocks per connection.
 type Conn struct {
+	*conn // the connection itself; Conn declares the API and nothing else
+}
+
+// conn is one reliable connection: its parts (the send queue, the op
+// table, the receive side, the grants, the control channel, the regions)
+// and their wiring. Conn, the API, embeds it; api is the Conn users hold,
+// in the same allocation.
+type conn struct {
+	api      Conn
 	eng      *engine
 	slot     ieng.Slot // its place in the engine's table: the top of its wr_ids
 	ops      opTable   // its WRs in flight, by wr_id
@@ -109,7 +118,7 @@ func dial(ctx context.Context, eng *engine, cfg config, address string) (*Conn, 
 			}
 			return nil, &net.OpError{Op: "dial", Net: network, Err: asTimeout(err)}
 		}
-		return c, nil
+		return c.public(), nil
 	}
 	var d net.Dialer
 	tc, err := d.DialContext(ctx, "tcp", address)
@@ -136,7 +145,7 @@ func dial(ctx context.Context, eng *engine, cfg config, address string) (*Conn, 
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Addr: tc.RemoteAddr(), Err: asTimeout(err)}
 	}
-	return c, nil
+	return c.public(), nil
 }
 
 func addrIP(a net.Addr) netip.Addr {
@@ -157,13 +166,14 @@ func randPSN() uint32 {
 // newConn makes a connection on eng with its QP created (in RESET) and
 // room reserved in a CQ for every WR it can have outstanding. On error
 // nothing is left behind.
-func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*Conn, error) {
+func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*conn, error) {
 	if err := eng.Acquire(); err != nil {
 		return nil, err
 	}
-	c := &Conn{eng: eng, cfg: cfg, local: local, remote: remote, rq: receives{recvSize: cfg.maxMsg},
+	c := &conn{eng: eng, cfg: cfg, local: local, remote: remote, rq: receives{recvSize: cfg.maxMsg},
 		drained: make(chan struct{}), done: make(chan struct{}),
 		ctl: newControlChan(ctrl), rg: newRegionState()}
+	c.api.conn = c
 	slot, err := eng.AddEndpoint(c.ep())
 	if err != nil {
 		eng.Release()
@@ -220,12 +230,15 @@ func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*C
 // every WR it can have outstanding. With an SRQ its receives are bounded
 // by its credits (the receive depth), and the beacon and a credit WRITE
 // take the send queue's room beyond the send depth.
-func (c *Conn) cqNeed() int {
+func (c *conn) cqNeed() int {
 	if c.srq != nil {
 		return c.cfg.sqDepth + c.cfg.rqDepth + controlWRs
 	}
 	return c.cfg.sqDepth + c.cfg.rqDepth
 }
+
+// public is the Conn users hold for c.
+func (c *conn) public() *Conn { return &c.api }
 
 // LocalAddr is the local address of the connection's control channel.
 func (c *Conn) LocalAddr() net.Addr { return c.local }
@@ -243,7 +256,7 @@ func (c *Conn) Device() string { return c.eng.Name() }
 func (c *Conn) MaxMessage() int { return int(c.peer.MaxMsg) }
 
 // err is why the connection cannot be used, or nil.
-func (c *Conn) err() error {
+func (c *conn) err() error {
 	if p := c.failed.Load(); p != nil {
 		return *p
 	}
@@ -253,7 +266,7 @@ func (c *Conn) err() error {
 // fail records the first fatal error, moves the QP to the error state
 // (every outstanding WR then completes with WR_FLUSH_ERR) and resolves
 // the pending receives.
-func (c *Conn) fail(err error) {
+func (c *conn) fail(err error) {
 	if !c.failed.CompareAndSwap(nil, &err) {
 		return
 	}
@@ -287,7 +300,7 @@ func (c *Conn) fail(err error) {
 
 // closedErr is the error of an operation on a closed or failed
 // connection; it wraps net.ErrClosed.
-func (c *Conn) closedErr() error {
+func (c *conn) closedErr() error {
 	if err := c.err(); err != nil {
 		if errors.Is(err, net.ErrClosed) {
 			return err
@@ -344,7 +357,7 @@ func (c *Conn) Send(b Local) *Future { return c.sendOp(verbs.OpSend, b, 0) }
 // reports.
 func (c *Conn) SendWithImm(b Local, imm uint32) *Future { return c.sendOp(verbs.OpSendWithImm, b, imm) }
 
-func (c *Conn) sendOp(opc verbs.Opcode, b Local, imm uint32) *Future {
+func (c *conn) sendOp(opc verbs.Opcode, b Local, imm uint32) *Future {
 	f := c.issue(c.sendRequest(opc, b, imm))
 	runtime.KeepAlive(b) // the handle's cleanup must not run before the post took its reference
 	return f
@@ -352,7 +365,7 @@ func (c *Conn) sendOp(opc verbs.Opcode, b Local, imm uint32) *Future {
 
 // issue posts an operation that its check (sendRequest, rdmaRequest)
 // made, signaled, or fails its Future with the check's error.
-func (c *Conn) issue(o op, wr verbs.SendWR, err error) *Future {
+func (c *conn) issue(o op, wr verbs.SendWR, err error) *Future {
 	if err != nil {
 		return newResolved(err)
 	}
@@ -363,7 +376,7 @@ func (c *Conn) issue(o op, wr verbs.SendWR, err error) *Future {
 
 // sendRequest checks a message of src and makes its op and its WR,
 // unsignaled: for Send and for a Batch's Send alike.
-func (c *Conn) sendRequest(opc verbs.Opcode, src Local, imm uint32) (op, verbs.SendWR, error) {
+func (c *conn) sendRequest(opc verbs.Opcode, src Local, imm uint32) (op, verbs.SendWR, error) {
 	if opc == verbs.OpSendWithImm {
 		if err := c.eng.Lacks(verbs.FeatureImmediate); err != nil {
 			return op{}, verbs.SendWR{}, fmt.Errorf("rdma: %v: %w", opc, err)
@@ -383,7 +396,7 @@ func (c *Conn) sendRequest(opc verbs.Opcode, src Local, imm uint32) (op, verbs.S
 // inline size the QP was granted (up to 64 bytes): the device copies the
 // bytes at the post, so no DMA read of the source follows, and the
 // source may change as soon as the call returns.
-func (c *Conn) inlineFlag(opc verbs.Opcode, n int) verbs.SendFlags {
+func (c *conn) inlineFlag(opc verbs.Opcode, n int) verbs.SendFlags {
 	if n > 0 && n <= c.inline && opc != verbs.OpRead {
 		return verbs.SendInline
 	}
@@ -410,7 +423,7 @@ func (c *Conn) Read(dst Local, src RemoteRegion) *Future {
 	return c.rdmaOp(opRead, verbs.OpRead, dst, src, 0)
 }
 
-func (c *Conn) rdmaOp(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, imm uint32) *Future {
+func (c *conn) rdmaOp(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, imm uint32) *Future {
 	f := c.issue(c.rdmaRequest(kind, opc, l, r, imm))
 	runtime.KeepAlive(l) // the handle's cleanup must not run before the post took its reference
 	return f
@@ -418,7 +431,7 @@ func (c *Conn) rdmaOp(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, im
 
 // rdmaRequest checks a WRITE or READ between l and r and makes its op and
 // its WR, unsignaled: for the Conn's operations and a Batch's alike.
-func (c *Conn) rdmaRequest(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, imm uint32) (op, verbs.SendWR, error) {
+func (c *conn) rdmaRequest(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, imm uint32) (op, verbs.SendWR, error) {
 	if opc == verbs.OpWriteWithImm {
 		if err := c.eng.Lacks(verbs.FeatureImmediate); err != nil {
 			return op{}, verbs.SendWR{}, fmt.Errorf("rdma: %v: %w", opc, err)
@@ -452,7 +465,7 @@ func (c *Conn) FetchAdd(r RemoteRegion, delta uint64) *Future {
 	return c.atomic(verbs.OpFetchAdd, r, delta, 0)
 }
 
-func (c *Conn) atomic(opc verbs.Opcode, r RemoteRegion, cmpAdd, swap uint64) *Future {
+func (c *conn) atomic(opc verbs.Opcode, r RemoteRegion, cmpAdd, swap uint64) *Future {
 	if err := c.eng.Lacks(verbs.FeatureAtomics); err != nil {
 		return newResolved(fmt.Errorf("rdma: %v: %w", opc, err))
 	}
@@ -481,7 +494,7 @@ func local(l Local) (*pool.Buffer, int, int, error) {
 
 // post posts one signaled WR for o and returns its future. The buffer is
 // referenced until the completion; atomics own theirs outright.
-func (c *Conn) post(o op, wr verbs.SendWR) *Future {
+func (c *conn) post(o op, wr verbs.SendWR) *Future {
 	if err := c.hold(&o); err != nil {
 		return newResolved(err)
 	}
@@ -493,7 +506,7 @@ func (c *Conn) post(o op, wr verbs.SendWR) *Future {
 
 // hold checks that o's buffer belongs to this connection and references
 // it for the operation.
-func (c *Conn) hold(o *op) error {
+func (c *conn) hold(o *op) error {
 	if o.kind == opAtomic {
 		return nil
 	}
@@ -506,7 +519,7 @@ func (c *Conn) hold(o *op) error {
 	return nil
 }
 
-func (c *Conn) dropBuf(o *op) {
+func (c *conn) dropBuf(o *op) {
 	if o.kind == opAtomic {
 		o.buf.Release()
 	} else {

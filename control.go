@@ -124,7 +124,7 @@ func readFrame(r *bufio.Reader, buf []byte) (byte, []byte, error) {
 }
 
 // control writes one control frame, bounded by ctx.
-func (c *Conn) control(ctx context.Context, typ byte, p []byte) error {
+func (c *conn) control(ctx context.Context, typ byte, p []byte) error {
 	if c.ctl.ctrl == nil {
 		return errNoControl
 	}
@@ -139,7 +139,7 @@ func (c *Conn) control(ctx context.Context, typ byte, p []byte) error {
 
 // writeControl writes a frame even on a failed connection (answers and
 // the close handshake still go out while the socket is open).
-func (c *Conn) writeControl(typ byte, p []byte) error {
+func (c *conn) writeControl(typ byte, p []byte) error {
 	c.ctl.ctrlMu.Lock()
 	defer c.ctl.ctrlMu.Unlock()
 	// Frames are tiny, so the socket buffer takes them at once; a write
@@ -159,7 +159,7 @@ func (c *Conn) writeControl(typ byte, p []byte) error {
 }
 
 // protocolErr cuts the peer off for breaking the control protocol.
-func (c *Conn) protocolErr(format string, args ...any) {
+func (c *conn) protocolErr(format string, args ...any) {
 	c.cutOff(fmt.Errorf("rdma: peer %v: %w: %s", c.remote, ErrProtocol, fmt.Sprintf(format, args...)))
 }
 
@@ -167,7 +167,7 @@ func (c *Conn) protocolErr(format string, args ...any) {
 // peer sees its connection end too instead of waiting for answers: the
 // failure tells the peer why (tellPeer), then ends the channel; a peer
 // told already, or that ended it, is cut off here.
-func (c *Conn) cutOff(err error) {
+func (c *conn) cutOff(err error) {
 	c.fail(err)
 	if !c.told.Load() {
 		c.ctl.ctrl.Close()
@@ -183,7 +183,7 @@ func (c *Conn) cutOff(err error) {
 // then fails every pending operation instead of waiting for transport
 // timeouts: with ErrPeerLost, or, once the peer's close was heard, with
 // the close's ErrPeerClosed.
-func (c *Conn) readControl(r *bufio.Reader) {
+func (c *conn) readControl(r *bufio.Reader) {
 	defer close(c.ctl.ctrlDone)
 	buf := make([]byte, maxCtrl)
 	for {
@@ -285,7 +285,7 @@ func (c *Conn) readControl(r *bufio.Reader) {
 
 // word decodes the one 32-bit field of a frame, cutting the peer off
 // when the frame is not exactly that.
-func (c *Conn) word(p []byte, what string) (uint32, bool) {
+func (c *conn) word(p []byte, what string) (uint32, bool) {
 	if len(p) != 4 {
 		c.protocolErr("malformed %s", what)
 		return 0, false
@@ -297,7 +297,7 @@ func (c *Conn) word(p []byte, what string) (uint32, bool) {
 // the operations this side has in flight finish (bounded), and the peer
 // hears that they did before it tears down its queue pair. A message it
 // received before its Close therefore completes here as delivered.
-func (c *Conn) onPeerClose() {
+func (c *conn) onPeerClose() {
 	// closeHeard before peerClosed: a post that finds the peer closed
 	// must find its close heard too, or it fails as if the peer went
 	// away without closing (postable). TestPeerCloseErrors saw that, once
@@ -321,7 +321,7 @@ func (c *Conn) onPeerClose() {
 // closeStall (it does not read), or when the peer is the one closing
 // (drain false), they fail with why: they never reached the device. It
 // runs once; Close and the peer's close share it.
-func (c *Conn) quiesce(why error, drain bool) {
+func (c *conn) quiesce(why error, drain bool) {
 	c.quiesceOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(c.ctx, revokeBound)
 		defer cancel()
@@ -337,7 +337,7 @@ const closeStall = 500 * time.Millisecond
 // later runs f on the connection's control worker: one goroutine, made
 // when there is work and gone when there is none. The queue is bounded
 // by the protocol's limits; a peer that overflows it is cut off.
-func (c *Conn) later(f func()) {
+func (c *conn) later(f func()) {
 	select {
 	case c.ctl.jobs <- f:
 	default:

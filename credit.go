@@ -89,7 +89,7 @@ func (g *creditState) init(returnCredits, sendRecall func()) {
 // credits it can give the peer at once, its receive depth, or its SRQ's
 // depth when that is smaller (every credit is backed by a posted
 // receive).
-func (c *Conn) recvCap() int {
+func (c *conn) recvCap() int {
 	if c.srq != nil {
 		return min(c.cfg.rqDepth, c.srq.Depth())
 	}
@@ -99,14 +99,14 @@ func (c *Conn) recvCap() int {
 // The receiving side.
 
 // sendRecall asks the peer for the credits it does not use.
-func (c *Conn) sendRecall() {
+func (c *conn) sendRecall() {
 	c.cr.recallQueued.Store(false)
 	c.writeControl(ctrlRecall, nil)
 }
 
 // recall asks c's peer for its unused credits, once until it answers or
 // is given more. Caller holds srq.mu.
-func (c *Conn) recall() {
+func (c *conn) recall() {
 	if c.err() != nil || c.cr.creditOut.Load() <= 0 || c.cr.recalled.Swap(true) {
 		return
 	}
@@ -121,13 +121,13 @@ func (c *Conn) recall() {
 // moving from one to the next (arrived, tookLocked) is added to the next
 // before it leaves the one before: a look racing with the move counts it
 // once or twice, never not at all, so the SRQ never grants past the cap.
-func (c *Conn) creditRoom() int {
+func (c *conn) creditRoom() int {
 	return c.cfg.rqDepth - int(c.cr.creditOut.Load()+c.cr.creditHeld.Load()+c.cr.creditTaken.Load())
 }
 
 // arrived accounts for a message from the peer: it used a credit. A
 // message without one breaks the protocol.
-func (c *Conn) arrived() bool {
+func (c *conn) arrived() bool {
 	c.cr.creditHeld.Add(1) // before creditOut falls: creditRoom
 	if c.cr.creditOut.Add(-1) < 0 {
 		c.cr.creditOut.Add(1)
@@ -146,7 +146,7 @@ func (c *Conn) arrived() bool {
 // shrink the window a stream counts on. A sender that waits for credits
 // never waits for a batch to fill: its ask gives back what was taken
 // (onCreditAsk).
-func (c *Conn) creditBatch() int64 { return int64(returnBatch(c.cfg.rqDepth)) }
+func (c *conn) creditBatch() int64 { return int64(returnBatch(c.cfg.rqDepth)) }
 
 // The marks of creditState.short: why takes go back at once.
 const (
@@ -163,7 +163,7 @@ const (
 // left, or when its last ask was short or its waiting chain needs the
 // room (short), or to the SRQ at once when other connections wait for
 // credits. Caller holds rmu.
-func (c *Conn) tookLocked() {
+func (c *conn) tookLocked() {
 	taken := c.cr.creditTaken.Add(1) // before creditHeld falls: creditRoom
 	c.cr.creditHeld.Add(-1)
 	if taken >= c.creditBatch() || c.cr.creditOut.Load() == 0 || c.cr.short.Load() != 0 || c.srq.OthersWait(c.ep()) {
@@ -177,7 +177,7 @@ func (c *Conn) tookLocked() {
 // giveTakenLocked gives the peer back the credits of the messages taken
 // since the last time, when regrant is set and the peer wants them; else
 // it only makes them room for an ask to give. Caller holds rmu.
-func (c *Conn) giveTakenLocked(regrant bool) {
+func (c *conn) giveTakenLocked(regrant bool) {
 	k := c.cr.creditTaken.Swap(0)
 	if k == 0 {
 		return
@@ -195,7 +195,7 @@ func (c *Conn) giveTakenLocked(regrant bool) {
 // their batch; if the ask is still short, the next take is given back
 // at once, and while its first chain is passed over for room every take
 // until it is served (WaitsForRoom).
-func (c *Conn) onCreditAsk(want, seen, need, chain uint32) {
+func (c *conn) onCreditAsk(want, seen, need, chain uint32) {
 	c.cr.cw.openAsk(seen)
 	c.cr.peerWants.Store(true)
 	c.cr.recalled.Store(false)
@@ -234,7 +234,7 @@ func (c *Conn) onCreditAsk(want, seen, need, chain uint32) {
 // Its asks before are void (GiveBack); if messages still wait, its next
 // ask follows (askCredits sends a give-back ahead of the ask computed
 // after it).
-func (c *Conn) onCreditBack(n uint32) {
+func (c *conn) onCreditBack(n uint32) {
 	if int64(n) > c.cr.creditOut.Load() {
 		c.protocolErr("gave back %d credits, holding %d", n, c.cr.creditOut.Load())
 		return
@@ -259,7 +259,7 @@ func (c *Conn) onCreditBack(n uint32) {
 // owe records n credits given to the peer and tells it (tellCredits).
 // It runs on pollers, consumers and the control reader, under locks of
 // theirs, so it never writes to the control channel itself.
-func (c *Conn) owe(n int) {
+func (c *conn) owe(n int) {
 	if n <= 0 || c.ctl.ctrl == nil {
 		return
 	}
@@ -271,7 +271,7 @@ func (c *Conn) owe(n int) {
 // reaches a connection's grants through these methods (engine.Grantee).
 
 // CreditRoom is how many more credits the connection may give its peer.
-func (e *endpoint) CreditRoom() int { return (*Conn)(e).creditRoom() }
+func (e *endpoint) CreditRoom() int { return (*conn)(e).creditRoom() }
 
 // CreditCap is the most credits the connection may give at once.
 func (e *endpoint) CreditCap() int { return e.cfg.rqDepth }
@@ -279,7 +279,7 @@ func (e *endpoint) CreditCap() int { return e.cfg.rqDepth }
 // Give records k credits given to the peer and tells it. Its waiting
 // chain was served: takes go back in batches again.
 func (e *endpoint) Give(k int, ahead bool) {
-	c := (*Conn)(e)
+	c := (*conn)(e)
 	c.cr.creditOut.Add(int64(k))
 	if c.cr.recalled.Load() {
 		c.cr.recalled.Store(false) // it may be recalled again
@@ -303,7 +303,7 @@ func (e *endpoint) CreditsOut() int64 { return e.cr.creditOut.Load() }
 func (e *endpoint) Spare() bool { return e.cr.spare.Load() }
 
 // Recall asks the peer for the credits it cannot use.
-func (e *endpoint) Recall() { (*Conn)(e).recall() }
+func (e *endpoint) Recall() { (*conn)(e).recall() }
 
 // WaitsForRoom marks the peer's first chain as waiting for room: each
 // take gives its credit back at once (tookLocked) until it is served
@@ -323,7 +323,7 @@ func (e *endpoint) WaitsForRoom() int {
 // after its idle timer stopped (it looks when it sends), and they would
 // keep receives posted for ever.
 func (e *endpoint) LookQuiet() bool {
-	c := (*Conn)(e)
+	c := (*conn)(e)
 	if c.cr.creditOut.Load() <= 0 {
 		return false
 	}
@@ -342,7 +342,7 @@ func (e *endpoint) LookQuiet() bool {
 // leaveSRQ takes the connection off its shared receive queue at
 // teardown, with the credits it held and gave: no message of its can
 // come any more.
-func (c *Conn) leaveSRQ() {
+func (c *conn) leaveSRQ() {
 	c.rq.rmu.Lock()
 	held := c.cr.creditHeld.Swap(0) + c.cr.creditTaken.Swap(0)
 	c.rq.rmu.Unlock()

@@ -68,7 +68,7 @@ type creditWord struct {
 
 // makeCreditWord registers the connection's credit word. Connections
 // without a control channel (rdma_cm) have no credits.
-func (c *Conn) makeCreditWord() error {
+func (c *conn) makeCreditWord() error {
 	if c.ctl.ctrl == nil || c.srq == nil {
 		return nil
 	}
@@ -89,7 +89,7 @@ func (c *Conn) makeCreditWord() error {
 // WRITE of either side's can touch it any more, and no credit WRITE of
 // ours is being made (postCreditLocked holds inflight). A late look at the
 // word (the idle timer) finds no mr, under postMu.
-func (c *Conn) closeCreditWord() error {
+func (c *conn) closeCreditWord() error {
 	c.sq.postMu.Lock()
 	mr := c.cr.cw.mr
 	c.cr.cw.mr = nil
@@ -110,7 +110,7 @@ func (w *creditWord) word(off int) *uint32 {
 // tellCredits tells the peer the credits given so far: in a frame when it
 // waits on an ask, else by a WRITE into its credit word. It runs under
 // locks of the SRQ and the receive path, so it only posts or queues.
-func (c *Conn) tellCredits() {
+func (c *conn) tellCredits() {
 	if c.cr.cw.askOpen.Load() || c.peer.CreditRKey == 0 {
 		if !c.cr.creditQueued.Swap(true) {
 			c.later(c.cr.returnCreditsJob)
@@ -126,7 +126,7 @@ func (c *Conn) tellCredits() {
 // the total, once it is beyond what the asking sender saw; until then
 // the next grant comes back here. Without a credit word on the peer
 // every grant goes this way.
-func (c *Conn) returnCredits() {
+func (c *conn) returnCredits() {
 	c.cr.creditQueued.Store(false)
 	t := c.cr.cw.total.Load()
 	if c.peer.CreditRKey != 0 {
@@ -159,7 +159,7 @@ func (w *creditWord) request(id uint64, inline int, peer *hello) []verbs.SendWR 
 
 // onCreditWritten completes a credit WRITE, and posts the next when the
 // total moved since. It runs on a poller.
-func (c *Conn) onCreditWritten(wc *verbs.WorkCompletion) {
+func (c *conn) onCreditWritten(wc *verbs.WorkCompletion) {
 	defer c.opDone()
 	if wc.Status != verbs.WCSuccess {
 		c.fail(c.completionErr(postedWC(opCredit, wc)))

@@ -32,7 +32,7 @@ type RecvHandler func(c *Conn, f *Future)
 // (the peer's close, death or abort, or a failure here), so a server
 // that runs
 //
-//	go func() { <-c.Done(); c.Close() }()
+//	go func() { <-c.Done(); c.api.Close() }()
 //
 // loses none of them. h therefore must not wait for Done of its own
 // connection. A Close before Done drops what h has not been called for.
@@ -90,7 +90,7 @@ func WithHandlerWorkers(n int) EngineOption {
 // dispatchLocked schedules c's handler for the messages in c.ready, if it
 // is not running already. Caller holds rmu; it may run on a poller, so it
 // only queues.
-func (c *Conn) dispatchLocked() {
+func (c *conn) dispatchLocked() {
 	if c.rq.handling || c.rq.ready.Len() == 0 {
 		return
 	}
@@ -102,7 +102,7 @@ func (c *Conn) dispatchLocked() {
 // messages to its handler, on the application's pool when it gave one
 // (WithHandlerPool).
 func (e *endpoint) Handle() {
-	c := (*Conn)(e)
+	c := (*conn)(e)
 	if p := c.cfg.handlerPool; p != nil && p.Submit(c.handle) == nil {
 		return
 	}
@@ -111,7 +111,7 @@ func (e *endpoint) Handle() {
 
 // handle runs on a worker: it hands c's ready messages to the handler,
 // one at a time, until none is left.
-func (c *Conn) handle() {
+func (c *conn) handle() {
 	for {
 		c.rq.rmu.Lock()
 		if c.rq.ready.Len() == 0 || c.closing.Load() {
@@ -121,6 +121,6 @@ func (c *Conn) handle() {
 			return
 		}
 		f := c.takeReadyLocked()
-		c.cfg.handler(c, f)
+		c.cfg.handler(c.public(), f)
 	}
 }

@@ -10,25 +10,25 @@ import (
 // methods, and its shared receive queue gives it credits through
 // Grantee's. A type of its own, so that these methods stay out of Conn's
 // API.
-type endpoint Conn
+type endpoint conn
 
-func (c *Conn) ep() *endpoint { return (*endpoint)(c) }
+func (c *conn) ep() *endpoint { return (*endpoint)(c) }
 
 // Complete hands the completion of a WR the connection posted to what
 // posted it. It runs on a poller.
-func (e *endpoint) Complete(wc *verbs.WorkCompletion) { (*Conn)(e).onCompletion(wc) }
+func (e *endpoint) Complete(wc *verbs.WorkCompletion) { (*conn)(e).onCompletion(wc) }
 
 // Received hands a message that took a receive of the SRQ on the
 // connection's QP to its receive side. It runs on a poller.
 func (e *endpoint) Received(pb *pool.Buffer, wc *verbs.WorkCompletion) {
-	c := (*Conn)(e)
+	c := (*conn)(e)
 	if !c.holdForVerdict(nil, pb, wc) {
 		c.onSharedRecv(pb, wc)
 	}
 }
 
 // Fail ends the connection: its poller stopped or its port went down.
-func (e *endpoint) Fail(err error) { (*Conn)(e).fail(err) }
+func (e *endpoint) Fail(err error) { (*conn)(e).fail(err) }
 
 // Failed reports whether the connection has failed.
-func (e *endpoint) Failed() bool { return (*Conn)(e).err() != nil }
+func (e *endpoint) Failed() bool { return (*conn)(e).err() != nil }

@@ -40,7 +40,7 @@ func WithLogger(l *slog.Logger) LoggerOption {
 }
 
 // logConnected records a connection that is up.
-func (c *Conn) logConnected() {
+func (c *conn) logConnected() {
 	c.up.Store(true)
 	c.eng.life.opened.Add(1)
 	if l := c.cfg.log; l != nil {
@@ -52,14 +52,14 @@ func (c *Conn) logConnected() {
 // orderly reports whether the connection is in an orderly close, by
 // Close or by the peer's: what fails from then on (the flushes of the
 // receives left posted, above all) is the close's doing, not an error.
-func (c *Conn) orderly() bool { return c.closeCalled.Load() || c.ctl.closeHeard.Load() }
+func (c *conn) orderly() bool { return c.closeCalled.Load() || c.ctl.closeHeard.Load() }
 
 // logEnded records why a connection ended; it runs once, with the first
 // error. An orderly close, by either side, is "rdma: connection closed"
 // at Info, whatever its first error was (a receive flushed by the peer's
 // teardown can come before the close itself); a failure is
 // "rdma: connection ended" at Warn, with its cause.
-func (c *Conn) logEnded(err error) {
+func (c *conn) logEnded(err error) {
 	l := c.cfg.log
 	if l == nil || !c.up.Load() {
 		return // a handshake that failed is the listener's to log

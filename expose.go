@@ -66,7 +66,7 @@ func (c *Conn) Expose(b Local, access Access) (RemoteRegion, error) {
 
 // expose registers n bytes of pb at off for the peer. A grant (granted >
 // 0) owns pb outright and ends after life (0: never).
-func (c *Conn) expose(pb *pool.Buffer, off, n int, access Access, granted int, life time.Duration) (RemoteRegion, error) {
+func (c *conn) expose(pb *pool.Buffer, off, n int, access Access, granted int, life time.Duration) (RemoteRegion, error) {
 	if access == 0 || access&^(RemoteRead|RemoteWrite|RemoteAtomic) != 0 {
 		return RemoteRegion{}, fmt.Errorf("rdma: expose with access %v: %w: want RemoteRead, RemoteWrite and/or RemoteAtomic", access, ErrInvalid)
 	}
@@ -100,7 +100,7 @@ func (c *Conn) expose(pb *pool.Buffer, off, n int, access Access, granted int, l
 	}
 	c.rg.exposed[r.RKey] = x
 	if life > 0 {
-		x.expiry = time.AfterFunc(life, func() { c.Revoke(context.Background(), r) })
+		x.expiry = time.AfterFunc(life, func() { c.api.Revoke(context.Background(), r) })
 	}
 	c.rg.emu.Unlock()
 	return r, nil
@@ -119,7 +119,7 @@ func (c *Conn) expose(pb *pool.Buffer, off, n int, access Access, granted int, l
 // channel to ask the peer, Revoke works as RevokeNow.
 func (c *Conn) Revoke(ctx context.Context, r RemoteRegion) error {
 	if c.ctl.ctrl == nil {
-		return c.RevokeNow(r)
+		return c.api.RevokeNow(r)
 	}
 	c.rg.emu.Lock()
 	x, ok := c.rg.exposed[r.RKey]
@@ -164,7 +164,7 @@ func (c *Conn) Revoke(ctx context.Context, r RemoteRegion) error {
 
 // askRevoke sends the revoke and arms its bound. The caller holds a
 // revoke slot, which finishRevoke gives back.
-func (c *Conn) askRevoke(rkey uint32, rv *revocation) {
+func (c *conn) askRevoke(rkey uint32, rv *revocation) {
 	c.rg.emu.Lock()
 	rv.bound = time.AfterFunc(revokeBound, func() {
 		err := fmt.Errorf("rdma: peer %v did not answer the revoke of rkey %#x within %v: %w: cut off", c.remote, rkey, revokeBound, ErrProtocol)
@@ -178,7 +178,7 @@ func (c *Conn) askRevoke(rkey uint32, rv *revocation) {
 	}
 }
 
-func (c *Conn) waitRevoke(ctx context.Context, rv *revocation) error {
+func (c *conn) waitRevoke(ctx context.Context, rv *revocation) error {
 	select {
 	case <-rv.done:
 		return rv.err
@@ -189,7 +189,7 @@ func (c *Conn) waitRevoke(ctx context.Context, rv *revocation) error {
 
 // onRevoked: the peer answered our revoke; nothing of its reaches the
 // region any more.
-func (c *Conn) onRevoked(rkey uint32) {
+func (c *conn) onRevoked(rkey uint32) {
 	c.rg.emu.Lock()
 	x, ok := c.rg.exposed[rkey]
 	asked := ok && x.revoke != nil && x.revoke.bound != nil
@@ -203,7 +203,7 @@ func (c *Conn) onRevoked(rkey uint32) {
 
 // finishRevoke deregisters an exposure whose revoke may complete: the
 // peer answered, or can no longer reach it. It runs once per exposure.
-func (c *Conn) finishRevoke(rkey uint32, err error) {
+func (c *conn) finishRevoke(rkey uint32, err error) {
 	c.rg.emu.Lock()
 	x, ok := c.rg.exposed[rkey]
 	if !ok || x.revoke == nil {
@@ -229,7 +229,7 @@ func (c *Conn) finishRevoke(rkey uint32, err error) {
 }
 
 // unexpose deregisters x and returns its memory.
-func (c *Conn) unexpose(x *exposure) error {
+func (c *conn) unexpose(x *exposure) error {
 	if x.expiry != nil {
 		x.expiry.Stop()
 	}
@@ -273,7 +273,7 @@ func (c *Conn) RevokeNow(r RemoteRegion) error {
 // onRevoke: the peer revokes one of its regions. New accesses to it fail
 // from now on; the answer goes out once the accesses in flight are done
 // (fence). A peer may have at most maxRevokes revokes unanswered.
-func (c *Conn) onRevoke(rkey uint32) {
+func (c *conn) onRevoke(rkey uint32) {
 	c.sq.postMu.Lock()
 	c.sq.addRevoked(rkey)
 	c.unlockPost()
@@ -294,7 +294,7 @@ func (c *Conn) onRevoke(rkey uint32) {
 
 // fence waits (bounded by revokeBound) until every WR issued before it
 // has completed, then answers the revokes that were waiting for it.
-func (c *Conn) fence() {
+func (c *conn) fence() {
 	ctx, cancel := context.WithTimeout(c.ctx, revokeBound)
 	err := c.waitSent(ctx)
 	cancel()

@@ -32,7 +32,7 @@ import (
 type Future struct {
 	state atomic.Uint32  // futurePending, futureResolved or futureReleased
 	drv   *poller.Poller // set when the connection's poller is Busy: Wait drives it
-	recv  *Conn          // a Recv waiting for a message, which Cancel may withdraw
+	recv  *conn          // a Recv waiting for a message, which Cancel may withdraw
 
 	mu     sync.Mutex
 	gen    uint32        // counts reuses (Release); an op resolves only its own (resolveOp)

@@ -145,7 +145,7 @@ func (c *Conn) ReleaseRegion(ctx context.Context, r RemoteRegion) error {
 
 // onRequest queues a peer's RequestRegion for the control worker. A
 // peer may have maxRegionRequests in flight.
-func (c *Conn) onRequest(p []byte) {
+func (c *conn) onRequest(p []byte) {
 	if len(p) != 20 {
 		c.protocolErr("malformed region request")
 		return
@@ -174,7 +174,7 @@ func (c *Conn) onRequest(p []byte) {
 
 // grant serves a peer's RequestRegion on the control worker and returns
 // the answer.
-func (c *Conn) grant(size uint64, access Access, life time.Duration) (typ byte, p []byte) {
+func (c *conn) grant(size uint64, access Access, life time.Duration) (typ byte, p []byte) {
 	deny := func(why string) (byte, []byte) { return ctrlDeny, []byte(why) }
 	if access == 0 || access&^(RemoteRead|RemoteWrite|RemoteAtomic) != 0 || size == 0 {
 		return deny(fmt.Sprintf("bad request: %d bytes, access %v", size, access))
@@ -214,7 +214,7 @@ func (c *Conn) grant(size uint64, access Access, life time.Duration) (typ byte, 
 
 // onAnswer hands a grant or denial to the waiting RequestRegion; a grant
 // nobody waits for any more is handed back.
-func (c *Conn) onAnswer(typ byte, p []byte) {
+func (c *conn) onAnswer(typ byte, p []byte) {
 	if len(p) < 4 {
 		c.protocolErr("malformed region answer")
 		return
@@ -253,18 +253,18 @@ func (c *Conn) onAnswer(typ byte, p []byte) {
 // in flight (ReleaseRegion waits for them). Only a grant can be handed
 // back: memory this side exposed with Expose stays until its Revoke. A
 // release of a region that is gone already (it expired) is no error.
-func (c *Conn) onFree(rkey uint32) {
+func (c *conn) onFree(rkey uint32) {
 	c.rg.emu.Lock()
 	x, ok := c.rg.exposed[rkey]
 	grant := ok && x.granted > 0
 	c.rg.emu.Unlock()
 	if grant {
-		c.RevokeNow(RemoteRegion{RKey: rkey})
+		c.api.RevokeNow(RemoteRegion{RKey: rkey})
 	}
 }
 
 // failRequests answers every RequestRegion in flight with err.
-func (c *Conn) failRequests(err error) {
+func (c *conn) failRequests(err error) {
 	c.rg.emu.Lock()
 	for id, rq := range c.rg.requests {
 		delete(c.rg.requests, id)

@@ -188,7 +188,7 @@ func otherAnswer(r *bufio.Reader) error {
 
 // dialHandshake is Dial's side of the handshake over tc: its queue pair
 // exists before its hello, which names it. It closes tc on failure.
-func dialHandshake(ctx context.Context, eng *engine, cfg config, tc net.Conn) (*Conn, error) {
+func dialHandshake(ctx context.Context, eng *engine, cfg config, tc net.Conn) (*conn, error) {
 	release := bound(ctx, tc, cfg.setup)
 	defer release()
 	if cfg.tls != nil {
@@ -267,7 +267,7 @@ func readPeerHello(eng *engine, cfg *config, tc net.Conn, br *bufio.Reader) (*he
 // refusal, so it learns why instead of seeing the socket close. From
 // its answer on it waits on the dialer, and calls waiting first. It
 // closes tc on failure.
-func acceptConn(eng *engine, cfg config, tc net.Conn, br *bufio.Reader, peer *hello, release func() bool, waiting func()) (*Conn, error) {
+func acceptConn(eng *engine, cfg config, tc net.Conn, br *bufio.Reader, peer *hello, release func() bool, waiting func()) (*conn, error) {
 	c, err := newConn(eng, cfg, tc, tc.LocalAddr(), tc.RemoteAddr())
 	if err != nil {
 		writeRefusal(tc, err.Error())
@@ -325,7 +325,7 @@ func bound(ctx context.Context, tc net.Conn, d time.Duration) (release func() bo
 
 // prepare moves the new QP to INIT, posts its receives and returns the
 // hello that describes it.
-func (c *Conn) prepare() (hello, error) {
+func (c *conn) prepare() (hello, error) {
 	eng, cfg := c.eng, c.cfg
 	if err := c.qp.ToInit(verbs.InitAttr{Port: eng.Port.Port, Access: verbs.Access(RemoteRead | RemoteWrite | RemoteAtomic)}); err != nil {
 		return hello{}, err
@@ -342,7 +342,7 @@ func (c *Conn) prepare() (hello, error) {
 	}
 	c.gidIndex = uint8(gid.Index)
 	me := hello{QPN: c.qp.QPN(), PSN: randPSN(), LID: eng.Port.LID, MTU: uint8(eng.Port.ActiveMTU), GID: gid.GID,
-		RecvDepth: uint32(c.recvCap()), MaxMsg: uint32(cfg.maxMsg), RecvWindow: uint32(c.RecvWindow())}
+		RecvDepth: uint32(c.recvCap()), MaxMsg: uint32(cfg.maxMsg), RecvWindow: uint32(c.api.RecvWindow())}
 	copy(me.Protocol[:], cfg.protocol)
 	if c.cr.cw.mr != nil {
 		me.CreditAddr, me.CreditRKey = c.cr.cw.mr.Addr(), c.cr.cw.mr.RKey()
@@ -357,7 +357,7 @@ func (c *Conn) prepare() (hello, error) {
 // connect moves the QP to RTS towards peer, then both sides send one
 // ready byte, so neither sends before the other's receives are posted;
 // then the control channel starts.
-func (c *Conn) connect(br *bufio.Reader, me, peer *hello, release func() bool) error {
+func (c *conn) connect(br *bufio.Reader, me, peer *hello, release func() bool) error {
 	eng := c.eng
 	c.peer = *peer
 	// No credits yet: the first message asks for them (askCredits).
@@ -385,7 +385,7 @@ func (c *Conn) connect(br *bufio.Reader, me, peer *hello, release func() bool) e
 }
 
 // abort tears down a connection whose handshake failed.
-func (c *Conn) abort() {
+func (c *conn) abort() {
 	close(c.ctl.ctrlDone)
 	c.teardown()
 }

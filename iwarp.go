@@ -50,7 +50,7 @@ func (s *iwarpSettle) named(r RemoteRegion) { s.peer = r }
 // last send left (siw_activate_tx), so the answer fails with an invalid
 // STag and siw ends the connection with a TERMINATE. A go-rdma listener
 // sends at once (a stream's hello) and hit it in one dial in ten.
-func (c *Conn) settleIWARP(ctx context.Context, readDepth int) error {
+func (c *conn) settleIWARP(ctx context.Context, readDepth int) error {
 	if c.eng.Ctx.Info().Transport != "iWARP" || readDepth == 0 {
 		return nil
 	}
@@ -79,7 +79,7 @@ func (c *Conn) settleIWARP(ctx context.Context, readDepth int) error {
 
 // readSettle posts an RDMA READ of the peer's settle byte, or of zero
 // bytes when it named none.
-func (c *Conn) readSettle() *Future {
+func (c *conn) readSettle() *Future {
 	pb, err := c.eng.Pool.Get(1) // the op holds a buffer, as every op does
 	if err != nil {
 		return newResolved(fmt.Errorf("rdma: %v: %w", verbs.OpRead, err))
@@ -94,7 +94,7 @@ func (c *Conn) readSettle() *Future {
 // byte its dialer READs (settleIWARP), for REMOTE_READ alone, until the
 // connection closes; it holds zero. It returns the byte's region, or a
 // zero one elsewhere.
-func (c *Conn) offerSettleByte() (RemoteRegion, error) {
+func (c *conn) offerSettleByte() (RemoteRegion, error) {
 	if c.eng.Ctx.Info().Transport != "iWARP" {
 		return RemoteRegion{}, nil
 	}
@@ -112,7 +112,7 @@ func (c *Conn) offerSettleByte() (RemoteRegion, error) {
 }
 
 // closeSettleByte deregisters the settle byte; the QP is closed.
-func (c *Conn) closeSettleByte() error {
+func (c *conn) closeSettleByte() error {
 	if c.iw.mr == nil {
 		return nil
 	}

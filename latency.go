@@ -127,7 +127,7 @@ func nanotime() int64 { return int64(time.Since(clockBase)) + 1 }
 // stampLatency marks every LatencySample-th op the connection submits
 // with its start time; the others cost the counter check. Caller holds
 // observeLatency counts the latency of a sampled op that succeeded.
-func (c *Conn) observeLatency(o *op) {
+func (c *conn) observeLatency(o *op) {
 	if o.start != 0 {
 		c.st.latency.observe(nanotime() - o.start)
 	}

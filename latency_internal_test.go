@@ -47,7 +47,7 @@ func TestOpRecordSize(t *testing.T) {
 // TestLatencySampleEvery: stampLatency marks exactly every
 // LatencySample-th op, across calls and batches.
 func TestLatencySampleEvery(t *testing.T) {
-	var c Conn
+	var c conn
 	ops := make([]op, 3*LatencySample+5)
 	for i := 0; i < len(ops); i += 7 {
 		c.stampLatency(ops[i:min(i+7, len(ops))])
@@ -60,7 +60,7 @@ func TestLatencySampleEvery(t *testing.T) {
 // TestLatencySamplingNoAllocs: stamping ops and counting their latency
 // allocate nothing, sampled or not.
 func TestLatencySamplingNoAllocs(t *testing.T) {
-	var c Conn
+	var c conn
 	ops := make([]op, LatencySample)
 	allocs := testing.AllocsPerRun(100, func() {
 		for i := range ops {

@@ -29,7 +29,7 @@ type Listener struct {
 	logLimit loglimit.Limiter // refused handshakes, for their log
 	hs       *handshakes      // the handshakes holding a queue pair
 
-	conns     chan *Conn
+	conns     chan *conn
 	hmu       sync.Mutex
 	hellos    list.List // accepted sockets waiting for their hello
 	wg        sync.WaitGroup
@@ -90,7 +90,7 @@ func listen(eng *engine, cfg config, address string) (*Listener, error) {
 		ln.Close()
 		return nil, &net.OpError{Op: "listen", Net: network, Addr: ln.Addr(), Err: fmt.Errorf("rdma: %w; dial and listen WithRDMACM", err)}
 	}
-	l := &Listener{ln: ln, eng: eng, cfg: cfg, conns: make(chan *Conn), addr: ln.Addr(), hs: newHandshakes(cfg.setup)}
+	l := &Listener{ln: ln, eng: eng, cfg: cfg, conns: make(chan *conn), addr: ln.Addr(), hs: newHandshakes(cfg.setup)}
 	l.ctx, l.stop = context.WithCancel(context.Background())
 	l.wg.Add(1)
 	go l.acceptLoop()
@@ -203,7 +203,7 @@ func (l *Listener) serve(tc net.Conn, e *list.Element) {
 	select {
 	case l.conns <- c:
 	case <-l.ctx.Done():
-		c.Close()
+		c.api.Close()
 	}
 }
 
@@ -211,7 +211,7 @@ func (l *Listener) serve(tc net.Conn, e *list.Element) {
 func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 	select {
 	case c := <-l.conns:
-		return c, nil
+		return c.public(), nil
 	case <-ctx.Done():
 		return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: ctx.Err()}
 	case <-l.ctx.Done():

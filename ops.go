@@ -32,7 +32,7 @@ type op struct {
 	signaled bool
 	covered  bool
 	gen      uint32 // fut's reuse count when issued (resolveOp)
-	conn     *Conn
+	conn     *conn
 	fut      *Future      // nil for receives
 	buf      *pool.Buffer // holds a reference until the completion
 	off      int          // where in buf (atomics read their old value here)
@@ -173,7 +173,7 @@ func (r *ring) popBack() uint64 {
 // posted it, once: the op table gives each wr_id's op to the first who
 // takes it, the completion or the teardown (resolveLeft). It runs on a
 // poller.
-func (c *Conn) onCompletion(wc *verbs.WorkCompletion) {
+func (c *conn) onCompletion(wc *verbs.WorkCompletion) {
 	o, ok := c.ops.take(wc.WRID)
 	if !ok || c.holdForVerdict(&o, nil, wc) {
 		return
@@ -182,7 +182,7 @@ func (c *Conn) onCompletion(wc *verbs.WorkCompletion) {
 }
 
 // opDone counts a finished WR and wakes Close when it was the last.
-func (c *Conn) opDone() {
+func (c *conn) opDone() {
 	if c.inflight.Add(-1) == 0 && c.closing.Load() {
 		c.drainOnce.Do(func() { close(c.drained) })
 	}
@@ -190,7 +190,7 @@ func (c *Conn) opDone() {
 
 // complete hands the completion of o to what posted it. It runs on a
 // poller.
-func (c *Conn) complete(o *op, wc *verbs.WorkCompletion) {
+func (c *conn) complete(o *op, wc *verbs.WorkCompletion) {
 	switch o.kind {
 	case opRecv:
 		c.onRecv(o.buf, wc)
@@ -207,7 +207,7 @@ func (c *Conn) complete(o *op, wc *verbs.WorkCompletion) {
 // resolveLeft resolves the operations still in the table, for which no
 // completion will come: each once (take), a receive's buffer back to the
 // pool, every other operation failed with the connection's error.
-func (c *Conn) resolveLeft() {
+func (c *conn) resolveLeft() {
 	for _, id := range c.ops.ids() {
 		if o, ok := c.ops.take(id); ok {
 			switch o.kind {

@@ -47,7 +47,7 @@ type message struct {
 
 // postReceives fills the receive queue of a connection without an SRQ;
 // the QP must be in INIT.
-func (c *Conn) postReceives() error {
+func (c *conn) postReceives() error {
 	if c.srq != nil {
 		return nil
 	}
@@ -59,7 +59,7 @@ func (c *Conn) postReceives() error {
 // endIfDeliveredLocked closes Done once the connection has ended and
 // every message that arrived was handed over: taken by Recv, or handled
 // (the handler returned). Caller holds rmu.
-func (c *Conn) endIfDeliveredLocked() {
+func (c *conn) endIfDeliveredLocked() {
 	if c.rq.ended || c.err() == nil || c.rq.ready.Len() > 0 || c.rq.handling || c.moreToComeLocked() {
 		return
 	}
@@ -69,7 +69,7 @@ func (c *Conn) endIfDeliveredLocked() {
 
 // onRecv delivers a completion of a receive the connection posted on its
 // own receive queue. It runs on a poller.
-func (c *Conn) onRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
+func (c *conn) onRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 	defer c.opDone()
 	c.rq.rmu.Lock()
 	c.rq.rposted--
@@ -78,7 +78,7 @@ func (c *Conn) onRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 
 // onSharedRecv delivers a completion of a receive of the SRQ that a
 // message to this connection took. It runs on a poller.
-func (c *Conn) onSharedRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
+func (c *conn) onSharedRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 	if wc.Status == verbs.WCSuccess && !c.arrived() {
 		pb.Release()
 		return
@@ -90,7 +90,7 @@ func (c *Conn) onSharedRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 // deliverLocked hands a received message to the oldest waiting Recv,
 // the handler or the ready queue, or fails the connection when the
 // receive failed. Caller holds rmu; it unlocks it.
-func (c *Conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
+func (c *conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 	if c.rq.ended {
 		// Close took what was here, and nothing is delivered after it: a
 		// completion the poller took as the QP went is dropped.
@@ -160,7 +160,7 @@ func (c *Conn) Recv() *Future {
 		return newResolved(c.closedErr())
 	}
 	f := newFuture(c.drv)
-	f.recv = c
+	f.recv = c.conn
 	c.rq.waiters.Push(f)
 	c.rq.rmu.Unlock()
 	return f
@@ -168,7 +168,7 @@ func (c *Conn) Recv() *Future {
 
 // takeReadyLocked takes the oldest message that arrived before a Recv
 // asked for it, as a resolved future, and unlocks rmu.
-func (c *Conn) takeReadyLocked() *Future {
+func (c *conn) takeReadyLocked() *Future {
 	m := c.rq.ready.Pop()
 	c.refillLocked()
 	c.endIfDeliveredLocked()
@@ -179,7 +179,7 @@ func (c *Conn) takeReadyLocked() *Future {
 }
 
 // withdraw removes the pending Recv f, if no message matched it yet.
-func (c *Conn) withdraw(f *Future) bool {
+func (c *conn) withdraw(f *Future) bool {
 	c.rq.rmu.Lock()
 	i := slices.Index(c.rq.waiters.Items(), f)
 	if i >= 0 {
@@ -203,7 +203,7 @@ func (c *Conn) withdraw(f *Future) bool {
 // that arrived (postBeacon). After a local Close, or once the poller
 // has stopped, or the receives left were abandoned (abandonPosted),
 // nothing more comes. Caller holds rmu.
-func (c *Conn) moreToComeLocked() bool {
+func (c *conn) moreToComeLocked() bool {
 	if c.closing.Load() || c.rq.abandoned || c.unit == nil || isClosedChan(c.unit.P.Done()) {
 		return false
 	}
@@ -215,7 +215,7 @@ func (c *Conn) moreToComeLocked() bool {
 
 // onBeacon fails the Recvs left: every message that came is delivered.
 // Their error is the beacon's flush, as a receive's own flush would be.
-func (c *Conn) onBeacon(wc *verbs.WorkCompletion) {
+func (c *conn) onBeacon(wc *verbs.WorkCompletion) {
 	c.rq.beaconDone.Store(true)
 	c.rq.rmu.Lock()
 	ws := c.rq.takeWaitersLocked()
@@ -235,7 +235,7 @@ func (c *Conn) onBeacon(wc *verbs.WorkCompletion) {
 // consumed receives once enough of them add up to a batch: one chain and
 // one doorbell for many, as the peer libraries that kept receives deep
 // learned. Caller holds rmu.
-func (c *Conn) refillLocked() {
+func (c *conn) refillLocked() {
 	if c.srq != nil {
 		c.tookLocked()
 		return
@@ -249,7 +249,7 @@ func (c *Conn) refillLocked() {
 
 // repostLocked posts up to k receives, keeping at most rqDepth posted or
 // waiting in ready. Caller holds rmu.
-func (c *Conn) repostLocked(k int) error {
+func (c *conn) repostLocked(k int) error {
 	if c.closing.Load() || c.err() != nil {
 		return nil
 	}
@@ -282,7 +282,7 @@ func (c *Conn) repostLocked(k int) error {
 }
 
 // unpost undoes the first i prepared receives.
-func (c *Conn) unpost(i int) {
+func (c *conn) unpost(i int) {
 	for j := 0; j < i; j++ {
 		if o, ok := c.ops.take(c.rq.rwrs[j].ID); ok {
 			o.buf.Release()
@@ -314,7 +314,7 @@ func isClosedChan(c <-chan struct{}) bool {
 // dropReceived ends delivery at teardown: the messages that arrived and
 // were not handed over go back to the pool, Done closes, and it returns
 // the Recvs still waiting, for the caller to fail.
-func (c *Conn) dropReceived() []*Future {
+func (c *conn) dropReceived() []*Future {
 	c.rq.rmu.Lock()
 	for _, m := range c.rq.ready.Take() {
 		if m.pb != nil {
@@ -345,7 +345,7 @@ const abandonAfter = time.Second
 // still waiting fail now rather than at Close, and the operations left
 // resolve with the connection's error; their buffers go back, as the
 // device will not touch them.
-func (c *Conn) abandonPosted() {
+func (c *conn) abandonPosted() {
 	c.rq.rmu.Lock()
 	c.rq.abandoned = true
 	ws := c.rq.takeWaitersLocked()

@@ -128,7 +128,7 @@ func (c *Conn) RecvRegion(ctx context.Context) (RemoteRegion, error) {
 
 // onRegion queues a region the peer sent. The peer has a credit for
 // each (see SendRegion), so a full queue means it sent past them.
-func (c *Conn) onRegion(p []byte) {
+func (c *conn) onRegion(p []byte) {
 	var r RemoteRegion
 	if err := r.UnmarshalBinary(p); err != nil {
 		c.protocolErr("malformed region: %v", err)

@@ -58,7 +58,7 @@ func (q *sendQueue) unlimitedCredits() { q.credits = maxCredits }
 // creditCap is the most credits the peer gives at once: a chain that
 // needs more could never go out. Connections without a control channel
 // (rdma_cm) send without credits.
-func (c *Conn) creditCap() int {
+func (c *conn) creditCap() int {
 	if c.ctl.ctrl == nil {
 		return maxCredits
 	}
@@ -80,7 +80,7 @@ func needCredits(wrs []verbs.SendWR) int {
 // roomLocked reports whether wrs fit the send queue and the credits,
 // and asks the peer for credits when they are what is short. Caller
 // holds postMu.
-func (c *Conn) roomLocked(wrs []verbs.SendWR) bool {
+func (c *conn) roomLocked(wrs []verbs.SendWR) bool {
 	if c.sq.sqFree < len(wrs) {
 		return false
 	}
@@ -103,7 +103,7 @@ func (c *Conn) roomLocked(wrs []verbs.SendWR) bool {
 // their job is queued behind it: the peer takes a give-back as the end
 // of the asks before it (SRQ.GiveBack), and an ask net of credits the
 // peer then takes back would be passed over for room it has.
-func (c *Conn) askCredits() {
+func (c *conn) askCredits() {
 	c.sq.askQueued.Store(false)
 	c.sq.postMu.Lock()
 	// The credit word may have what the messages waiting need by now.
@@ -137,7 +137,7 @@ func (c *Conn) askCredits() {
 
 // onCredit answers this side's ask: total is what the peer has given
 // over the connection's life (creditWord). It posts what waited.
-func (c *Conn) onCredit(total uint32) {
+func (c *conn) onCredit(total uint32) {
 	c.sq.postMu.Lock()
 	c.takeTotalLocked(total)
 	c.pullLocked()
@@ -148,7 +148,7 @@ func (c *Conn) onCredit(total uint32) {
 
 // addCreditsLocked takes n credits from the peer, and starts the idle
 // give-back. Caller holds postMu.
-func (c *Conn) addCreditsLocked(n int) {
+func (c *conn) addCreditsLocked(n int) {
 	c.sq.credits = min(c.sq.credits+n, maxCredits)
 	if c.sq.credits > 0 && !c.sq.idleArmed && c.err() == nil {
 		c.sq.idleArmed, c.sq.idleSeen = true, c.sq.posted
@@ -162,7 +162,7 @@ func (c *Conn) addCreditsLocked(n int) {
 
 // idleCredits gives the peer back the credits of a connection that sent
 // nothing since the last look. It runs on the idle timer.
-func (c *Conn) idleCredits() {
+func (c *conn) idleCredits() {
 	c.sq.postMu.Lock()
 	defer c.postUnlock()
 	c.pullLocked()
@@ -182,7 +182,7 @@ func (c *Conn) idleCredits() {
 
 // returnUnused sends the credits idleCredits or onRecall gave back,
 // unless an ask took them ahead of itself (askCredits).
-func (c *Conn) returnUnused() {
+func (c *conn) returnUnused() {
 	c.sq.backQueued.Store(false)
 	if n := c.sq.creditBack.Swap(0); n > 0 {
 		c.writeControl(ctrlBack, binary.BigEndian.AppendUint32(nil, uint32(n)))
@@ -196,7 +196,7 @@ func (c *Conn) returnUnused() {
 // holds part of its credits while waiting for the rest. The give-back
 // goes ahead of the ask, even one whose job was queued before it
 // (askCredits).
-func (c *Conn) onRecall() {
+func (c *conn) onRecall() {
 	c.sq.postMu.Lock()
 	defer c.postUnlock()
 	c.pullLocked()
@@ -218,7 +218,7 @@ func (c *Conn) onRecall() {
 
 // takeTotalLocked takes the credits a total from the peer adds to what
 // this side saw. Caller holds postMu.
-func (c *Conn) takeTotalLocked(total uint32) {
+func (c *conn) takeTotalLocked(total uint32) {
 	d := int32(total - c.sq.creditSeen)
 	if d <= 0 {
 		return
@@ -229,7 +229,7 @@ func (c *Conn) takeTotalLocked(total uint32) {
 
 // pullLocked takes the credits the peer wrote into the credit word since
 // the last look. Caller holds postMu.
-func (c *Conn) pullLocked() {
+func (c *conn) pullLocked() {
 	if c.cr.cw.mr != nil {
 		c.takeTotalLocked(atomic.LoadUint32(c.cr.cw.word(creditWordIn)))
 	}

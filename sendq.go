@@ -75,7 +75,7 @@ func (q *sendQueue) init(sqDepth int, askCredits, returnUnused func()) {
 // clearSent forgets the posted WRs of a connection whose QP is gone (no
 // completion can come for them: teardown resolves them) and stops the
 // idle timer. Posts check closing under postMu, so none is half done.
-func (c *Conn) clearSent() {
+func (c *conn) clearSent() {
 	c.sq.postMu.Lock()
 	c.sq.sentMu.Lock()
 	c.sq.sent.head, c.sq.sent.size = 0, 0
@@ -156,7 +156,7 @@ func (q *queuedPost) free() {
 // submitLocked posts the chain now, or queues it behind the chains that
 // wait for room. On error nothing is posted or queued and the ops'
 // buffers are dropped. Caller holds postMu.
-func (c *Conn) submitLocked(wrs []verbs.SendWR, ops []op) error {
+func (c *conn) submitLocked(wrs []verbs.SendWR, ops []op) error {
 	if err := c.postable(wrs, ops, false); err != nil {
 		c.dropAll(ops)
 		return err
@@ -188,7 +188,7 @@ func (c *Conn) submitLocked(wrs []verbs.SendWR, ops []op) error {
 }
 
 // sendQueueLimit is the connection's WithSendQueueLimit.
-func (c *Conn) sendQueueLimit() int {
+func (c *conn) sendQueueLimit() int {
 	if c.cfg.sqLimit > 0 {
 		return c.cfg.sqLimit
 	}
@@ -197,7 +197,7 @@ func (c *Conn) sendQueueLimit() int {
 
 // drainLocked posts the queued chains that fit, oldest first. Caller
 // holds postMu.
-func (c *Conn) drainLocked() {
+func (c *conn) drainLocked() {
 	for c.sq.pending.Len() > 0 && c.roomLocked(c.sq.pending.Items()[0].wrs) {
 		q := c.sq.pending.Pop()
 		c.sq.pendingWRs -= len(q.wrs)
@@ -218,7 +218,7 @@ func (c *Conn) drainLocked() {
 
 // failPending fails every queued chain: the connection failed, and
 // nothing more will be posted.
-func (c *Conn) failPending() {
+func (c *conn) failPending() {
 	c.sq.postMu.Lock()
 	defer c.postUnlock()
 	c.failPendingLocked(c.closedErr())
@@ -226,7 +226,7 @@ func (c *Conn) failPending() {
 
 // failPendingLocked fails every queued chain with err. Caller holds
 // postMu.
-func (c *Conn) failPendingLocked(err error) {
+func (c *conn) failPendingLocked(err error) {
 	for _, q := range c.sq.pending.Take() {
 		c.dropAll(q.ops)
 		resolveAll(q.ops, err)
@@ -239,7 +239,7 @@ func (c *Conn) failPendingLocked(err error) {
 
 // settle returns the room of k completed WRs and posts what waits for
 // it. It runs on the completion path, with no other lock of c held.
-func (c *Conn) settle(k int) {
+func (c *conn) settle(k int) {
 	c.sq.completed.Add(uint64(k))
 	c.sq.postMu.Lock()
 	c.sq.sqFree += k
@@ -250,7 +250,7 @@ func (c *Conn) settle(k int) {
 // postUnlock posts what the combining queue holds, unlocks postMu,
 // queues the credit frames decided under it, and fails the connection if
 // a post under it asked to: later and fail take locks of their own.
-func (c *Conn) postUnlock() {
+func (c *conn) postUnlock() {
 	for {
 		if c.sq.creditDue.Load() {
 			c.postCreditLocked()
@@ -288,7 +288,7 @@ func (c *Conn) postUnlock() {
 
 // unlockPost unlocks postMu where no post was made under it, and posts
 // what the combining queue got meanwhile.
-func (c *Conn) unlockPost() {
+func (c *conn) unlockPost() {
 	c.sq.postMu.Unlock()
 	if c.sq.leftWork() && c.sq.postMu.TryLock() {
 		c.postUnlock()
@@ -310,7 +310,7 @@ func (q *sendQueue) notifyLocked() {
 // waitSent waits, until ctx ends, for every send-side WR issued before
 // the call to complete: the queued ones are posted (or fail) first, then
 // every WR posted up to then completes. New posts may go on meanwhile.
-func (c *Conn) waitSent(ctx context.Context) error {
+func (c *conn) waitSent(ctx context.Context) error {
 	if c.drv != nil { // a Busy poller standing by must poll for us
 		c.drv.WaitingAdd(1)
 		defer c.drv.WaitingAdd(-1)
@@ -345,7 +345,7 @@ func (c *Conn) waitSent(ctx context.Context) error {
 
 // waitProgressLocked waits for the next completion or drain. It holds
 // postMu on return, unless it returns an error.
-func (c *Conn) waitProgressLocked(ctx context.Context) error {
+func (c *conn) waitProgressLocked(ctx context.Context) error {
 	if c.sq.progress == nil {
 		c.sq.progress = make(chan struct{})
 	}
@@ -364,7 +364,7 @@ func (c *Conn) waitProgressLocked(ctx context.Context) error {
 // room for them. Caller holds postMu; the send queue has room. On failure
 // nothing stays recorded except WRs the provider accepted; those complete
 // (or flush, since a failed post fails the connection) like any other.
-func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
+func (c *conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 	c.sq.sqFree -= len(wrs)
 	c.sq.credits -= needCredits(wrs)
 	for i := range wrs {
@@ -416,7 +416,7 @@ func (c *Conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 // whose peer closed, and accesses to regions the peer revoked. A queued
 // chain was issued before Close began, so Close lets it go out. Caller
 // holds postMu.
-func (c *Conn) postable(wrs []verbs.SendWR, ops []op, queued bool) error {
+func (c *conn) postable(wrs []verbs.SendWR, ops []op, queued bool) error {
 	if c.closing.Load() || c.err() != nil {
 		return c.closedErr()
 	}
@@ -439,7 +439,7 @@ func (c *Conn) postable(wrs []verbs.SendWR, ops []op, queued bool) error {
 	return nil
 }
 
-func (c *Conn) dropAll(ops []op) {
+func (c *conn) dropAll(ops []op) {
 	for i := range ops {
 		c.dropBuf(&ops[i])
 	}
@@ -461,7 +461,7 @@ const controlWRs = 2
 
 // doorbellLocked hands wrs to the QP as one chain: the one place a
 // connection posts send WRs. Caller holds postMu.
-func (c *Conn) doorbellLocked(wrs []verbs.SendWR) (int, error) {
+func (c *conn) doorbellLocked(wrs []verbs.SendWR) (int, error) {
 	c.st.doorbells.Add(1)
 	return c.qp.PostSend(wrs)
 }
@@ -472,7 +472,7 @@ func (c *Conn) doorbellLocked(wrs []verbs.SendWR) (int, error) {
 // postMu: it runs under the shared receive queue's lock and the receive
 // side's, so when postMu is taken it leaves the WRITE to the holder, as
 // submit leaves an operation, and postUnlock posts it.
-func (c *Conn) postCredit() {
+func (c *conn) postCredit() {
 	c.sq.creditDue.Store(true)
 	if c.sq.postMu.TryLock() {
 		c.postUnlock()
@@ -481,7 +481,7 @@ func (c *Conn) postCredit() {
 
 // postCreditLocked posts the credit WRITE left by postCredit. Caller
 // holds postMu.
-func (c *Conn) postCreditLocked() {
+func (c *conn) postCreditLocked() {
 	if !c.sq.creditDue.Swap(false) {
 		return
 	}
@@ -510,7 +510,7 @@ func (c *Conn) postCreditLocked() {
 // (onBeacon), and no completion of the QP is left in its CQ, so its QPN
 // may go to another connection (teardown). It goes in its room beyond
 // the send depth.
-func (c *Conn) postBeacon() {
+func (c *conn) postBeacon() {
 	if c.srq == nil {
 		return
 	}
@@ -539,7 +539,7 @@ func (c *Conn) postBeacon() {
 // completes in order, so they completed successfully, or they would
 // have produced a completion of their own. It returns how many WRs the
 // completion covers, its own included. It runs on a poller.
-func (c *Conn) takeCovered(id uint64) int {
+func (c *conn) takeCovered(id uint64) int {
 	c.sq.sentMu.Lock()
 	k := 1
 	for c.sq.sent.len() > 0 {
@@ -578,7 +578,7 @@ func (q *sendQueue) addRevoked(rkey uint32) {
 
 // forgetRevoked: the peer hands out rkey again (the device reused it for
 // new memory), so accesses to it are good again.
-func (c *Conn) forgetRevoked(rkey uint32) {
+func (c *conn) forgetRevoked(rkey uint32) {
 	c.sq.postMu.Lock()
 	if _, ok := c.sq.revoked[rkey]; ok {
 		delete(c.sq.revoked, rkey)
@@ -602,7 +602,7 @@ func (q *sendQueue) isRevoked(rkey uint32) bool {
 }
 
 // postMu.
-func (c *Conn) stampLatency(ops []op) {
+func (c *conn) stampLatency(ops []op) {
 	for i := range ops {
 		c.sq.latencySeq++
 		if c.sq.latencySeq%LatencySample == 0 {
@@ -615,7 +615,7 @@ func (c *Conn) stampLatency(ops []op) {
 // it, those left in the combining queue included, go out while the peer
 // makes room (when drain is set); when it makes none for closeStall,
 // or ctx ends, or drain is not set, those still queued fail with why.
-func (c *Conn) quiesceSends(ctx context.Context, why error, drain bool) {
+func (c *conn) quiesceSends(ctx context.Context, why error, drain bool) {
 	c.sq.postMu.Lock()
 	// Operations left in the combining queue were issued before
 	// the close: they go out (or queue) as issued, not refused as

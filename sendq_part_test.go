@@ -47,10 +47,10 @@ func (p *fakePoster) wrs() []verbs.SendWR {
 
 // sendQueueConn is a connection of send depth depth holding credits,
 // over a fake QP: what the send queue touches and nothing more.
-func sendQueueConn(t *testing.T, depth, credits int) (*Conn, *fakePoster) {
+func sendQueueConn(t *testing.T, depth, credits int) (*conn, *fakePoster) {
 	t.Helper()
 	p := &fakePoster{accept: -1}
-	c := &Conn{eng: &engine{cfg: config{pollMode: PollEvent}}, cfg: config{sqDepth: depth}, qp: p}
+	c := &conn{eng: &engine{cfg: config{pollMode: PollEvent}}, cfg: config{sqDepth: depth}, qp: p}
 	c.peer.MaxMsg = 1 << 20
 	c.sq.init(depth, func() {}, func() {})
 	c.sq.credits = credits
@@ -58,7 +58,7 @@ func sendQueueConn(t *testing.T, depth, credits int) (*Conn, *fakePoster) {
 }
 
 // sendOpOf is a message of no bytes with a Future.
-func sendOpOf(c *Conn, opc verbs.Opcode) (verbs.SendWR, op) {
+func sendOpOf(c *conn, opc verbs.Opcode) (verbs.SendWR, op) {
 	f := newFuture(nil)
 	kind := opSend
 	if opc == verbs.OpWrite {
@@ -68,7 +68,7 @@ func sendOpOf(c *Conn, opc verbs.Opcode) (verbs.SendWR, op) {
 }
 
 // issue submits one operation as Conn.post does, and returns its Future.
-func issue(c *Conn, opc verbs.Opcode) *Future {
+func issue(c *conn, opc verbs.Opcode) *Future {
 	wr, o := sendOpOf(c, opc)
 	c.submit(wr, verbs.SGE{}, o)
 	return o.fut
@@ -77,7 +77,7 @@ func issue(c *Conn, opc verbs.Opcode) *Future {
 // completeWR completes the posted WR id successfully, as the completion
 // path does (onSendDone): it resolves it and the unsignaled WRs before
 // it, and gives their room back.
-func completeWR(c *Conn, id uint64) {
+func completeWR(c *conn, id uint64) {
 	o, ok := c.ops.take(id)
 	k := c.takeCovered(id)
 	if ok {

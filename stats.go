@@ -229,7 +229,7 @@ func (l *lifeCounters) stats() LifecycleStats {
 // ended counts how a connection that came up ended, with its first
 // error; it runs once per connection, as logEnded does, and classifies
 // the same way: an orderly close whatever its first error was.
-func (l *lifeCounters) ended(c *Conn, err error) {
+func (l *lifeCounters) ended(c *conn, err error) {
 	var ce *CompletionError
 	switch {
 	case !c.up.Load():
@@ -370,11 +370,11 @@ type closedStats struct {
 
 // retire takes a closing connection out of the engine's slots and adds
 // its counters to Closed.
-func (e *engine) retire(c *Conn) {
+func (e *engine) retire(c *conn) {
 	e.retired.mu.Lock()
 	defer e.retired.mu.Unlock()
 	e.RemoveEndpoint(c.slot)
-	cs := c.Stats()
+	cs := c.api.Stats()
 	cs.CreditsOut = 0 // a gauge: nothing is given out by a closed connection
 	e.retired.st.add(cs)
 }
@@ -385,8 +385,8 @@ func (e *engine) stats(conns bool) EngineStats {
 	st := EngineStats{Provider: e.Prov.Name(), Device: e.Name(), Port: e.Port.Port, Pool: PoolStats(e.Pool.Stats())}
 	e.retired.mu.Lock()
 	for _, ep := range e.Endpoints() {
-		c := (*Conn)(ep.(*endpoint))
-		cs := c.Stats()
+		c := (*conn)(ep.(*endpoint))
+		cs := c.api.Stats()
 		st.Conns++
 		st.Total.add(cs)
 		if conns {

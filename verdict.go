@@ -53,7 +53,7 @@ func peerQPFailed(st verbs.WCStatus) bool {
 // verdict when the connection waits for one, or starts waiting when the
 // completion says the peer's queue pair failed and the control channel
 // has not spoken yet. It reports whether it kept it. It runs on a poller.
-func (c *Conn) holdForVerdict(o *op, pb *pool.Buffer, wc *verbs.WorkCompletion) bool {
+func (c *conn) holdForVerdict(o *op, pb *pool.Buffer, wc *verbs.WorkCompletion) bool {
 	if !c.vd.holding.Load() {
 		if wc.Status == verbs.WCSuccess || !peerQPFailed(wc.Status) || c.ctl.ctrl == nil || c.err() != nil ||
 			c.ctl.closeHeard.Load() || !c.vd.holding.CompareAndSwap(false, true) {
@@ -76,7 +76,7 @@ func (c *Conn) holdForVerdict(o *op, pb *pool.Buffer, wc *verbs.WorkCompletion) 
 
 // awaitVerdict waits for the control channel's word, fails the
 // connection with it, and hands the held completions on in order.
-func (c *Conn) awaitVerdict() {
+func (c *conn) awaitVerdict() {
 	t := time.NewTimer(verdictBound)
 	select {
 	case <-c.ctx.Done(): // failed: an abort's reason, the socket's end, a close here
