@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 	"unicode/utf8"
+
+	"github.com/go-rdma/rdma/internal/rc"
 )
 
 // A connection that fails for a reason of its own (a failed completion,
@@ -65,7 +67,7 @@ func (c *conn) tellPeer(err error) {
 		}
 		c.ctl.ctrlMu.Lock()
 		c.ctl.ctrl.SetWriteDeadline(time.Now().Add(abortBound))
-		werr := writeFrame(c.ctl.ctrl, ctrlAbort, abortReason(err))
+		werr := rc.WriteFrame(c.ctl.ctrl, rc.CtrlAbort, abortReason(err))
 		c.ctl.ctrlMu.Unlock()
 		if cw, ok := c.ctl.ctrl.(interface{ CloseWrite() error }); ok && werr == nil {
 			cw.CloseWrite()

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/go-rdma/rdma/internal/rc"
 )
 
 // Close closes the connection gracefully and returns every buffer it
@@ -44,7 +46,7 @@ func (c *Conn) Close() error {
 		if c.ctl.ctrl != nil && !c.told.Load() { // an abort told the peer already
 			c.ctl.ctrlMu.Lock()
 			c.ctl.ctrl.SetWriteDeadline(time.Now().Add(time.Second))
-			writeFrame(c.ctl.ctrl, ctrlClose, nil)
+			rc.WriteFrame(c.ctl.ctrl, rc.CtrlClose, nil)
 			c.ctl.ctrlMu.Unlock()
 			// Keep the QP up until the peer's operations are done too
 			// (bounded): it acknowledges what it received only while

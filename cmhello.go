@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/go-rdma/rdma/internal/ibv"
+	"github.com/go-rdma/rdma/internal/rc"
 )
 
 // A connection set up through rdma_cm has no control channel, so its
@@ -27,7 +28,7 @@ import (
 // (private data is padded with zeros), which SendWindow reports as not
 // said. A listener on iWARP adds the byte its dialer READs to settle the
 // connection (settleIWARP); only an accept carries it.
-const cmHelloSize = 8 + maxProtocol + 4
+const cmHelloSize = 8 + rc.MaxProtocol + 4
 
 // cmFlagSettle: the hello ends with the address and rkey of a byte the
 // dialer may READ (settleIWARP).
@@ -69,10 +70,10 @@ func (h cmHello) marshal() []byte {
 	}
 	b := make([]byte, n)
 	copy(b, cmHelloMagic[:])
-	b[2] = handshakeVersion
+	b[2] = rc.Version
 	binary.BigEndian.PutUint32(b[4:8], h.maxMsg)
 	copy(b[8:], h.protocol)
-	binary.BigEndian.PutUint32(b[8+maxProtocol:], h.recvWindow)
+	binary.BigEndian.PutUint32(b[8+rc.MaxProtocol:], h.recvWindow)
 	if h.settle.Len > 0 {
 		b[3] |= cmFlagSettle
 		binary.BigEndian.PutUint64(b[cmHelloSize:], h.settle.Addr)
@@ -87,15 +88,15 @@ var errNoCMHello = errors.New("no go-rdma hello in the rdma_cm private data")
 // parseCMHello reads a peer's hello from rdma_cm private data (padded
 // with zeros to the transport's size).
 func parseCMHello(b []byte) (cmHello, error) {
-	if len(b) < 8+maxProtocol || !bytes.Equal(b[:2], cmHelloMagic[:]) {
+	if len(b) < 8+rc.MaxProtocol || !bytes.Equal(b[:2], cmHelloMagic[:]) {
 		return cmHello{}, errNoCMHello
 	}
-	if b[2] != handshakeVersion {
-		return cmHello{}, fmt.Errorf("%w: peer version %d, ours %d", ErrVersion, b[2], handshakeVersion)
+	if b[2] != rc.Version {
+		return cmHello{}, fmt.Errorf("%w: peer version %d, ours %d", ErrVersion, b[2], rc.Version)
 	}
-	h := cmHello{maxMsg: binary.BigEndian.Uint32(b[4:8]), protocol: protocolName(b[8 : 8+maxProtocol])}
+	h := cmHello{maxMsg: binary.BigEndian.Uint32(b[4:8]), protocol: rc.ProtocolName(b[8 : 8+rc.MaxProtocol])}
 	if len(b) >= cmHelloSize {
-		h.recvWindow = binary.BigEndian.Uint32(b[8+maxProtocol:])
+		h.recvWindow = binary.BigEndian.Uint32(b[8+rc.MaxProtocol:])
 	}
 	if b[3]&cmFlagSettle != 0 && len(b) >= cmHelloSize+cmSettleSize {
 		h.settle = RemoteRegion{Addr: binary.BigEndian.Uint64(b[cmHelloSize:]), RKey: binary.BigEndian.Uint32(b[cmHelloSize+8:]), Len: 1}
@@ -117,12 +118,12 @@ func parseCMHello(b []byte) (cmHello, error) {
 func learnCMHello(cfg config, priv []byte, dialing bool) (cmHello, error) {
 	h, err := parseCMHello(priv)
 	if errors.Is(err, errNoCMHello) {
-		return cmHello{maxMsg: uint32(cfg.maxMsg)}, matchProtocol(cfg.protocol, "", dialing)
+		return cmHello{maxMsg: uint32(cfg.maxMsg)}, rc.MatchProtocol(cfg.protocol, "", dialing)
 	}
 	if err != nil {
 		return cmHello{}, err
 	}
-	return h, matchProtocol(cfg.protocol, h.protocol, dialing)
+	return h, rc.MatchProtocol(cfg.protocol, h.protocol, dialing)
 }
 
 // cmRefused is the dialer's error for a listener's reject that says why.

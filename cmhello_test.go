@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma/internal/ibv"
+	"github.com/go-rdma/rdma/internal/rc"
 )
 
 // TestCMHello: the rdma_cm hello round-trips in the private data (padded
@@ -44,7 +45,7 @@ func TestCMHello(t *testing.T) {
 	assert.Contains(t, err.Error(), `"kv/3"`)
 
 	old := pad(me.marshal())
-	old[2] = handshakeVersion - 1
+	old[2] = rc.Version - 1
 	_, err = parseCMHello(old)
 	assert.ErrorIs(t, err, ErrVersion)
 	zero := pad(cmHello{protocol: "kv/2"}.marshal())

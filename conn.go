@@ -14,6 +14,7 @@ import (
 	"time"
 
 	ieng "github.com/go-rdma/rdma/internal/engine"
+	"github.com/go-rdma/rdma/internal/rc"
 
 	"github.com/go-rdma/rdma/internal/ibv"
 	"github.com/go-rdma/rdma/internal/poller"
@@ -48,7 +49,7 @@ type conn struct {
 	drv      *poller.Poller // unit's poller when Busy: Wait drives it (Poller.Drive)
 	qp       verbs.QP
 	cm       *ibv.CMID // the rdma_cm connection; nil on TCP-set-up ones
-	peer     hello
+	peer     rc.Hello
 	local    net.Addr
 	remote   net.Addr
 	inline   int // bytes a SEND may carry inline

@@ -11,27 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-)
 
-// Control frames travel over the connection's TCP socket after the
-// handshake: a type byte, a 16-bit length and at most maxCtrl bytes.
-const (
-	ctrlRegion   = 1  // SendRegion: region
-	ctrlRequest  = 2  // RequestRegion: id u32, size u64, access u32, lifetime ms u32
-	ctrlGrant    = 3  // answer: id u32, region
-	ctrlDeny     = 4  // answer: id u32, reason
-	ctrlFree     = 5  // the requester no longer needs a granted region: rkey u32
-	ctrlClose    = 6  // orderly close: the sender's operations are done, it posts no more
-	ctrlTaken    = 7  // RecvRegion took a region: one SendRegion credit back
-	ctrlRevoke   = 8  // the owner revokes a region: rkey u32
-	ctrlRevoked  = 9  // answer to ctrlRevoke: no access to rkey u32 is in flight or will be posted
-	ctrlCloseAck = 10 // answer to ctrlClose: this side's operations are done too
-	ctrlCredit   = 11 // credits: u32 total the peer gave over the connection's life, answering an ask (returnCredits)
-	ctrlAsk      = 12 // the sender asks for n u32 credits for messages it has waiting, having seen a u32 total, a u32 of them at once (what its first chain lacks), that chain's u32 credits
-	ctrlBack     = 13 // the sender gives back the n u32 credits it held: its asks before are void, an ask follows if messages wait
-	ctrlRecall   = 14 // the receiver asks for the credits the sender has no message for (others wait)
-	ctrlAbort    = 15 // the sender failed for a reason of its own: reason text (Abort)
-	maxCtrl      = 1024
+	"github.com/go-rdma/rdma/internal/rc"
 )
 
 // What one peer may have outstanding on a connection's control channel.
@@ -89,40 +70,6 @@ func newControlChan(ctrl net.Conn) controlChan {
 		jobs: make(chan func(), maxRegionRequests+6)}
 }
 
-// ErrProtocol means the peer broke go-rdma's control protocol: a
-// malformed frame, or more outstanding requests than it may have. The
-// connection is cut off.
-var ErrProtocol = errors.New("peer broke the go-rdma control protocol")
-
-func writeFrame(w io.Writer, typ byte, payload []byte) error {
-	if len(payload) > maxCtrl {
-		return fmt.Errorf("rdma: control frame of %d bytes: %w", len(payload), ErrInvalid)
-	}
-	b := make([]byte, 3, 3+len(payload))
-	b[0] = typ
-	binary.BigEndian.PutUint16(b[1:], uint16(len(payload)))
-	_, err := w.Write(append(b, payload...))
-	return err
-}
-
-// readFrame reads one frame; a length over maxCtrl is a protocol error,
-// never a large allocation.
-func readFrame(r *bufio.Reader, buf []byte) (byte, []byte, error) {
-	var h [3]byte
-	if _, err := io.ReadFull(r, h[:]); err != nil {
-		return 0, nil, err
-	}
-	n := int(binary.BigEndian.Uint16(h[1:]))
-	if n > maxCtrl || n > cap(buf) {
-		return 0, nil, fmt.Errorf("%w: control frame of %d bytes", ErrProtocol, n)
-	}
-	buf = buf[:n]
-	if _, err := io.ReadFull(r, buf); err != nil {
-		return 0, nil, err
-	}
-	return h[0], buf, nil
-}
-
 // control writes one control frame, bounded by ctx.
 func (c *conn) control(ctx context.Context, typ byte, p []byte) error {
 	if c.ctl.ctrl == nil {
@@ -147,7 +94,7 @@ func (c *conn) writeControl(typ byte, p []byte) error {
 	// corrupt the channel, so a failed write fails the connection.
 	c.ctl.ctrl.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	c.st.ctrlFrames.Add(1)
-	if err := writeFrame(c.ctl.ctrl, typ, p); err != nil {
+	if err := rc.WriteFrame(c.ctl.ctrl, typ, p); err != nil {
 		if c.err() != nil {
 			return c.closedErr()
 		}
@@ -185,9 +132,9 @@ func (c *conn) cutOff(err error) {
 // the close's ErrPeerClosed.
 func (c *conn) readControl(r *bufio.Reader) {
 	defer close(c.ctl.ctrlDone)
-	buf := make([]byte, maxCtrl)
+	buf := make([]byte, rc.MaxCtrl)
 	for {
-		typ, p, err := readFrame(r, buf)
+		typ, p, err := rc.ReadFrame(r, buf)
 		if slow := c.ctl.slow.Load(); slow != nil {
 			<-*slow
 		}
@@ -223,56 +170,56 @@ func (c *conn) readControl(r *bufio.Reader) {
 			continue // tests: a peer that hears nothing
 		}
 		switch typ {
-		case ctrlRegion:
+		case rc.CtrlRegion:
 			c.onRegion(p)
-		case ctrlTaken:
+		case rc.CtrlTaken:
 			select {
 			case <-c.rg.regionSlots:
 			default:
 				c.protocolErr("took a region that was never sent")
 			}
-		case ctrlRequest:
+		case rc.CtrlRequest:
 			c.onRequest(p)
-		case ctrlGrant, ctrlDeny:
+		case rc.CtrlGrant, rc.CtrlDeny:
 			c.onAnswer(typ, p)
-		case ctrlFree:
+		case rc.CtrlFree:
 			if v, ok := c.word(p, "release"); ok {
 				c.onFree(v)
 			}
-		case ctrlRevoke:
+		case rc.CtrlRevoke:
 			if v, ok := c.word(p, "revoke"); ok {
 				c.onRevoke(v)
 			}
-		case ctrlRevoked:
+		case rc.CtrlRevoked:
 			if v, ok := c.word(p, "revoke answer"); ok {
 				c.onRevoked(v)
 			}
-		case ctrlClose:
+		case rc.CtrlClose:
 			c.onPeerClose()
-		case ctrlCredit:
+		case rc.CtrlCredit:
 			if v, ok := c.word(p, "credit"); ok {
 				c.onCredit(v)
 			}
-		case ctrlAsk:
+		case rc.CtrlAsk:
 			if len(p) != 16 {
 				c.protocolErr("malformed credit request")
 			} else if c.srq != nil {
 				c.onCreditAsk(binary.BigEndian.Uint32(p), binary.BigEndian.Uint32(p[4:]), binary.BigEndian.Uint32(p[8:]),
 					binary.BigEndian.Uint32(p[12:]))
 			}
-		case ctrlBack:
+		case rc.CtrlBack:
 			if v, ok := c.word(p, "credit return"); ok && c.srq != nil {
 				c.onCreditBack(v)
 			}
-		case ctrlRecall:
+		case rc.CtrlRecall:
 			if len(p) != 0 {
 				c.protocolErr("malformed credit recall")
 			} else {
 				c.onRecall()
 			}
-		case ctrlAbort:
+		case rc.CtrlAbort:
 			c.onPeerAbort(p)
-		case ctrlCloseAck:
+		case rc.CtrlCloseAck:
 			c.ctl.closeAckOnce.Do(func() { close(c.ctl.closeAck) })
 		default:
 			c.protocolErr("unknown control frame %d", typ)
@@ -310,7 +257,7 @@ func (c *conn) onPeerClose() {
 	close(c.ctl.heard)
 	c.later(func() {
 		c.quiesce(c.peerClosedErr(), false)
-		c.writeControl(ctrlCloseAck, nil)
+		c.writeControl(rc.CtrlCloseAck, nil)
 		c.fail(c.peerClosedErr())
 	})
 }

@@ -2,6 +2,8 @@ package rdma
 
 import (
 	"sync/atomic"
+
+	"github.com/go-rdma/rdma/internal/rc"
 )
 
 // Credits keep a connection's messages within receives its peer has
@@ -101,7 +103,7 @@ func (c *conn) recvCap() int {
 // sendRecall asks the peer for the credits it does not use.
 func (c *conn) sendRecall() {
 	c.cr.recallQueued.Store(false)
-	c.writeControl(ctrlRecall, nil)
+	c.writeControl(rc.CtrlRecall, nil)
 }
 
 // recall asks c's peer for its unused credits, once until it answers or

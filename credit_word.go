@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	ieng "github.com/go-rdma/rdma/internal/engine"
+	"github.com/go-rdma/rdma/internal/rc"
 
 	"github.com/go-rdma/rdma/internal/verbs"
 )
@@ -135,7 +136,7 @@ func (c *conn) returnCredits() {
 		}
 		c.cr.cw.askOpen.Store(false)
 	}
-	c.writeControl(ctrlCredit, binary.BigEndian.AppendUint32(nil, t))
+	c.writeControl(rc.CtrlCredit, binary.BigEndian.AppendUint32(nil, t))
 }
 
 // request is the credit WRITE of wr_id id: the total given so far, put
@@ -143,7 +144,7 @@ func (c *conn) returnCredits() {
 // QP carries 4 bytes inline. It is kept in w (one is in flight at a
 // time), so that posting it allocates nothing. The caller holds postMu,
 // and the buffer is registered (mr).
-func (w *creditWord) request(id uint64, inline int, peer *hello) []verbs.SendWR {
+func (w *creditWord) request(id uint64, inline int, peer *rc.Hello) []verbs.SendWR {
 	t := w.total.Load()
 	w.written.Store(t)
 	atomic.StoreUint32(w.word(creditWordOut), t)

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	ieng "github.com/go-rdma/rdma/internal/engine"
+	"github.com/go-rdma/rdma/internal/rc"
 
 	"github.com/go-rdma/rdma/internal/poller"
 	"github.com/go-rdma/rdma/internal/soft"
@@ -38,13 +39,13 @@ func StopPoller(c *Conn, err error) {
 
 // Control frame types, for tests that play a hostile peer.
 const (
-	CtrlRegion  = ctrlRegion
-	CtrlRequest = ctrlRequest
-	CtrlGrant   = ctrlGrant
-	CtrlFree    = ctrlFree
-	CtrlRevoked = ctrlRevoked
-	CtrlAbort   = ctrlAbort
-	CtrlDeny    = ctrlDeny
+	CtrlRegion  = rc.CtrlRegion
+	CtrlRequest = rc.CtrlRequest
+	CtrlGrant   = rc.CtrlGrant
+	CtrlFree    = rc.CtrlFree
+	CtrlRevoked = rc.CtrlRevoked
+	CtrlAbort   = rc.CtrlAbort
+	CtrlDeny    = rc.CtrlDeny
 )
 
 // RequestsInFlight counts c's RequestRegion calls waiting for an answer.
@@ -183,10 +184,10 @@ func SendRawControl(c *Conn, b []byte) error {
 }
 
 // MaxCtrl is the largest control frame payload.
-const MaxCtrl = maxCtrl
+const MaxCtrl = rc.MaxCtrl
 
 // HelloSize is the size of the hello each side of a TCP set-up sends.
-var HelloSize = binary.Size(hello{})
+var HelloSize = binary.Size(rc.Hello{})
 
 // MaxHandshakes bounds the handshakes a Listener has made a queue pair for.
 const MaxHandshakes = maxHandshakes

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-rdma/rdma/internal/pool"
+	"github.com/go-rdma/rdma/internal/rc"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -172,7 +173,7 @@ func (c *conn) askRevoke(rkey uint32, rv *revocation) {
 		c.finishRevoke(rkey, err)
 	})
 	c.rg.emu.Unlock()
-	if err := c.writeControl(ctrlRevoke, binary.BigEndian.AppendUint32(nil, rkey)); err != nil {
+	if err := c.writeControl(rc.CtrlRevoke, binary.BigEndian.AppendUint32(nil, rkey)); err != nil {
 		// The connection failed: no access of the peer's can come.
 		c.finishRevoke(rkey, nil)
 	}
@@ -307,7 +308,7 @@ func (c *conn) fence() {
 		return // failed or closing: the peer learns that from the connection
 	}
 	for _, rkey := range acks {
-		if c.writeControl(ctrlRevoked, binary.BigEndian.AppendUint32(nil, rkey)) != nil {
+		if c.writeControl(rc.CtrlRevoked, binary.BigEndian.AppendUint32(nil, rkey)) != nil {
 			return
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/go-rdma/rdma/internal/rc"
 )
 
 // ErrRegionRefused means the peer refused a RequestRegion.
@@ -92,7 +94,7 @@ func (c *Conn) RequestRegion(ctx context.Context, size int, access Access, opts 
 	p = binary.BigEndian.AppendUint64(p, uint64(size))
 	p = binary.BigEndian.AppendUint32(p, uint32(access))
 	p = binary.BigEndian.AppendUint32(p, uint32(rr.life/time.Millisecond))
-	if err := c.control(ctx, ctrlRequest, p); err != nil {
+	if err := c.control(ctx, rc.CtrlRequest, p); err != nil {
 		c.rg.emu.Lock()
 		_, mine := c.rg.requests[id]
 		delete(c.rg.requests, id)
@@ -140,7 +142,7 @@ func (c *Conn) ReleaseRegion(ctx context.Context, r RemoteRegion) error {
 		}
 		return err
 	}
-	return c.control(ctx, ctrlFree, binary.BigEndian.AppendUint32(nil, r.RKey))
+	return c.control(ctx, rc.CtrlFree, binary.BigEndian.AppendUint32(nil, r.RKey))
 }
 
 // onRequest queues a peer's RequestRegion for the control worker. A
@@ -175,7 +177,7 @@ func (c *conn) onRequest(p []byte) {
 // grant serves a peer's RequestRegion on the control worker and returns
 // the answer.
 func (c *conn) grant(size uint64, access Access, life time.Duration) (typ byte, p []byte) {
-	deny := func(why string) (byte, []byte) { return ctrlDeny, []byte(why) }
+	deny := func(why string) (byte, []byte) { return rc.CtrlDeny, []byte(why) }
 	if access == 0 || access&^(RemoteRead|RemoteWrite|RemoteAtomic) != 0 || size == 0 {
 		return deny(fmt.Sprintf("bad request: %d bytes, access %v", size, access))
 	}
@@ -201,7 +203,7 @@ func (c *conn) grant(size uint64, access Access, life time.Duration) (typ byte, 
 	if err == nil {
 		var r RemoteRegion
 		if r, err = c.expose(pb, 0, int(size), access, int(size), life); err == nil {
-			return ctrlGrant, r.appendTo(nil)
+			return rc.CtrlGrant, r.appendTo(nil)
 		}
 		pb.Release()
 	}
@@ -221,7 +223,7 @@ func (c *conn) onAnswer(typ byte, p []byte) {
 	}
 	id := binary.BigEndian.Uint32(p)
 	var a regionAnswer
-	if typ == ctrlGrant {
+	if typ == rc.CtrlGrant {
 		if err := a.r.UnmarshalBinary(p[4:]); err != nil {
 			c.protocolErr("malformed grant: %v", err)
 			return
@@ -243,9 +245,9 @@ func (c *conn) onAnswer(typ byte, p []byte) {
 		rq.ch <- a
 		return
 	}
-	if typ == ctrlGrant {
+	if typ == rc.CtrlGrant {
 		// Nobody can have posted an access to it: hand it back now.
-		c.writeControl(ctrlFree, binary.BigEndian.AppendUint32(nil, a.r.RKey))
+		c.writeControl(rc.CtrlFree, binary.BigEndian.AppendUint32(nil, a.r.RKey))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-rdma/rdma/internal/ibv"
 	"github.com/go-rdma/rdma/internal/loglimit"
+	"github.com/go-rdma/rdma/internal/rc"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -173,7 +174,7 @@ func (l *Listener) serve(tc net.Conn, e *list.Element) {
 			return // the check's peer is refused when the check returns
 		}
 		if err != nil {
-			writeRefusal(tc, err.Error())
+			rc.WriteRefusal(tc, err.Error())
 			refused = true
 		}
 	}
@@ -184,7 +185,7 @@ func (l *Listener) serve(tc net.Conn, e *list.Element) {
 	}
 	h, err := l.hs.acquire(ctx)
 	if err != nil {
-		writeRefusal(tc, "the listener is busy setting up other connections")
+		rc.WriteRefusal(tc, "the listener is busy setting up other connections")
 		l.eng.life.handshakeRefused.Add(1)
 		tc.Close()
 		return

@@ -4,13 +4,13 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"slices"
 	"sync"
 	"time"
 
 	ieng "github.com/go-rdma/rdma/internal/engine"
+	"github.com/go-rdma/rdma/internal/rc"
 
 	"github.com/go-rdma/rdma/internal/ibv"
 	"github.com/go-rdma/rdma/internal/poller"
@@ -448,6 +448,8 @@ var devList struct {
 	err  error
 }
 
+// The errors a peer's words become; their wire protocol is internal/rc's.
+
 // ErrPeerClosed means the peer ended the connection and said so: it
 // closed it (Close), or its side failed (or called Abort) and told this
 // side, and then the error's text quotes the peer's reason. After the
@@ -455,7 +457,7 @@ var devList struct {
 // issued later all fail with one error, "rdma: peer ADDR: peer closed
 // the connection", whatever completions the close flushed. It wraps
 // net.ErrClosed. A peer that went away without saying so is ErrPeerLost.
-var ErrPeerClosed error = peerClosedError{}
+var ErrPeerClosed = rc.ErrPeerClosed
 
 // ErrPeerLost means the peer went away without ending the connection:
 // its process was killed or crashed, its host or the network went down,
@@ -469,18 +471,18 @@ var ErrPeerClosed error = peerClosedError{}
 // by peer" when they come before the stream's own close.) Connections
 // set up through rdma_cm cannot tell the two apart: the peer's
 // disconnect is ErrPeerClosed, however its process ended.
-var ErrPeerLost error = peerLostError{}
+var ErrPeerLost = rc.ErrPeerLost
 
-// peerClosedError is ErrPeerClosed: it matches net.ErrClosed without
-// repeating its text, which speaks of a use of a closed connection.
-type peerClosedError struct{}
+// ErrVersion means the peer speaks another version of the handshake.
+var ErrVersion = rc.ErrVersion
 
-func (peerClosedError) Error() string { return "peer closed the connection" }
-func (peerClosedError) Unwrap() error { return net.ErrClosed }
+// ErrNotRDMA means the peer did not answer with a go-rdma handshake.
+var ErrNotRDMA = rc.ErrNotRDMA
 
-// peerLostError is ErrPeerLost; it matches net.ErrClosed, as
-// peerClosedError does.
-type peerLostError struct{}
+// ErrRefused means the peer refused the connection; the error says why.
+var ErrRefused = rc.ErrRefused
 
-func (peerLostError) Error() string { return "peer went away without closing the connection" }
-func (peerLostError) Unwrap() error { return net.ErrClosed }
+// ErrProtocol means the peer broke go-rdma's control protocol: a
+// malformed frame, or more outstanding requests than it may have. The
+// connection is cut off.
+var ErrProtocol = rc.ErrProtocol

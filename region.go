@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/go-rdma/rdma/internal/rc"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -96,7 +97,7 @@ func (c *Conn) SendRegion(ctx context.Context, r RemoteRegion) error {
 	case <-c.ctx.Done():
 		return c.closedErr()
 	}
-	if err := c.control(ctx, ctrlRegion, r.appendTo(nil)); err != nil {
+	if err := c.control(ctx, rc.CtrlRegion, r.appendTo(nil)); err != nil {
 		<-c.rg.regionSlots
 		return err
 	}
@@ -122,7 +123,7 @@ func (c *Conn) RecvRegion(ctx context.Context) (RemoteRegion, error) {
 	}
 	// The peer may send another; a failed write has failed the
 	// connection, and the region is still good to return.
-	c.writeControl(ctrlTaken, nil)
+	c.writeControl(rc.CtrlTaken, nil)
 	return r, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-rdma/rdma/internal/rc"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -125,13 +126,13 @@ func (c *conn) askCredits() {
 	}
 	c.postUnlock()
 	if back > 0 {
-		c.writeControl(ctrlBack, binary.BigEndian.AppendUint32(nil, uint32(back)))
+		c.writeControl(rc.CtrlBack, binary.BigEndian.AppendUint32(nil, uint32(back)))
 	}
 	if want > 0 {
 		p := binary.BigEndian.AppendUint32(nil, uint32(min(want, maxAsk)))
 		p = binary.BigEndian.AppendUint32(p, seen)
 		p = binary.BigEndian.AppendUint32(p, uint32(max(1, need)))
-		c.writeControl(ctrlAsk, binary.BigEndian.AppendUint32(p, uint32(max(1, chain))))
+		c.writeControl(rc.CtrlAsk, binary.BigEndian.AppendUint32(p, uint32(max(1, chain))))
 	}
 }
 
@@ -185,7 +186,7 @@ func (c *conn) idleCredits() {
 func (c *conn) returnUnused() {
 	c.sq.backQueued.Store(false)
 	if n := c.sq.creditBack.Swap(0); n > 0 {
-		c.writeControl(ctrlBack, binary.BigEndian.AppendUint32(nil, uint32(n)))
+		c.writeControl(rc.CtrlBack, binary.BigEndian.AppendUint32(nil, uint32(n)))
 	}
 }
 

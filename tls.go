@@ -10,6 +10,8 @@ import (
 	"net"
 	"strconv"
 	"time"
+
+	"github.com/go-rdma/rdma/internal/rc"
 )
 
 // TLS on the TCP bootstrap (docs/security.md): the hello, its answer and
@@ -151,7 +153,7 @@ func tlsErr(addr net.Addr, err error) error {
 	if errors.As(err, &rh) {
 		h := rh.RecordHeader[:]
 		switch {
-		case h[0] == answerRefuse:
+		case h[0] == rc.AnswerRefuse:
 			return fmt.Errorf("rdma: TLS handshake with %v: %w: the listener does not use TLS (it answered in plain text)", addr, ErrRefused)
 		case bytes.HasPrefix(h, []byte("HTTP/")):
 			return fmt.Errorf("rdma: TLS handshake with %v: %w: an HTTP server answered: %q (dialed its port instead of the listener's?)", addr, ErrNotRDMA, h)
@@ -198,8 +200,8 @@ func acceptTLS(ctx context.Context, tc net.Conn, cfg *tls.Config) (*tls.Conn, er
 		return t, nil
 	}
 	var rh tls.RecordHeaderError
-	if errors.As(err, &rh) && string(rh.RecordHeader[:]) == handshakeMagic[:len(rh.RecordHeader)] {
-		writeRefusal(tc, "rdma: this listener requires TLS (WithTLS)")
+	if errors.As(err, &rh) && string(rh.RecordHeader[:]) == rc.MagicBytes[:len(rh.RecordHeader)] {
+		rc.WriteRefusal(tc, "rdma: this listener requires TLS (WithTLS)")
 		tc.Close()
 		return nil, fmt.Errorf("rdma: TLS handshake with %v: the dialer does not use TLS: %w", tc.RemoteAddr(), peerText{err})
 	}
@@ -225,7 +227,7 @@ func (l *Listener) checkPeer(ctx context.Context, tc net.Conn, release func() bo
 		// refusal gets a bound of its own.
 		release()
 		tc.SetWriteDeadline(time.Now().Add(lateRefusalBound))
-		writeRefusal(tc, why.Error())
+		rc.WriteRefusal(tc, why.Error())
 		tc.Close()
 	})
 }
