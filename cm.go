@@ -95,7 +95,9 @@ func dialCMOnce(ctx context.Context, eng *engine, cfg config, address string) (*
 		return nil, err
 	}
 	c, err := cmConn(eng, cfg, id, func(c *conn) (cmHello, error) {
-		if err := id.Connect(ctx, c.qp, ibv.CMParams{PrivateData: cmHelloFor(cfg).marshal()}); err != nil {
+		ours := cmHelloFor(cfg)
+		ours.goFirst = c.iwarp()
+		if err := id.Connect(ctx, c.qp, ibv.CMParams{PrivateData: ours.marshal()}); err != nil {
 			return cmHello{}, cmRefused(err)
 		}
 		return learnCMHello(cfg, id.PrivateData(), true)
@@ -223,6 +225,9 @@ func (l *Listener) acceptCM() {
 				}
 				// The peer's settle byte is none: a dialer names none.
 				peer.settle = RemoteRegion{}
+				if peer.goFirst && ours.settle.Len > 0 {
+					c.awaitGo() // before the accept: nothing is posted yet
+				}
 				return peer, req.Accept(ctx, c.qp, ibv.CMParams{PrivateData: ours.marshal()})
 			})
 			if err != nil {

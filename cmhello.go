@@ -24,15 +24,24 @@ import (
 //	magic "GR" | version u8 | flags u8 | max message u32 BE | protocol, NUL-padded to maxProtocol | receive window u32 BE
 //	[flags & cmFlagSettle: settle byte's address u64 BE | its rkey u32 BE]
 //
+// flags: cmFlagSettle (a listener's), cmFlagGoFirst (a dialer's).
+//
 // A hello of before v0.2.0 ends at the protocol: its window reads as 0
 // (private data is padded with zeros), which SendWindow reports as not
 // said. A listener on iWARP adds the byte its dialer READs to settle the
 // connection (settleIWARP); only an accept carries it.
 const cmHelloSize = 8 + rc.MaxProtocol + 4
 
-// cmFlagSettle: the hello ends with the address and rkey of a byte the
-// dialer may READ (settleIWARP).
-const cmFlagSettle = 1
+// Flags of a hello.
+const (
+	// cmFlagSettle: the hello ends with the address and rkey of a byte
+	// the dialer may READ (settleIWARP). Only a listener's carries it.
+	cmFlagSettle = 1
+	// cmFlagGoFirst: the dialer, on iWARP, sends a zero-length SEND
+	// before anything else when the listener is go-rdma's, and the
+	// listener's sends wait for it (awaitGo). Only a dialer's carries it.
+	cmFlagGoFirst = 2
+)
 
 // cmSettleSize is the size of the settle byte's address and rkey.
 const cmSettleSize = 12
@@ -55,6 +64,7 @@ type cmHello struct {
 	protocol   string
 	recvWindow uint32
 	settle     RemoteRegion // a listener's byte to READ (settleIWARP); Len 0: none
+	goFirst    bool         // a dialer's: it sends a go before anything else (cmFlagGoFirst)
 }
 
 // cmHelloFor is the hello of a connection of cfg: rdma_cm connections
@@ -74,6 +84,9 @@ func (h cmHello) marshal() []byte {
 	binary.BigEndian.PutUint32(b[4:8], h.maxMsg)
 	copy(b[8:], h.protocol)
 	binary.BigEndian.PutUint32(b[8+rc.MaxProtocol:], h.recvWindow)
+	if h.goFirst {
+		b[3] |= cmFlagGoFirst
+	}
 	if h.settle.Len > 0 {
 		b[3] |= cmFlagSettle
 		binary.BigEndian.PutUint64(b[cmHelloSize:], h.settle.Addr)
@@ -101,6 +114,7 @@ func parseCMHello(b []byte) (cmHello, error) {
 	if b[3]&cmFlagSettle != 0 && len(b) >= cmHelloSize+cmSettleSize {
 		h.settle = RemoteRegion{Addr: binary.BigEndian.Uint64(b[cmHelloSize:]), RKey: binary.BigEndian.Uint32(b[cmHelloSize+8:]), Len: 1}
 	}
+	h.goFirst = b[3]&cmFlagGoFirst != 0
 	if h.maxMsg == 0 {
 		return cmHello{}, fmt.Errorf("rdma: %w: rdma_cm hello with a largest message of 0", ErrInvalid)
 	}

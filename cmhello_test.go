@@ -86,6 +86,24 @@ func TestCMHelloSettle(t *testing.T) {
 	assert.Zero(t, got.settle)
 }
 
+// TestCMHelloGoFirst: a dialer on iWARP says it sends a go before
+// anything else (awaitGo), in a connect request's private data, beside
+// the rest of its hello; a hello without the flag says it does not.
+func TestCMHelloGoFirst(t *testing.T) {
+	dial := cmHelloFor(config{maxMsg: 4096, rqDepth: 32, protocol: "kv/2"})
+	dial.goFirst = true
+	b := dial.marshal()
+	require.Len(t, b, cmHelloSize, "no more than a connect request carries on RoCE")
+	got, err := parseCMHello(append(b, make([]byte, ibv.CMMaxConnectData-len(b))...))
+	require.NoError(t, err)
+	assert.Equal(t, dial, got)
+
+	b[3] &^= cmFlagGoFirst
+	got, err = parseCMHello(b)
+	require.NoError(t, err)
+	assert.False(t, got.goFirst)
+}
+
 // TestCMReject: a listener's reason reaches the dialer as ErrRefused,
 // cut to what a reject carries; another reject stays rdma_cm's error.
 func TestCMReject(t *testing.T) {

@@ -146,7 +146,7 @@ func (c *conn) postCombinedLocked() {
 	c.pullLocked()
 	credits := c.sq.credits
 	i := 0
-	for ; i < len(q) && c.sq.pending.Len() == 0; i++ {
+	for ; i < len(q) && c.sq.pending.Len() == 0 && !c.sq.held; i++ {
 		r := &q[i]
 		wr1, op1 := unsafe.Slice(&r.wr, 1), unsafe.Slice(&r.op, 1)
 		if err := c.postable(wr1, op1, false); err != nil {

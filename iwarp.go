@@ -3,9 +3,11 @@ package rdma
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	ieng "github.com/go-rdma/rdma/internal/engine"
+	"github.com/go-rdma/rdma/internal/pool"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -19,6 +21,80 @@ type iwarpSettle struct {
 	buf  ieng.Cell    // the listener's byte: the first of buf.mem
 	mr   verbs.MR     // its registration: REMOTE_READ of that byte alone
 	peer RemoteRegion // the dialer's: the listener's byte; Len 0 if it named none
+
+	awaitingGo atomic.Bool // the listener's: its first receive is the dialer's go (awaitGo)
+	goBound    *time.Timer // fails the connection if the go does not come
+}
+
+// iwarp reports whether the connection's device is iWARP's.
+func (c *conn) iwarp() bool { return c.eng.Ctx.Info().Transport == "iWARP" }
+
+// On iWARP the dialer must speak first: MPA lets the listener send only
+// once the dialer's first frame has come (RFC 5044), and siw enforces it
+// hard: a frame of the listener's that reaches the dialer's socket before
+// the dialer has read the MPA reply's private data fails the dialer's
+// connect (siw_recv_mpa_rr: "peer sent extra data", EPROTO), which
+// rdma_cm reports as RDMA_CM_EVENT_CONNECT_ERROR, EINVAL. A stream's
+// listener says hello at once, and a dial failed so about once a VM run.
+// So a go-rdma dialer on iWARP says it goes first (cmFlagGoFirst); a
+// go-rdma listener answers with its settle byte, holds its sends from
+// the accept on (they queue, as for room), and lets them go when the
+// dialer's first message, a zero-length SEND (the go), arrives; the
+// dialer sends the go before anything else (settleIWARP).
+
+// awaitGo makes a listener's connection wait for the dialer's go before
+// it sends: its sends queue until the go arrives (takeGoLocked). A dialer
+// that never sends it fails the connection after the handshake's bound.
+// It runs before the accept, so before anything can arrive.
+func (c *conn) awaitGo() {
+	c.iw.awaitingGo.Store(true)
+	c.holdSends()
+	c.iw.goBound = time.AfterFunc(c.cfg.setup, func() {
+		if c.iw.awaitingGo.Load() {
+			c.fail(fmt.Errorf("rdma: peer %v: %w: no first message from the dialer within the handshake's bound", c.remote, ErrProtocol))
+		}
+	})
+}
+
+// takeGoLocked reports whether a receive completion is the dialer's go,
+// which a listener's connection that awaits it takes instead of
+// delivering: the first message to arrive, a zero-length SEND. A first
+// message with bytes breaks the protocol: err says so, for the caller to
+// fail the connection with once it has unlocked rmu; else it releases
+// the held sends. Caller holds rmu.
+func (c *conn) takeGoLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) (taken bool, err error) {
+	if wc.Status != verbs.WCSuccess || !c.iw.awaitingGo.CompareAndSwap(true, false) {
+		return false, nil
+	}
+	c.iw.goBound.Stop()
+	pb.Release()
+	if wc.ByteLen != 0 || wc.Opcode != verbs.WCRecv {
+		return true, fmt.Errorf("rdma: peer %v: %w: its first message on iWARP is no go (%d bytes)", c.remote, ErrProtocol, wc.ByteLen)
+	}
+	c.repostLocked(1) // the go took one of the receives the peer counts on
+	return true, nil
+}
+
+// sendGo sends the dialer's go: a zero-length SEND, before anything
+// else, when the listener is go-rdma's (it named a settle byte).
+func (c *conn) sendGo() error {
+	if c.iw.peer.Len == 0 {
+		return nil
+	}
+	pb, err := c.eng.Pool.Get(1) // the op holds a buffer, as every op does
+	if err != nil {
+		return fmt.Errorf("rdma: the go on iWARP: %w", err)
+	}
+	defer pb.Release()
+	c.st.issued(verbs.OpSend, 0)
+	f := c.post(op{kind: opSend, buf: pb}, verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.SendSignaled})
+	if f.Resolved() {
+		if err := f.Err(); err != nil {
+			return err
+		}
+	}
+	f.Release() // a failure fails the connection, and the settling READ with it
+	return nil
 }
 
 // named keeps the byte the listener named in its accept hello, for the
@@ -51,7 +127,13 @@ func (s *iwarpSettle) named(r RemoteRegion) { s.peer = r }
 // STag and siw ends the connection with a TERMINATE. A go-rdma listener
 // sends at once (a stream's hello) and hit it in one dial in ten.
 func (c *conn) settleIWARP(ctx context.Context, readDepth int) error {
-	if c.eng.Ctx.Info().Transport != "iWARP" || readDepth == 0 {
+	if !c.iwarp() {
+		return nil
+	}
+	if err := c.sendGo(); err != nil {
+		return err
+	}
+	if readDepth == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.setup)
@@ -95,7 +177,7 @@ func (c *conn) readSettle() *Future {
 // connection closes; it holds zero. It returns the byte's region, or a
 // zero one elsewhere.
 func (c *conn) offerSettleByte() (RemoteRegion, error) {
-	if c.eng.Ctx.Info().Transport != "iWARP" {
+	if !c.iwarp() {
 		return RemoteRegion{}, nil
 	}
 	b, err := c.eng.Cells.Get(c.eng.PD)
@@ -113,6 +195,9 @@ func (c *conn) offerSettleByte() (RemoteRegion, error) {
 
 // closeSettleByte deregisters the settle byte; the QP is closed.
 func (c *conn) closeSettleByte() error {
+	if c.iw.goBound != nil {
+		c.iw.goBound.Stop()
+	}
 	if c.iw.mr == nil {
 		return nil
 	}

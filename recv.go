@@ -73,6 +73,17 @@ func (c *conn) onRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 	defer c.opDone()
 	c.rq.rmu.Lock()
 	c.rq.rposted--
+	if c.iw.awaitingGo.Load() {
+		if taken, err := c.takeGoLocked(pb, wc); taken {
+			c.rq.rmu.Unlock()
+			if err != nil {
+				c.fail(err)
+			} else {
+				c.releaseSends()
+			}
+			return
+		}
+	}
 	c.deliverLocked(pb, wc)
 }
 

@@ -82,7 +82,7 @@ func needCredits(wrs []verbs.SendWR) int {
 // and asks the peer for credits when they are what is short. Caller
 // holds postMu.
 func (c *conn) roomLocked(wrs []verbs.SendWR) bool {
-	if c.sq.sqFree < len(wrs) {
+	if c.sq.sqFree < len(wrs) || c.sq.held {
 		return false
 	}
 	need := needCredits(wrs)

@@ -38,6 +38,7 @@ type sendQueue struct {
 	sqFree      int                     // room in the send queue for operations; given back by settle, after completed
 	beacon      bool                    // the beacon is posted, in its room beyond the send depth (postBeacon)
 	creditDue   atomic.Bool             // a credit WRITE waits for postMu's holder (postCredit)
+	held        bool                    // sends wait until releaseSends (a listener on iWARP: awaitGo)
 	pending     fifo.Queue[*queuedPost] // chains waiting for room, oldest first
 	pendingWRs  int                     // the WRs of pending
 	queuedSeq   uint64                  // seq of the last chain queued
@@ -642,5 +643,21 @@ func (c *conn) quiesceSends(ctx context.Context, why error, drain bool) {
 		c.sq.postMu.Lock()
 	}
 	c.failPendingLocked(why)
+	c.postUnlock()
+}
+
+// holdSends makes every send wait in the queue, as for room, until
+// releaseSends.
+func (c *conn) holdSends() {
+	c.sq.postMu.Lock()
+	c.sq.held = true
+	c.unlockPost()
+}
+
+// releaseSends lets the held sends go, in order.
+func (c *conn) releaseSends() {
+	c.sq.postMu.Lock()
+	c.sq.held = false
+	c.drainLocked()
 	c.postUnlock()
 }

@@ -247,3 +247,25 @@ func TestSendQueueCreditWrite(t *testing.T) {
 
 // fakeMR stands for the credit word's registration.
 type fakeMR struct{ verbs.MR }
+
+// Held sends (a listener on iWARP waits for its dialer's go) queue in
+// order, those left in the combining queue too, and go out when
+// released.
+func TestSendQueueHeld(t *testing.T) {
+	c, p := sendQueueConn(t, 8, 8)
+	c.holdSends()
+	issue(c, verbs.OpSend)
+	c.sq.postMu.Lock()
+	issue(c, verbs.OpWrite) // left in the combining queue
+	c.postUnlock()
+	issue(c, verbs.OpSend)
+	require.Empty(t, p.chains, "nothing goes out while held")
+	require.Equal(t, 3, c.sq.pending.Len())
+	c.releaseSends()
+	ops := []verbs.Opcode{}
+	for _, wr := range p.wrs() {
+		ops = append(ops, wr.Opcode)
+	}
+	assert.Equal(t, []verbs.Opcode{verbs.OpSend, verbs.OpWrite, verbs.OpSend}, ops, "in the order issued")
+	assert.Zero(t, c.sq.pending.Len())
+}
