@@ -72,12 +72,22 @@ func main() {
 		dir = os.Args[1]
 	}
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool {
-		return !strings.HasSuffix(fi.Name(), "_test.go")
-	}, parser.ParseComments)
+	paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+	files := map[string]*ast.File{}
+	for _, path := range paths {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		files[path] = f
 	}
 	methods := map[string]int{}
 	methodFiles := map[string]map[string]bool{}
@@ -95,71 +105,69 @@ func main() {
 		return false
 	}
 	goFile := regexp.MustCompile(`\b[a-z0-9_]+\.go\b`)
-	for _, p := range pkgs {
-		for path, f := range p.Files {
-			name := filepath.Base(path)
-			if lines := fset.Position(f.End()).Line; lines > 600 {
-				big = append(big, fmt.Sprintf("%s %d", name, lines))
+	for path, f := range files {
+		name := filepath.Base(path)
+		if lines := fset.Position(f.End()).Line; lines > 600 {
+			big = append(big, fmt.Sprintf("%s %d", name, lines))
+		}
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Recv == nil {
+				continue
 			}
-			for _, d := range f.Decls {
-				fd, ok := d.(*ast.FuncDecl)
-				if !ok || fd.Recv == nil {
-					continue
-				}
-				t := fd.Recv.List[0].Type
-				if s, ok := t.(*ast.StarExpr); ok {
-					t = s.X
-				}
-				if id, ok := t.(*ast.Ident); ok {
-					methods[id.Name]++
-					if methodFiles[id.Name] == nil {
-						methodFiles[id.Name] = map[string]bool{}
-					}
-					methodFiles[id.Name][name] = true
-				}
+			t := fd.Recv.List[0].Type
+			if s, ok := t.(*ast.StarExpr); ok {
+				t = s.X
 			}
-			ast.Inspect(f, func(n ast.Node) bool {
-				switch n := n.(type) {
-				case *ast.CallExpr:
-					sel, ok := n.Fun.(*ast.SelectorExpr)
-					if !ok {
-						return true
-					}
-					if sel.Sel.Name == "PostSend" {
-						postSend[name]++
-					}
-					if x, ok := sel.X.(*ast.SelectorExpr); ok && records[x.Sel.Name+"."+sel.Sel.Name] {
-						recordSites[name]++
-					}
-					if mutators[sel.Sel.Name] {
-						if part, ok := partWrite(sel.X); ok && !owns(part, name) {
-							foreign[name+" -> "+part]++
-						}
-					}
-				case *ast.AssignStmt:
-					for _, l := range n.Lhs {
-						if sel, ok := l.(*ast.SelectorExpr); ok && recordFields[sel.Sel.Name] {
-							recordSites[name]++
-						}
-						if part, ok := partWrite(l); ok && !owns(part, name) {
-							foreign[name+" -> "+part]++
-						}
-					}
-				case *ast.IncDecStmt:
-					if sel, ok := n.X.(*ast.SelectorExpr); ok && recordFields[sel.Sel.Name] {
-						recordSites[name]++
-					}
-					if part, ok := partWrite(n.X); ok && !owns(part, name) {
+			if id, ok := t.(*ast.Ident); ok {
+				methods[id.Name]++
+				if methodFiles[id.Name] == nil {
+					methodFiles[id.Name] = map[string]bool{}
+				}
+				methodFiles[id.Name][name] = true
+			}
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.CallExpr:
+				sel, ok := n.Fun.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				if sel.Sel.Name == "PostSend" {
+					postSend[name]++
+				}
+				if x, ok := sel.X.(*ast.SelectorExpr); ok && records[x.Sel.Name+"."+sel.Sel.Name] {
+					recordSites[name]++
+				}
+				if mutators[sel.Sel.Name] {
+					if part, ok := partWrite(sel.X); ok && !owns(part, name) {
 						foreign[name+" -> "+part]++
 					}
 				}
-				return true
-			})
-			for _, cg := range f.Comments {
-				for _, m := range goFile.FindAllString(cg.Text(), -1) {
-					if m != name {
-						pointers = append(pointers, name+" -> "+m)
+			case *ast.AssignStmt:
+				for _, l := range n.Lhs {
+					if sel, ok := l.(*ast.SelectorExpr); ok && recordFields[sel.Sel.Name] {
+						recordSites[name]++
 					}
+					if part, ok := partWrite(l); ok && !owns(part, name) {
+						foreign[name+" -> "+part]++
+					}
+				}
+			case *ast.IncDecStmt:
+				if sel, ok := n.X.(*ast.SelectorExpr); ok && recordFields[sel.Sel.Name] {
+					recordSites[name]++
+				}
+				if part, ok := partWrite(n.X); ok && !owns(part, name) {
+					foreign[name+" -> "+part]++
+				}
+			}
+			return true
+		})
+		for _, cg := range f.Comments {
+			for _, m := range goFile.FindAllString(cg.Text(), -1) {
+				if m != name {
+					pointers = append(pointers, name+" -> "+m)
 				}
 			}
 		}
