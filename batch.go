@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 
+	"github.com/go-rdma/rdma/internal/rc"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -15,7 +16,7 @@ type Batch struct {
 	c    *conn
 	wrs  []verbs.SendWR
 	sges []verbs.SGE
-	ops  []op
+	ops  []rc.Op
 	err  error
 }
 
@@ -32,15 +33,15 @@ func (b *Batch) Send(src Local) { b.addSend(verbs.OpSend, src, 0) }
 func (b *Batch) SendWithImm(src Local, imm uint32) { b.addSend(verbs.OpSendWithImm, src, imm) }
 
 // Write adds a WRITE of src to dst.
-func (b *Batch) Write(src Local, dst RemoteRegion) { b.addRDMA(opWrite, verbs.OpWrite, src, dst, 0) }
+func (b *Batch) Write(src Local, dst RemoteRegion) { b.addRDMA(rc.OpWrite, verbs.OpWrite, src, dst, 0) }
 
 // WriteWithImm adds a WRITE_WITH_IMM of src to dst.
 func (b *Batch) WriteWithImm(src Local, dst RemoteRegion, imm uint32) {
-	b.addRDMA(opWrite, verbs.OpWriteWithImm, src, dst, imm)
+	b.addRDMA(rc.OpWrite, verbs.OpWriteWithImm, src, dst, imm)
 }
 
 // Read adds a READ from src into dst.
-func (b *Batch) Read(dst Local, src RemoteRegion) { b.addRDMA(opRead, verbs.OpRead, dst, src, 0) }
+func (b *Batch) Read(dst Local, src RemoteRegion) { b.addRDMA(rc.OpRead, verbs.OpRead, dst, src, 0) }
 
 func (b *Batch) addSend(opc verbs.Opcode, src Local, imm uint32) {
 	if b.err != nil {
@@ -51,7 +52,7 @@ func (b *Batch) addSend(opc verbs.Opcode, src Local, imm uint32) {
 	runtime.KeepAlive(src) // add took the reference: the handle may go now
 }
 
-func (b *Batch) addRDMA(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, imm uint32) {
+func (b *Batch) addRDMA(kind rc.OpKind, opc verbs.Opcode, l Local, r RemoteRegion, imm uint32) {
 	if b.err != nil {
 		return
 	}
@@ -62,7 +63,7 @@ func (b *Batch) addRDMA(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, 
 
 // add records one operation; the first error poisons the batch until
 // Post reports it.
-func (b *Batch) add(err error, o op, wr verbs.SendWR) {
+func (b *Batch) add(err error, o rc.Op, wr verbs.SendWR) {
 	if err == nil && len(b.wrs) >= b.c.cfg.sqDepth {
 		err = fmt.Errorf("rdma: conn %v: batch of more than %d operations (the send queue depth): %w", b.c.remote, b.c.cfg.sqDepth, ErrInvalid)
 	}
@@ -73,9 +74,8 @@ func (b *Batch) add(err error, o op, wr verbs.SendWR) {
 		b.err = err
 		return
 	}
-	o.conn = b.c
 	b.ops = append(b.ops, o)
-	b.sges = append(b.sges, verbs.SGE{Addr: o.buf.Addr() + uint64(o.off), Length: uint32(o.n), LKey: o.buf.LKey()})
+	b.sges = append(b.sges, verbs.SGE{Addr: o.Buf.Addr() + uint64(o.Off), Length: uint32(o.N), LKey: o.Buf.LKey()})
 	b.wrs = append(b.wrs, wr)
 }
 
@@ -115,17 +115,17 @@ func (b *Batch) Post() *Future {
 	f := &Future{drv: c.drv}
 	total := 0
 	for i := range b.wrs {
-		b.ops[i].fut = f
-		total += b.ops[i].n
-		c.st.issued(b.wrs[i].Opcode, b.ops[i].n)
+		b.ops[i].Fut = (*opFuture)(f)
+		total += b.ops[i].N
+		c.st.issued(b.wrs[i].Opcode, b.ops[i].N)
 		b.wrs[i].SGL = b.sges[i : i+1]
-		if b.ops[i].n == 0 {
+		if b.ops[i].N == 0 {
 			b.wrs[i].SGL = nil
 		}
 	}
 	// The last WR is signaled and its future reports the batch's bytes.
-	b.ops[n-1].signaled = true
-	b.ops[n-1].n = total
+	b.ops[n-1].Signaled = true
+	b.ops[n-1].N = total
 	b.wrs[n-1].Flags |= verbs.SendSignaled
 	c.sq.postMu.Lock()
 	// What this goroutine (or another) left in the combining queue was
@@ -142,7 +142,7 @@ func (b *Batch) Post() *Future {
 // unhold drops the references add took.
 func (b *Batch) unhold() {
 	for i := range b.ops {
-		b.c.dropBuf(&b.ops[i])
+		b.ops[i].DropBuf()
 	}
 }
 

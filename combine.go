@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/go-rdma/rdma/internal/rc"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -39,7 +40,7 @@ const signalEvery = 16
 type postReq struct {
 	wr  verbs.SendWR
 	sge verbs.SGE
-	op  op
+	op  rc.Op
 }
 
 // combineQueue is a connection's combining queue.
@@ -50,7 +51,7 @@ type combineQueue struct {
 	n     atomic.Int32 // len(q), read without mu
 	wrs   []verbs.SendWR
 	sges  []verbs.SGE
-	ops   []op
+	ops   []rc.Op
 }
 
 // leave puts an operation in the queue.
@@ -91,7 +92,7 @@ func (c *conn) ending() bool {
 // submit posts one operation: at once when postMu is free, else through
 // the combining queue. An operation that fails at once has its Future
 // resolved.
-func (c *conn) submit(wr verbs.SendWR, sge verbs.SGE, o op) {
+func (c *conn) submit(wr verbs.SendWR, sge verbs.SGE, o rc.Op) {
 	if !c.sq.postMu.TryLock() {
 		// Near the send queue limit, or on a connection that is
 		// ending, wait for the lock: a post past the limit, or after
@@ -116,15 +117,15 @@ func (c *conn) submit(wr verbs.SendWR, sge verbs.SGE, o op) {
 	}
 	c.sq.sge[0] = sge
 	wr.SGL = c.sq.sge[:]
-	if o.n == 0 {
+	if o.N == 0 {
 		wr.SGL = nil
 	}
 	c.sq.wr[0], c.sq.op[0] = wr, o
 	err := c.submitLocked(c.sq.wr[:], c.sq.op[:])
-	c.sq.wr[0], c.sq.op[0] = verbs.SendWR{}, op{}
+	c.sq.wr[0], c.sq.op[0] = verbs.SendWR{}, rc.Op{}
 	c.postUnlock()
 	if err != nil {
-		o.resolveOp(err, 0, 0)
+		o.Resolve(err, 0, 0)
 	}
 }
 
@@ -140,7 +141,7 @@ func (c *conn) postCombinedLocked() {
 	}
 	cq := &c.sq.cq
 	if cap(cq.wrs) < len(q) {
-		cq.wrs, cq.sges, cq.ops = make([]verbs.SendWR, 0, len(q)), make([]verbs.SGE, 0, len(q)), make([]op, 0, len(q))
+		cq.wrs, cq.sges, cq.ops = make([]verbs.SendWR, 0, len(q)), make([]verbs.SGE, 0, len(q)), make([]rc.Op, 0, len(q))
 	}
 	wrs, sges, ops := cq.wrs[:0], cq.sges[:0], cq.ops[:0]
 	c.pullLocked()
@@ -150,8 +151,8 @@ func (c *conn) postCombinedLocked() {
 		r := &q[i]
 		wr1, op1 := unsafe.Slice(&r.wr, 1), unsafe.Slice(&r.op, 1)
 		if err := c.postable(wr1, op1, false); err != nil {
-			c.dropBuf(&r.op)
-			r.op.resolveOp(err, 0, 0)
+			r.op.DropBuf()
+			r.op.Resolve(err, 0, 0)
 			continue
 		}
 		need := needCredits(wr1)
@@ -165,12 +166,12 @@ func (c *conn) postCombinedLocked() {
 		last := len(wrs) - 1
 		for j := range wrs {
 			wrs[j].SGL = sges[j : j+1]
-			if ops[j].n == 0 {
+			if ops[j].N == 0 {
 				wrs[j].SGL = nil
 			}
 			if j != last && (j+1)%signalEvery != 0 {
 				wrs[j].Flags &^= verbs.SendSignaled
-				ops[j].signaled, ops[j].covered = false, true
+				ops[j].Signaled, ops[j].Covered = false, true
 			}
 		}
 		c.stampLatency(ops)
@@ -184,11 +185,11 @@ func (c *conn) postCombinedLocked() {
 	for ; i < len(q); i++ {
 		r := &q[i]
 		r.wr.SGL = unsafe.Slice(&r.sge, 1)
-		if r.op.n == 0 {
+		if r.op.N == 0 {
 			r.wr.SGL = nil
 		}
 		if err := c.submitLocked(unsafe.Slice(&r.wr, 1), unsafe.Slice(&r.op, 1)); err != nil {
-			r.op.resolveOp(err, 0, 0)
+			r.op.Resolve(err, 0, 0)
 		}
 	}
 	c.sq.cq.giveBack(q)

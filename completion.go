@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/go-rdma/rdma/internal/rc"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -53,16 +54,16 @@ func completionError(wc *verbs.WorkCompletion) *CompletionError {
 // flushed) completion is undefined on many providers, and soft's reads
 // SEND for every receive. The kind does not tell the two atomics apart:
 // theirs stays as reported.
-func postedWC(kind opKind, wc *verbs.WorkCompletion) *verbs.WorkCompletion {
+func postedWC(kind rc.OpKind, wc *verbs.WorkCompletion) *verbs.WorkCompletion {
 	w := *wc
 	switch kind {
-	case opRecv:
+	case rc.OpRecv:
 		w.Opcode = verbs.WCRecv
-	case opSend:
+	case rc.OpSend:
 		w.Opcode = verbs.WCSend
-	case opWrite, opCredit:
+	case rc.OpWrite, rc.OpCredit:
 		w.Opcode = verbs.WCWrite
-	case opRead:
+	case rc.OpRead:
 		w.Opcode = verbs.WCRead
 	}
 	return &w
@@ -118,7 +119,7 @@ func completionStatus(st verbs.WCStatus) CompletionStatus {
 
 // onSendDone resolves a send-side completion and every unsignaled WR it
 // covers. It runs on a poller.
-func (c *conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
+func (c *conn) onSendDone(o *rc.Op, wc *verbs.WorkCompletion) {
 	k := c.takeCovered(wc.WRID)
 	if k > 1 {
 		c.st.completions.Add(uint64(k - 1))
@@ -126,7 +127,7 @@ func (c *conn) onSendDone(o *op, wc *verbs.WorkCompletion) {
 	c.st.completed(wc.Status, wc.Status == verbs.WCWRFlushErr && c.orderly())
 	var err error
 	if wc.Status != verbs.WCSuccess {
-		err = c.completionErr(postedWC(o.kind, wc))
+		err = c.completionErr(postedWC(o.Kind, wc))
 	}
 	if err != nil {
 		// Fail first: whoever sees this future resolve must also see a
@@ -194,17 +195,17 @@ func (c *conn) peerLostErr() error { return fmt.Errorf("rdma: peer %v: %w", c.re
 
 // finish resolves a send-side op: a signaled one (or any that failed)
 // resolves its future; its buffer and credit go back.
-func (c *conn) finish(o *op, err error) {
+func (c *conn) finish(o *rc.Op, err error) {
 	if err == nil {
 		c.observeLatency(o)
 	}
-	if o.signaled || o.covered || err != nil {
+	if o.Signaled || o.Covered || err != nil {
 		var old uint64
-		if err == nil && o.kind == opAtomic {
-			old = *(*uint64)(unsafe.Pointer(&o.buf.Bytes()[0]))
+		if err == nil && o.Kind == rc.OpAtomic {
+			old = *(*uint64)(unsafe.Pointer(&o.Buf.Bytes()[0]))
 		}
-		o.resolveOp(err, o.n, old)
+		o.Resolve(err, o.N, old)
 	}
-	c.dropBuf(o)
+	o.DropBuf()
 	c.opDone()
 }

@@ -40,8 +40,8 @@ type Conn struct {
 type conn struct {
 	api      Conn
 	eng      *engine
-	slot     ieng.Slot // its place in the engine's table: the top of its wr_ids
-	ops      opTable   // its WRs in flight, by wr_id
+	slot     ieng.Slot  // its place in the engine's table: the top of its wr_ids
+	ops      rc.OpTable // its WRs in flight, by wr_id
 	st       connCounters
 	cfg      config // the connection's own settings (queue depths, sizes, limits)
 	unit     *ieng.Unit
@@ -181,7 +181,7 @@ func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*c
 		return nil, err
 	}
 	c.slot = slot
-	c.ops.init(slot.Base())
+	c.ops.Init(slot.Base())
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.cr.init(c.returnCredits, c.sendRecall)
 	c.sq.init(cfg.sqDepth, c.askCredits, c.returnUnused)
@@ -366,31 +366,31 @@ func (c *conn) sendOp(opc verbs.Opcode, b Local, imm uint32) *Future {
 
 // issue posts an operation that its check (sendRequest, rdmaRequest)
 // made, signaled, or fails its Future with the check's error.
-func (c *conn) issue(o op, wr verbs.SendWR, err error) *Future {
+func (c *conn) issue(o rc.Op, wr verbs.SendWR, err error) *Future {
 	if err != nil {
 		return newResolved(err)
 	}
 	wr.Flags |= verbs.SendSignaled
-	c.st.issued(wr.Opcode, o.n)
+	c.st.issued(wr.Opcode, o.N)
 	return c.post(o, wr)
 }
 
 // sendRequest checks a message of src and makes its op and its WR,
 // unsignaled: for Send and for a Batch's Send alike.
-func (c *conn) sendRequest(opc verbs.Opcode, src Local, imm uint32) (op, verbs.SendWR, error) {
+func (c *conn) sendRequest(opc verbs.Opcode, src Local, imm uint32) (rc.Op, verbs.SendWR, error) {
 	if opc == verbs.OpSendWithImm {
 		if err := c.eng.Lacks(verbs.FeatureImmediate); err != nil {
-			return op{}, verbs.SendWR{}, fmt.Errorf("rdma: %v: %w", opc, err)
+			return rc.Op{}, verbs.SendWR{}, fmt.Errorf("rdma: %v: %w", opc, err)
 		}
 	}
 	pb, off, n, err := local(src)
 	if err != nil {
-		return op{}, verbs.SendWR{}, err
+		return rc.Op{}, verbs.SendWR{}, err
 	}
 	if n > int(c.peer.MaxMsg) {
-		return op{}, verbs.SendWR{}, fmt.Errorf("rdma: send of %d bytes: %w: the peer accepts messages up to %d bytes", n, ErrInvalid, c.peer.MaxMsg)
+		return rc.Op{}, verbs.SendWR{}, fmt.Errorf("rdma: send of %d bytes: %w: the peer accepts messages up to %d bytes", n, ErrInvalid, c.peer.MaxMsg)
 	}
-	return op{kind: opSend, buf: pb, off: off, n: n}, verbs.SendWR{Opcode: opc, Flags: c.inlineFlag(opc, n), Imm: imm}, nil
+	return rc.Op{Kind: rc.OpSend, Buf: pb, Off: off, N: n}, verbs.SendWR{Opcode: opc, Flags: c.inlineFlag(opc, n), Imm: imm}, nil
 }
 
 // inlineFlag is SendInline for a SEND or WRITE of n bytes that fits the
@@ -409,22 +409,22 @@ func (c *conn) inlineFlag(opc verbs.Opcode, n int) verbs.SendFlags {
 // (copied as Write posts): src may change as soon as Write returns when
 // the WRITE is posted at once (the send queue had room).
 func (c *Conn) Write(src Local, dst RemoteRegion) *Future {
-	return c.rdmaOp(opWrite, verbs.OpWrite, src, dst, 0)
+	return c.rdmaOp(rc.OpWrite, verbs.OpWrite, src, dst, 0)
 }
 
 // WriteWithImm writes like Write, then delivers imm to one of the peer's
 // Recv calls (whose future has no buffer and reports the written length).
 func (c *Conn) WriteWithImm(src Local, dst RemoteRegion, imm uint32) *Future {
-	return c.rdmaOp(opWrite, verbs.OpWriteWithImm, src, dst, imm)
+	return c.rdmaOp(rc.OpWrite, verbs.OpWriteWithImm, src, dst, imm)
 }
 
 // Read reads len(dst) bytes from the start of src in the peer's memory
 // into dst.
 func (c *Conn) Read(dst Local, src RemoteRegion) *Future {
-	return c.rdmaOp(opRead, verbs.OpRead, dst, src, 0)
+	return c.rdmaOp(rc.OpRead, verbs.OpRead, dst, src, 0)
 }
 
-func (c *conn) rdmaOp(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, imm uint32) *Future {
+func (c *conn) rdmaOp(kind rc.OpKind, opc verbs.Opcode, l Local, r RemoteRegion, imm uint32) *Future {
 	f := c.issue(c.rdmaRequest(kind, opc, l, r, imm))
 	runtime.KeepAlive(l) // the handle's cleanup must not run before the post took its reference
 	return f
@@ -432,23 +432,23 @@ func (c *conn) rdmaOp(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, im
 
 // rdmaRequest checks a WRITE or READ between l and r and makes its op and
 // its WR, unsignaled: for the Conn's operations and a Batch's alike.
-func (c *conn) rdmaRequest(kind opKind, opc verbs.Opcode, l Local, r RemoteRegion, imm uint32) (op, verbs.SendWR, error) {
+func (c *conn) rdmaRequest(kind rc.OpKind, opc verbs.Opcode, l Local, r RemoteRegion, imm uint32) (rc.Op, verbs.SendWR, error) {
 	if opc == verbs.OpWriteWithImm {
 		if err := c.eng.Lacks(verbs.FeatureImmediate); err != nil {
-			return op{}, verbs.SendWR{}, fmt.Errorf("rdma: %v: %w", opc, err)
+			return rc.Op{}, verbs.SendWR{}, fmt.Errorf("rdma: %v: %w", opc, err)
 		}
 	}
 	pb, off, n, err := local(l)
 	if err != nil {
-		return op{}, verbs.SendWR{}, err
+		return rc.Op{}, verbs.SendWR{}, err
 	}
 	if n > r.Len {
-		return op{}, verbs.SendWR{}, fmt.Errorf("rdma: %v of %d bytes into a %d-byte remote region: %w", opc, n, r.Len, ErrInvalid)
+		return rc.Op{}, verbs.SendWR{}, fmt.Errorf("rdma: %v of %d bytes into a %d-byte remote region: %w", opc, n, r.Len, ErrInvalid)
 	}
 	if n == 0 && opc != verbs.OpWriteWithImm {
-		return op{}, verbs.SendWR{}, fmt.Errorf("rdma: %v of 0 bytes: %w", opc, ErrInvalid)
+		return rc.Op{}, verbs.SendWR{}, fmt.Errorf("rdma: %v of 0 bytes: %w", opc, ErrInvalid)
 	}
-	return op{kind: kind, buf: pb, off: off, n: n},
+	return rc.Op{Kind: kind, Buf: pb, Off: off, N: n},
 		verbs.SendWR{Opcode: opc, Flags: c.inlineFlag(opc, n), Imm: imm, RemoteAddr: r.Addr, RKey: r.RKey}, nil
 }
 
@@ -481,7 +481,7 @@ func (c *conn) atomic(opc verbs.Opcode, r RemoteRegion, cmpAdd, swap uint64) *Fu
 		return newResolved(fmt.Errorf("rdma: %v: %w", opc, err))
 	}
 	c.st.issued(opc, 8)
-	return c.post(op{kind: opAtomic, buf: pb, n: 8}, verbs.SendWR{Opcode: opc, Flags: verbs.SendSignaled, RemoteAddr: r.Addr, RKey: r.RKey, CompareAdd: cmpAdd, Swap: swap})
+	return c.post(rc.Op{Kind: rc.OpAtomic, Buf: pb, N: 8}, verbs.SendWR{Opcode: opc, Flags: verbs.SendSignaled, RemoteAddr: r.Addr, RKey: r.RKey, CompareAdd: cmpAdd, Swap: swap})
 }
 
 // local resolves a Local into pool memory, refusing nil and released
@@ -495,37 +495,29 @@ func local(l Local) (*pool.Buffer, int, int, error) {
 
 // post posts one signaled WR for o and returns its future. The buffer is
 // referenced until the completion; atomics own theirs outright.
-func (c *conn) post(o op, wr verbs.SendWR) *Future {
+func (c *conn) post(o rc.Op, wr verbs.SendWR) *Future {
 	if err := c.hold(&o); err != nil {
 		return newResolved(err)
 	}
 	f := newFuture(c.drv)
-	o.conn, o.fut, o.gen, o.signaled = c, f, f.gen, true
-	c.submit(wr, verbs.SGE{Addr: o.buf.Addr() + uint64(o.off), Length: uint32(o.n), LKey: o.buf.LKey()}, o)
+	o.Fut, o.Gen, o.Signaled = (*opFuture)(f), f.gen, true
+	c.submit(wr, verbs.SGE{Addr: o.Buf.Addr() + uint64(o.Off), Length: uint32(o.N), LKey: o.Buf.LKey()}, o)
 	return f
 }
 
 // hold checks that o's buffer belongs to this connection and references
 // it for the operation.
-func (c *conn) hold(o *op) error {
-	if o.kind == opAtomic {
+func (c *conn) hold(o *rc.Op) error {
+	if o.Kind == rc.OpAtomic {
 		return nil
 	}
-	if o.buf.Pool() != c.eng.Pool {
+	if o.Buf.Pool() != c.eng.Pool {
 		return fmt.Errorf("rdma: %w: buffer from another connection's pool (allocate it with this connection's Alloc)", ErrInvalid)
 	}
-	if err := o.buf.Ref(); err != nil {
+	if err := o.Buf.Ref(); err != nil {
 		return fmt.Errorf("rdma: %w", err)
 	}
 	return nil
-}
-
-func (c *conn) dropBuf(o *op) {
-	if o.kind == opAtomic {
-		o.buf.Release()
-	} else {
-		o.buf.Unref()
-	}
 }
 
 // PoolStats reports the buffer pool of the connection's engine, which

@@ -163,7 +163,7 @@ func (w *creditWord) request(id uint64, inline int, peer *rc.Hello) []verbs.Send
 func (c *conn) onCreditWritten(wc *verbs.WorkCompletion) {
 	defer c.opDone()
 	if wc.Status != verbs.WCSuccess {
-		c.fail(c.completionErr(postedWC(opCredit, wc)))
+		c.fail(c.completionErr(postedWC(rc.OpCredit, wc)))
 		return
 	}
 	c.cr.cw.writing.Store(false)

@@ -365,14 +365,16 @@ func (f *Future) resolve(err error, n int, imm uint32, hasImm bool, pb *pool.Buf
 	return f.resolveLocked(err, n, imm, hasImm, pb, old)
 }
 
-// resolveOp resolves o's future, unless the future was released and
-// reused since o was issued: an op can be resolved twice (a failed
-// chain's futures resolve at once, and again as its WRs flush), and the
-// second must not reach the future's next operation.
-func (o *op) resolveOp(err error, n int, old uint64) {
-	f := o.fut
+// opFuture is a Future as an operation's record sees it (rc.Op.Fut): a
+// type of its own, so that ResolveOp stays out of Future's API.
+type opFuture Future
+
+// ResolveOp resolves the future, unless it was released and reused
+// since the operation was issued (gen is its reuse count then).
+func (of *opFuture) ResolveOp(gen uint32, err error, n int, old uint64) {
+	f := (*Future)(of)
 	f.mu.Lock()
-	if f.gen != o.gen {
+	if f.gen != gen {
 		f.mu.Unlock()
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/go-rdma/rdma/internal/pool"
+	"github.com/go-rdma/rdma/internal/rc"
 )
 
 // TestResolveOpStale: an op issued before its future was released and
@@ -15,8 +16,8 @@ import (
 // futures resolve at once, and again as its WRs flush).
 func TestResolveOpStale(t *testing.T) {
 	f := newFuture(nil)
-	stale := op{fut: f, gen: f.gen}
-	stale.resolveOp(nil, 8, 0)
+	stale := rc.Op{Fut: (*opFuture)(f), Gen: f.gen}
+	stale.Resolve(nil, 8, 0)
 	assert.True(t, f.Resolved())
 	// What Release and the next newFuture do, without giving f to
 	// futurePool: resolving a future that sits in the pool would hand
@@ -25,14 +26,14 @@ func TestResolveOpStale(t *testing.T) {
 	f.mu.Lock()
 	f.releaseLocked(ErrFutureReleased)
 	f.mu.Unlock()
-	stale.resolveOp(errors.New("a flush of the old chain"), 0, 0)
+	stale.Resolve(errors.New("a flush of the old chain"), 0, 0)
 	assert.ErrorIs(t, f.Err(), ErrFutureReleased, "the stale op reached the released future")
 	f.reuse(nil)
 	assert.False(t, f.Resolved(), "reset for the next operation")
-	next := op{fut: f, gen: f.gen}
-	stale.resolveOp(errors.New("a flush of the old chain"), 0, 0)
+	next := rc.Op{Fut: (*opFuture)(f), Gen: f.gen}
+	stale.Resolve(errors.New("a flush of the old chain"), 0, 0)
 	assert.False(t, f.Resolved(), "the stale op reached the next operation")
-	next.resolveOp(nil, 4, 0)
+	next.Resolve(nil, 4, 0)
 	assert.NoError(t, f.Err())
 	assert.Equal(t, 4, f.Len())
 }

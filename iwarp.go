@@ -8,6 +8,7 @@ import (
 
 	ieng "github.com/go-rdma/rdma/internal/engine"
 	"github.com/go-rdma/rdma/internal/pool"
+	"github.com/go-rdma/rdma/internal/rc"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -87,7 +88,7 @@ func (c *conn) sendGo() error {
 	}
 	defer pb.Release()
 	c.st.issued(verbs.OpSend, 0)
-	f := c.post(op{kind: opSend, buf: pb}, verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.SendSignaled})
+	f := c.post(rc.Op{Kind: rc.OpSend, Buf: pb}, verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.SendSignaled})
 	if f.Resolved() {
 		if err := f.Err(); err != nil {
 			return err
@@ -169,7 +170,7 @@ func (c *conn) readSettle() *Future {
 	defer pb.Release()
 	r := c.iw.peer
 	c.st.issued(verbs.OpRead, r.Len)
-	return c.post(op{kind: opRead, buf: pb, n: r.Len}, verbs.SendWR{Opcode: verbs.OpRead, Flags: verbs.SendSignaled, RemoteAddr: r.Addr, RKey: r.RKey})
+	return c.post(rc.Op{Kind: rc.OpRead, Buf: pb, N: r.Len}, verbs.SendWR{Opcode: verbs.OpRead, Flags: verbs.SendSignaled, RemoteAddr: r.Addr, RKey: r.RKey})
 }
 
 // offerSettleByte registers, on a listener's connection on iWARP, the

@@ -5,6 +5,8 @@ import (
 	"math/bits"
 	"sync/atomic"
 	"time"
+
+	"github.com/go-rdma/rdma/internal/rc"
 )
 
 // LatencySample is how often an operation's latency is measured: every
@@ -127,8 +129,8 @@ func nanotime() int64 { return int64(time.Since(clockBase)) + 1 }
 // stampLatency marks every LatencySample-th op the connection submits
 // with its start time; the others cost the counter check. Caller holds
 // observeLatency counts the latency of a sampled op that succeeded.
-func (c *conn) observeLatency(o *op) {
-	if o.start != 0 {
-		c.st.latency.observe(nanotime() - o.start)
+func (c *conn) observeLatency(o *rc.Op) {
+	if o.Start != 0 {
+		c.st.latency.observe(nanotime() - o.Start)
 	}
 }

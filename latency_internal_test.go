@@ -2,9 +2,10 @@ package rdma
 
 import (
 	"testing"
-	"unsafe"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/go-rdma/rdma/internal/rc"
 )
 
 // TestLatencyBucket: a latency goes to the bucket whose bound is the
@@ -34,26 +35,16 @@ func TestLatencyBucket(t *testing.T) {
 	assert.Equal(t, uint64(3000), uint64(h.Sum))
 }
 
-// TestOpRecordSize: the start time of a sampled op costs the op table no
-// memory: an op still fits 56 bytes and a slot 64 (on 64-bit).
-func TestOpRecordSize(t *testing.T) {
-	if unsafe.Sizeof(uintptr(0)) != 8 {
-		t.Skip("sizes of a 64-bit build")
-	}
-	assert.Equal(t, uintptr(56), unsafe.Sizeof(op{}))
-	assert.Equal(t, uintptr(64), unsafe.Sizeof(slot{}))
-}
-
 // TestLatencySampleEvery: stampLatency marks exactly every
 // LatencySample-th op, across calls and batches.
 func TestLatencySampleEvery(t *testing.T) {
 	var c conn
-	ops := make([]op, 3*LatencySample+5)
+	ops := make([]rc.Op, 3*LatencySample+5)
 	for i := 0; i < len(ops); i += 7 {
 		c.stampLatency(ops[i:min(i+7, len(ops))])
 	}
 	for i := range ops {
-		assert.Equal(t, (i+1)%LatencySample == 0, ops[i].start != 0, "op %d", i)
+		assert.Equal(t, (i+1)%LatencySample == 0, ops[i].Start != 0, "op %d", i)
 	}
 }
 
@@ -61,10 +52,10 @@ func TestLatencySampleEvery(t *testing.T) {
 // allocate nothing, sampled or not.
 func TestLatencySamplingNoAllocs(t *testing.T) {
 	var c conn
-	ops := make([]op, LatencySample)
+	ops := make([]rc.Op, LatencySample)
 	allocs := testing.AllocsPerRun(100, func() {
 		for i := range ops {
-			ops[i].start = 0
+			ops[i].Start = 0
 			c.stampLatency(ops[i : i+1])
 			c.observeLatency(&ops[i])
 		}

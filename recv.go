@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-rdma/rdma/internal/fifo"
 	"github.com/go-rdma/rdma/internal/pool"
+	"github.com/go-rdma/rdma/internal/rc"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -117,7 +118,7 @@ func (c *conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 		c.endIfDeliveredLocked()
 		c.rq.rmu.Unlock()
 		pb.Release()
-		err := c.completionErr(postedWC(opRecv, wc))
+		err := c.completionErr(postedWC(rc.OpRecv, wc))
 		c.fail(err)
 		for _, f := range ws {
 			f.resolve(err, 0, 0, false, nil, 0)
@@ -234,7 +235,7 @@ func (c *conn) onBeacon(wc *verbs.WorkCompletion) {
 	c.rq.rmu.Unlock()
 	err := c.err()
 	if wc != nil && wc.Status != verbs.WCSuccess {
-		err = c.completionErr(postedWC(opRecv, wc)) // the Recvs' error: it names RECV
+		err = c.completionErr(postedWC(rc.OpRecv, wc)) // the Recvs' error: it names RECV
 	}
 	for _, f := range ws {
 		f.resolve(err, 0, 0, false, nil, 0)
@@ -276,14 +277,14 @@ func (c *conn) repostLocked(k int) error {
 		}
 		c.rq.rsges[i] = verbs.SGE{Addr: pb.Addr(), Length: uint32(c.rq.recvSize), LKey: pb.LKey()}
 		c.inflight.Add(1)
-		c.rq.rwrs[i].ID = c.ops.add(op{kind: opRecv, conn: c, buf: pb})
+		c.rq.rwrs[i].ID = c.ops.Add(rc.Op{Kind: rc.OpRecv, Buf: pb})
 	}
 	n, err := c.qp.PostRecv(c.rq.rwrs[:k])
 	c.rq.rposted += n
 	if err != nil {
 		for i := n; i < k; i++ {
-			if o, ok := c.ops.take(c.rq.rwrs[i].ID); ok {
-				o.buf.Release()
+			if o, ok := c.ops.Take(c.rq.rwrs[i].ID); ok {
+				o.Buf.Release()
 				c.opDone()
 			}
 		}
@@ -295,8 +296,8 @@ func (c *conn) repostLocked(k int) error {
 // unpost undoes the first i prepared receives.
 func (c *conn) unpost(i int) {
 	for j := 0; j < i; j++ {
-		if o, ok := c.ops.take(c.rq.rwrs[j].ID); ok {
-			o.buf.Release()
+		if o, ok := c.ops.Take(c.rq.rwrs[j].ID); ok {
+			o.Buf.Release()
 			c.opDone()
 		}
 	}

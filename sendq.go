@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-rdma/rdma/internal/fifo"
+	"github.com/go-rdma/rdma/internal/rc"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -51,7 +52,7 @@ type sendQueue struct {
 	latencySeq  uint64                  // send-side ops submitted, for latency sampling
 	wr          [1]verbs.SendWR
 	sge         [1]verbs.SGE
-	op          [1]op
+	op          [1]rc.Op
 	cq          combineQueue // operations left by goroutines that found postMu taken
 	heldOps     atomic.Int64 // operations posted and queued, as of the last postUnlock
 
@@ -126,13 +127,13 @@ type queuedPost struct {
 	seq  uint64
 	wrs  []verbs.SendWR
 	sges []verbs.SGE
-	ops  []op
+	ops  []rc.Op
 }
 
 var queuedPool = sync.Pool{New: func() any { return new(queuedPost) }}
 
 // newQueued copies the chain wrs, ops into a queuedPost.
-func newQueued(wrs []verbs.SendWR, ops []op) *queuedPost {
+func newQueued(wrs []verbs.SendWR, ops []rc.Op) *queuedPost {
 	q := queuedPool.Get().(*queuedPost)
 	q.wrs = append(q.wrs[:0], wrs...)
 	q.ops = append(q.ops[:0], ops...)
@@ -157,7 +158,7 @@ func (q *queuedPost) free() {
 // submitLocked posts the chain now, or queues it behind the chains that
 // wait for room. On error nothing is posted or queued and the ops'
 // buffers are dropped. Caller holds postMu.
-func (c *conn) submitLocked(wrs []verbs.SendWR, ops []op) error {
+func (c *conn) submitLocked(wrs []verbs.SendWR, ops []rc.Op) error {
 	if err := c.postable(wrs, ops, false); err != nil {
 		c.dropAll(ops)
 		return err
@@ -365,12 +366,12 @@ func (c *conn) waitProgressLocked(ctx context.Context) error {
 // room for them. Caller holds postMu; the send queue has room. On failure
 // nothing stays recorded except WRs the provider accepted; those complete
 // (or flush, since a failed post fails the connection) like any other.
-func (c *conn) postLocked(wrs []verbs.SendWR, ops []op) error {
+func (c *conn) postLocked(wrs []verbs.SendWR, ops []rc.Op) error {
 	c.sq.sqFree -= len(wrs)
 	c.sq.credits -= needCredits(wrs)
 	for i := range wrs {
 		c.inflight.Add(1)
-		wrs[i].ID = c.ops.add(ops[i])
+		wrs[i].ID = c.ops.Add(ops[i])
 	}
 	c.sq.sentMu.Lock()
 	for i := range wrs {
@@ -393,8 +394,8 @@ func (c *conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 	c.sq.sentMu.Lock()
 	for i := len(wrs) - 1; i >= n; i-- {
 		c.sq.sent.popBack()
-		if o, ok := c.ops.take(wrs[i].ID); ok {
-			c.dropBuf(&o)
+		if o, ok := c.ops.Take(wrs[i].ID); ok {
+			o.DropBuf()
 			c.sq.sqFree++
 			c.sq.credits += needCredits(wrs[i : i+1])
 			c.opDone()
@@ -417,7 +418,7 @@ func (c *conn) postLocked(wrs []verbs.SendWR, ops []op) error {
 // whose peer closed, and accesses to regions the peer revoked. A queued
 // chain was issued before Close began, so Close lets it go out. Caller
 // holds postMu.
-func (c *conn) postable(wrs []verbs.SendWR, ops []op, queued bool) error {
+func (c *conn) postable(wrs []verbs.SendWR, ops []rc.Op, queued bool) error {
 	if c.closing.Load() || c.err() != nil {
 		return c.closedErr()
 	}
@@ -433,23 +434,23 @@ func (c *conn) postable(wrs []verbs.SendWR, ops []op, queued bool) error {
 		return c.closedErr()
 	}
 	for i := range wrs {
-		if ops[i].kind != opSend && c.sq.isRevoked(wrs[i].RKey) {
+		if ops[i].Kind != rc.OpSend && c.sq.isRevoked(wrs[i].RKey) {
 			return fmt.Errorf("rdma: %v to %v, rkey %#x: %w", wrs[i].Opcode, c.remote, wrs[i].RKey, ErrRegionRevoked)
 		}
 	}
 	return nil
 }
 
-func (c *conn) dropAll(ops []op) {
+func (c *conn) dropAll(ops []rc.Op) {
 	for i := range ops {
-		c.dropBuf(&ops[i])
+		ops[i].DropBuf()
 	}
 }
 
 // resolveAll resolves the futures of ops (a batch shares one) with err.
-func resolveAll(ops []op, err error) {
+func resolveAll(ops []rc.Op, err error) {
 	for i := range ops {
-		ops[i].resolveOp(err, 0, 0)
+		ops[i].Resolve(err, 0, 0)
 	}
 }
 
@@ -493,11 +494,11 @@ func (c *conn) postCreditLocked() {
 		c.opDone() // the connection is failing: nothing is taken any more
 		return
 	}
-	id := c.ops.add(op{kind: opCredit, conn: c})
+	id := c.ops.Add(rc.Op{Kind: rc.OpCredit})
 	c.st.creditWrites.Add(1)
 	if n, _ := c.doorbellLocked(c.cr.cw.request(id, c.inline, &c.peer)); n == 0 {
 		// The QP is closing or failed; its teardown ends the rest.
-		if _, ok := c.ops.take(id); ok {
+		if _, ok := c.ops.Take(id); ok {
 			c.opDone()
 		}
 	}
@@ -522,13 +523,13 @@ func (c *conn) postBeacon() {
 	}
 	c.sq.beacon = true
 	c.inflight.Add(1)
-	id := c.ops.add(op{kind: opBeacon, conn: c})
+	id := c.ops.Add(rc.Op{Kind: rc.OpBeacon})
 	_, err := c.doorbellLocked([]verbs.SendWR{{ID: id, Opcode: verbs.OpSend, Flags: verbs.SendSignaled}})
 	c.unlockPost()
 	if err != nil {
 		// Nothing to wait for (the QP is closed, or the provider
 		// refuses): what came is all there is.
-		if _, ok := c.ops.take(id); ok {
+		if _, ok := c.ops.Take(id); ok {
 			c.opDone()
 		}
 		c.onBeacon(nil)
@@ -548,7 +549,7 @@ func (c *conn) takeCovered(id uint64) int {
 		if x == id {
 			break
 		}
-		if p, ok := c.ops.take(x); ok {
+		if p, ok := c.ops.Take(x); ok {
 			c.finish(&p, nil)
 			k++
 		}
@@ -603,11 +604,11 @@ func (q *sendQueue) isRevoked(rkey uint32) bool {
 }
 
 // postMu.
-func (c *conn) stampLatency(ops []op) {
+func (c *conn) stampLatency(ops []rc.Op) {
 	for i := range ops {
 		c.sq.latencySeq++
 		if c.sq.latencySeq%LatencySample == 0 {
-			ops[i].start = nanotime()
+			ops[i].Start = nanotime()
 		}
 	}
 }

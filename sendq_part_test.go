@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/go-rdma/rdma/internal/rc"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -58,27 +59,27 @@ func sendQueueConn(t *testing.T, depth, credits int) (*conn, *fakePoster) {
 }
 
 // sendOpOf is a message of no bytes with a Future.
-func sendOpOf(c *conn, opc verbs.Opcode) (verbs.SendWR, op) {
+func sendOpOf(c *conn, opc verbs.Opcode) (verbs.SendWR, rc.Op) {
 	f := newFuture(nil)
-	kind := opSend
+	kind := rc.OpSend
 	if opc == verbs.OpWrite {
-		kind = opWrite
+		kind = rc.OpWrite
 	}
-	return verbs.SendWR{Opcode: opc, Flags: verbs.SendSignaled}, op{kind: kind, conn: c, fut: f, gen: f.gen, signaled: true}
+	return verbs.SendWR{Opcode: opc, Flags: verbs.SendSignaled}, rc.Op{Kind: kind, Fut: (*opFuture)(f), Gen: f.gen, Signaled: true}
 }
 
 // issue submits one operation as Conn.post does, and returns its Future.
 func issue(c *conn, opc verbs.Opcode) *Future {
 	wr, o := sendOpOf(c, opc)
 	c.submit(wr, verbs.SGE{}, o)
-	return o.fut
+	return (*Future)(o.Fut.(*opFuture))
 }
 
 // completeWR completes the posted WR id successfully, as the completion
 // path does (onSendDone): it resolves it and the unsignaled WRs before
 // it, and gives their room back.
 func completeWR(c *conn, id uint64) {
-	o, ok := c.ops.take(id)
+	o, ok := c.ops.Take(id)
 	k := c.takeCovered(id)
 	if ok {
 		c.finish(&o, nil)
@@ -199,12 +200,12 @@ func TestSendQueueUndo(t *testing.T) {
 	assert.Equal(t, 4, c.sq.credits)
 	assert.Zero(t, c.sq.sent.len())
 	assert.Zero(t, c.sq.posted)
-	assert.Empty(t, c.ops.ids())
+	assert.Empty(t, c.ops.IDs())
 	assert.Zero(t, c.inflight.Load())
 
 	c, p = sendQueueConn(t, 8, 8)
 	wrs := make([]verbs.SendWR, 4)
-	ops := make([]op, 4)
+	ops := make([]rc.Op, 4)
 	for i := range wrs {
 		wrs[i], ops[i] = sendOpOf(c, verbs.OpSend)
 	}
@@ -216,7 +217,7 @@ func TestSendQueueUndo(t *testing.T) {
 	assert.Equal(t, 6, c.sq.credits)
 	assert.Equal(t, 2, c.sq.sent.len())
 	assert.Equal(t, uint64(2), c.sq.posted)
-	assert.Len(t, c.ops.ids(), 2)
+	assert.Len(t, c.ops.IDs(), 2)
 	assert.Error(t, c.sq.failAfter, "the connection fails at unlock")
 	c.sq.failAfter = nil
 	c.sq.postMu.Unlock()

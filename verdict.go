@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/go-rdma/rdma/internal/pool"
+	"github.com/go-rdma/rdma/internal/rc"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -38,7 +39,7 @@ type verdict struct {
 // heldWC is a completion waiting for the verdict: of an op of the
 // connection's table, or of a receive of the SRQ (pb).
 type heldWC struct {
-	o  op
+	o  rc.Op
 	pb *pool.Buffer
 	wc verbs.WorkCompletion
 }
@@ -53,7 +54,7 @@ func peerQPFailed(st verbs.WCStatus) bool {
 // verdict when the connection waits for one, or starts waiting when the
 // completion says the peer's queue pair failed and the control channel
 // has not spoken yet. It reports whether it kept it. It runs on a poller.
-func (c *conn) holdForVerdict(o *op, pb *pool.Buffer, wc *verbs.WorkCompletion) bool {
+func (c *conn) holdForVerdict(o *rc.Op, pb *pool.Buffer, wc *verbs.WorkCompletion) bool {
 	if !c.vd.holding.Load() {
 		if wc.Status == verbs.WCSuccess || !peerQPFailed(wc.Status) || c.ctl.ctrl == nil || c.err() != nil ||
 			c.ctl.closeHeard.Load() || !c.vd.holding.CompareAndSwap(false, true) {
