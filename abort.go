@@ -47,7 +47,7 @@ func (c *Conn) Abort(cause error) error {
 func (c *conn) tellPeer(err error) {
 	// Before the handshake completed, the set-up's own error tells the
 	// peer; a frame would only garble the handshake.
-	if !c.up.Load() || c.closing.Load() || c.peerClosed.Load() || errors.Is(err, ErrPeerClosed) || errors.Is(err, ErrPeerLost) || (c.ctl.ctrl == nil && c.cm == nil) {
+	if !c.up.Load() || c.life.Closing() || c.life.PeerClosed() || errors.Is(err, ErrPeerClosed) || errors.Is(err, ErrPeerLost) || (c.ctl.ctrl == nil && c.cm == nil) {
 		return
 	}
 	c.tellMu.Lock()
@@ -100,5 +100,5 @@ func (c *conn) onPeerAbort(p []byte) {
 	// meanwhile (the bad access that made the peer abort may have failed a
 	// receive here too) then says either its own status or the reason.
 	c.fail(fmt.Errorf("rdma: peer %v: %w: it aborted: %q", c.remote, ErrPeerClosed, p))
-	c.peerClosed.Store(true)
+	c.life.SetPeerClosed()
 }

@@ -35,12 +35,12 @@ import (
 // waited for. Close is safe to call twice.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
-		c.closeCalled.Store(true)
+		c.life.CallClose()
 		// Let the operations in flight finish first (bounded): holding
 		// every send credit means none is outstanding, and none can
 		// start. A message we sent is then known to have arrived
 		// before the peer hears that we close.
-		if c.err() == nil {
+		if c.life.Err() == nil {
 			c.quiesce(fmt.Errorf("rdma: conn %v: %w", c.remote, ErrClosed), true)
 		}
 		if c.ctl.ctrl != nil && !c.told.Load() { // an abort told the peer already
@@ -77,20 +77,17 @@ func (c *Conn) Close() error {
 
 // teardown releases everything the connection holds.
 func (c *conn) teardown() error {
-	c.closing.Store(true)
+	c.life.BeginTeardown()
 	c.fail(fmt.Errorf("rdma: conn %v: %w", c.remote, ErrClosed))
 	var errs []error
 	if c.qp != nil {
 		// The QP is in the error state: the outstanding WRs flush.
-		if c.inflight.Load() == 0 {
-			c.drainOnce.Do(func() { close(c.drained) })
-		}
 		var stopped <-chan struct{} // a stopped poller drains nothing
 		if c.unit != nil {
 			stopped = c.unit.P.Done()
 		}
 		select {
-		case <-c.drained:
+		case <-c.life.Drained():
 		case <-stopped:
 		case <-time.After(5 * time.Second):
 		}
@@ -112,7 +109,7 @@ func (c *conn) teardown() error {
 	// resolve it here.
 	c.resolveLeft()
 	for _, f := range c.dropReceived() {
-		f.resolve(c.closedErr(), 0, 0, false, nil, 0)
+		f.resolve(c.life.ClosedErr(), 0, 0, false, nil, 0)
 	}
 	// The abort frame goes out before the socket closes. A failure
 	// racing with this (a device event) starts no telling after it.

@@ -82,13 +82,6 @@ func (cq *combineQueue) giveBack(q []postReq) {
 	cq.mu.Unlock()
 }
 
-// ending reports whether a post would be refused now: the connection
-// failed, is closing or its peer closed. Such a post takes the lock, so
-// that it fails at the call (postable), not later in the queue.
-func (c *conn) ending() bool {
-	return c.closeCalled.Load() || c.closing.Load() || c.peerClosed.Load() || c.err() != nil
-}
-
 // submit posts one operation: at once when postMu is free, else through
 // the combining queue. An operation that fails at once has its Future
 // resolved.
@@ -99,7 +92,7 @@ func (c *conn) submit(wr verbs.SendWR, sge verbs.SGE, o rc.Op) {
 		// the end, fails at once, and the queue stays bounded. An
 		// inline operation waits too: its bytes are copied at the
 		// post, and the caller may change them once the call returns.
-		if !c.ending() && wr.Flags&verbs.SendInline == 0 && c.sq.heldOps.Load()+int64(c.sq.cq.n.Load()) < int64(c.sendQueueLimit()/2) {
+		if !c.life.Ending() && wr.Flags&verbs.SendInline == 0 && c.sq.heldOps.Load()+int64(c.sq.cq.n.Load()) < int64(c.sendQueueLimit()/2) {
 			c.sq.cq.leave(postReq{wr: wr, sge: sge, op: o})
 			if !c.sq.postMu.TryLock() {
 				return // the holder posts it (unlockPost)

@@ -124,7 +124,7 @@ func (c *conn) onSendDone(o *rc.Op, wc *verbs.WorkCompletion) {
 	if k > 1 {
 		c.st.completions.Add(uint64(k - 1))
 	}
-	c.st.completed(wc.Status, wc.Status == verbs.WCWRFlushErr && c.orderly())
+	c.st.completed(wc.Status, wc.Status == verbs.WCWRFlushErr && c.life.Orderly())
 	var err error
 	if wc.Status != verbs.WCSuccess {
 		err = c.completionErr(postedWC(o.Kind, wc))
@@ -159,39 +159,31 @@ func (c *conn) onSendDone(o *rc.Op, wc *verbs.WorkCompletion) {
 //     peer said why (its abort): an access or invalid-request error
 //     stays ours to explain.
 func (c *conn) completionErr(wc *verbs.WorkCompletion) error {
-	if c.ctl.closeHeard.Load() {
-		return c.peerClosedErr()
+	if c.life.CloseHeard() {
+		return c.life.PeerClosedErr()
 	}
 	var err error = completionError(wc)
 	switch {
 	case wc.Status == verbs.WCWRFlushErr:
-		cause := c.err()
+		cause := c.life.Err()
 		if cause == nil && c.cm != nil {
-			cause = c.peerClosedErr()
+			cause = c.life.PeerClosedErr()
 		} else if cause == nil {
-			cause = c.peerLostErr()
+			cause = c.life.PeerLostErr()
 		}
 		return fmt.Errorf("%w (%w)", cause, err)
 	case wc.Status == verbs.WCRetryExcErr, wc.Status == verbs.WCRemOpErr, wc.Status == verbs.WCRemAbortErr,
-		c.peerClosed.Load():
-		c.peerClosed.Store(true)
+		c.life.PeerClosed():
+		c.life.SetPeerClosed()
 		// The peer's end may carry its reason (an abort's): keep it.
-		cause := c.err()
+		cause := c.life.Err()
 		if cause == nil || !(errors.Is(cause, ErrPeerClosed) || errors.Is(cause, ErrPeerLost)) {
-			cause = c.peerLostErr()
+			cause = c.life.PeerLostErr()
 		}
 		return fmt.Errorf("%w (%w)", cause, err)
 	}
 	return fmt.Errorf("rdma: peer %v: %w", c.remote, err)
 }
-
-// peerClosedErr is the error of a connection whose peer closed it in
-// order: one text, whatever failed since.
-func (c *conn) peerClosedErr() error { return fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerClosed) }
-
-// peerLostErr is the error of a connection whose peer went away without
-// closing it.
-func (c *conn) peerLostErr() error { return fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerLost) }
 
 // finish resolves a send-side op: a signaled one (or any that failed)
 // resolves its future; its buffer and credit go back.
@@ -207,5 +199,5 @@ func (c *conn) finish(o *rc.Op, err error) {
 		o.Resolve(err, o.N, old)
 	}
 	o.DropBuf()
-	c.opDone()
+	c.life.OpDone()
 }

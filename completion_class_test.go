@@ -38,6 +38,7 @@ func TestCompletionErrClass(t *testing.T) {
 		{verbs.WCLocProtErr, false, nil},
 	} {
 		c := &conn{remote: remote}
+		c.life.Init(remote)
 		if tc.cm {
 			c.cm = &ibv.CMID{}
 		}
@@ -59,7 +60,8 @@ func TestCompletionErrAfterPeerClose(t *testing.T) {
 	remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7471}
 	for _, st := range []verbs.WCStatus{verbs.WCWRFlushErr, verbs.WCRetryExcErr, verbs.WCRemOpErr, verbs.WCRemAccessErr} {
 		c := &conn{remote: remote}
-		c.ctl.closeHeard.Store(true)
+		c.life.Init(remote)
+		c.life.HearClose()
 		err := c.completionErr(&verbs.WorkCompletion{Status: st, Opcode: verbs.WCRecv, WRID: 9})
 		assert.Equal(t, "rdma: peer 127.0.0.1:7471: peer closed the connection", err.Error(), "%v", st)
 		assert.ErrorIs(t, err, ErrPeerClosed)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -62,28 +61,21 @@ type conn struct {
 	telling sync.WaitGroup // the telling is under way
 	tellMu  sync.Mutex     // orders telling.Add before teardown's Wait
 	untold  bool           // teardown waits for the telling: start none; under tellMu
-	failed  atomic.Pointer[error]
-	up      atomic.Bool // the handshake completed: its end is logged
+	up      atomic.Bool    // the handshake completed: its end is logged
 
 	// The parts, in an order that keeps what the post and completion
 	// paths touch together: the send queue (the sending half of the
-	// credits first, then postMu), then inflight.
-	cr creditState // the receiving half of the credits, and the credit word
-	iw iwarpSettle // the READ that settles an rdma_cm connection on iWARP (settleIWARP)
-	sq sendQueue   // the send queue: postMu and what it guards, the sending half of the credits
-
-	inflight  atomic.Int64 // posted WRs not yet completed, receives included
-	closing   atomic.Bool
-	drained   chan struct{} // closed when inflight reaches 0 while closing
-	drainOnce sync.Once
+	// credits first, then postMu), then the life (inflight).
+	cr   creditState // the receiving half of the credits, and the credit word
+	iw   iwarpSettle // the READ that settles an rdma_cm connection on iWARP (settleIWARP)
+	sq   sendQueue   // the send queue: postMu and what it guards, the sending half of the credits
+	life rc.Life     // the first error, the close, the peer's end, the WRs in flight
 
 	rq  receives    // the receive side: rmu and what it guards
 	ctl controlChan // the control channel
 	rg  regionState // the regions exposed, granted and requested
 	vd  verdict     // completions waiting for the control channel's word (holdForVerdict)
 
-	peerClosed  atomic.Bool // the peer closed or went away: post nothing more
-	closeCalled atomic.Bool // Close began: what fails from here on is the orderly close's
 	quiesceOnce sync.Once
 	closeOnce   sync.Once
 	closeErr    error
@@ -172,9 +164,10 @@ func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*c
 		return nil, err
 	}
 	c := &conn{eng: eng, cfg: cfg, local: local, remote: remote, rq: receives{recvSize: cfg.maxMsg},
-		drained: make(chan struct{}), done: make(chan struct{}),
-		ctl: newControlChan(ctrl), rg: newRegionState()}
+		done: make(chan struct{}),
+		ctl:  newControlChan(ctrl), rg: newRegionState()}
 	c.api.conn = c
+	c.life.Init(remote)
 	slot, err := eng.AddEndpoint(c.ep())
 	if err != nil {
 		eng.Release()
@@ -256,19 +249,11 @@ func (c *Conn) Device() string { return c.eng.Name() }
 // MaxMessage is the largest message Send may carry to the peer.
 func (c *Conn) MaxMessage() int { return int(c.peer.MaxMsg) }
 
-// err is why the connection cannot be used, or nil.
-func (c *conn) err() error {
-	if p := c.failed.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
 // fail records the first fatal error, moves the QP to the error state
 // (every outstanding WR then completes with WR_FLUSH_ERR) and resolves
 // the pending receives.
 func (c *conn) fail(err error) {
-	if !c.failed.CompareAndSwap(nil, &err) {
+	if !c.life.Fail(err) {
 		return
 	}
 	c.eng.life.ended(c, err)
@@ -299,24 +284,12 @@ func (c *conn) fail(err error) {
 	c.tellPeer(err)
 }
 
-// closedErr is the error of an operation on a closed or failed
-// connection; it wraps net.ErrClosed.
-func (c *conn) closedErr() error {
-	if err := c.err(); err != nil {
-		if errors.Is(err, net.ErrClosed) {
-			return err
-		}
-		return fmt.Errorf("rdma: conn %v: %w by its failure: %w", c.remote, ErrClosed, err)
-	}
-	return fmt.Errorf("rdma: conn %v: %w", c.remote, ErrClosed)
-}
-
 // Alloc returns n bytes of registered memory, zero to its capacity, from
 // the pool of the connection's engine: the buffer works on every
 // connection of that engine.
 func (c *Conn) Alloc(n int) (*Buffer, error) {
-	if c.err() != nil {
-		return nil, c.closedErr()
+	if c.life.Err() != nil {
+		return nil, c.life.ClosedErr()
 	}
 	return c.eng.alloc(n)
 }
@@ -342,7 +315,7 @@ func (c *Conn) Done() <-chan struct{} { return c.done }
 // when the peer closed or aborted (then the text says the peer's
 // reason), ErrPeerLost when it went away without either (killed,
 // crashed, its host or the network down), or the failure that ended it.
-func (c *Conn) Err() error { return c.err() }
+func (c *Conn) Err() error { return c.life.Err() }
 
 // Send sends the bytes of b as one message; the peer gets them from Recv.
 // b may be released before the future resolves; up to 64 bytes go inline
@@ -473,8 +446,8 @@ func (c *conn) atomic(opc verbs.Opcode, r RemoteRegion, cmpAdd, swap uint64) *Fu
 	if r.Len < 8 || r.Addr%8 != 0 {
 		return newResolved(fmt.Errorf("rdma: %v on %v: %w: needs an 8-byte aligned word", opc, r, ErrInvalid))
 	}
-	if c.err() != nil {
-		return newResolved(c.closedErr())
+	if c.life.Err() != nil {
+		return newResolved(c.life.ClosedErr())
 	}
 	pb, err := c.eng.Pool.Get(8)
 	if err != nil {

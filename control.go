@@ -55,8 +55,7 @@ type controlChan struct {
 	working atomic.Bool
 	workers sync.WaitGroup
 
-	closeHeard   atomic.Bool   // the peer's ctrlClose came
-	heard        chan struct{} // closed when closeHeard is set
+	heard        chan struct{} // closed when the peer's close came (Life.HearClose)
 	closeAck     chan struct{} // closed when the peer answers our ctrlClose
 	closeAckOnce sync.Once
 	deaf         atomic.Bool                   // tests: play a peer that reads its control frames and drops them
@@ -78,8 +77,8 @@ func (c *conn) control(ctx context.Context, typ byte, p []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if c.err() != nil {
-		return c.closedErr()
+	if c.life.Err() != nil {
+		return c.life.ClosedErr()
 	}
 	return c.writeControl(typ, p)
 }
@@ -95,8 +94,8 @@ func (c *conn) writeControl(typ byte, p []byte) error {
 	c.ctl.ctrl.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	c.st.ctrlFrames.Add(1)
 	if err := rc.WriteFrame(c.ctl.ctrl, typ, p); err != nil {
-		if c.err() != nil {
-			return c.closedErr()
+		if c.life.Err() != nil {
+			return c.life.ClosedErr()
 		}
 		err = fmt.Errorf("rdma: control channel to %v: %w", c.remote, err)
 		c.fail(err)
@@ -139,7 +138,7 @@ func (c *conn) readControl(r *bufio.Reader) {
 			<-*slow
 		}
 		if err != nil {
-			if c.closing.Load() || c.told.Load() {
+			if c.life.Closing() || c.told.Load() {
 				return // the end of our close or abort, not the peer's doing
 			}
 			switch {
@@ -147,21 +146,21 @@ func (c *conn) readControl(r *bufio.Reader) {
 				// A frame too long: the peer is told and cut off, as for
 				// every other illegal frame.
 				c.cutOff(fmt.Errorf("rdma: peer %v: %w", c.remote, err))
-			case c.ctl.closeHeard.Load():
+			case c.life.CloseHeard():
 				// The peer closed in order and then its socket: the
 				// close's error, however the socket ended.
-				c.peerClosed.Store(true)
-				c.fail(c.peerClosedErr())
+				c.life.SetPeerClosed()
+				c.fail(c.life.PeerClosedErr())
 			default:
 				// The socket ended without the peer's close: it
 				// died (its kernel closed or reset the socket), or
 				// the network between us did. The read's error
 				// stays in the chain unless it is a plain end.
-				c.peerClosed.Store(true)
+				c.life.SetPeerClosed()
 				if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, ErrClosed) {
-					c.fail(c.peerLostErr())
+					c.fail(c.life.PeerLostErr())
 				} else {
-					c.fail(fmt.Errorf("%w (%w)", c.peerLostErr(), err))
+					c.fail(fmt.Errorf("%w (%w)", c.life.PeerLostErr(), err))
 				}
 			}
 			return
@@ -224,7 +223,7 @@ func (c *conn) readControl(r *bufio.Reader) {
 		default:
 			c.protocolErr("unknown control frame %d", typ)
 		}
-		if errors.Is(c.err(), ErrProtocol) {
+		if errors.Is(c.life.Err(), ErrProtocol) {
 			return // the peer is cut off: nothing more of it is served
 		}
 	}
@@ -245,20 +244,14 @@ func (c *conn) word(p []byte, what string) (uint32, bool) {
 // hears that they did before it tears down its queue pair. A message it
 // received before its Close therefore completes here as delivered.
 func (c *conn) onPeerClose() {
-	// closeHeard before peerClosed: a post that finds the peer closed
-	// must find its close heard too, or it fails as if the peer went
-	// away without closing (postable). TestPeerCloseErrors saw that, once
-	// in a few runs of the whole suite, for a Write left in the combining
-	// queue as the close came.
-	if c.ctl.closeHeard.Swap(true) {
+	if c.life.HearClose() {
 		return // said twice: once is served
 	}
-	c.peerClosed.Store(true)
 	close(c.ctl.heard)
 	c.later(func() {
-		c.quiesce(c.peerClosedErr(), false)
+		c.quiesce(c.life.PeerClosedErr(), false)
 		c.writeControl(rc.CtrlCloseAck, nil)
-		c.fail(c.peerClosedErr())
+		c.fail(c.life.PeerClosedErr())
 	})
 }
 

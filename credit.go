@@ -109,7 +109,7 @@ func (c *conn) sendRecall() {
 // recall asks c's peer for its unused credits, once until it answers or
 // is given more. Caller holds srq.mu.
 func (c *conn) recall() {
-	if c.err() != nil || c.cr.creditOut.Load() <= 0 || c.cr.recalled.Swap(true) {
+	if c.life.Err() != nil || c.cr.creditOut.Load() <= 0 || c.cr.recalled.Swap(true) {
 		return
 	}
 	if !c.cr.recallQueued.Swap(true) {
@@ -185,7 +185,7 @@ func (c *conn) giveTakenLocked(regrant bool) {
 		return
 	}
 	c.srq.Taken(k)
-	if regrant && c.cr.peerWants.Load() && c.err() == nil {
+	if regrant && c.cr.peerWants.Load() && c.life.Err() == nil {
 		c.srq.Regrant(c.ep(), int(k))
 	}
 }

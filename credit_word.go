@@ -161,7 +161,7 @@ func (w *creditWord) request(id uint64, inline int, peer *rc.Hello) []verbs.Send
 // onCreditWritten completes a credit WRITE, and posts the next when the
 // total moved since. It runs on a poller.
 func (c *conn) onCreditWritten(wc *verbs.WorkCompletion) {
-	defer c.opDone()
+	defer c.life.OpDone()
 	if wc.Status != verbs.WCSuccess {
 		c.fail(c.completionErr(postedWC(rc.OpCredit, wc)))
 		return

@@ -114,7 +114,7 @@ func (e *endpoint) Handle() {
 func (c *conn) handle() {
 	for {
 		c.rq.rmu.Lock()
-		if c.rq.ready.Len() == 0 || c.closing.Load() {
+		if c.rq.ready.Len() == 0 || c.life.Closing() {
 			c.rq.handling = false
 			c.endIfDeliveredLocked() // the handler returned for the last one
 			c.rq.rmu.Unlock()

@@ -31,4 +31,4 @@ func (e *endpoint) Received(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 func (e *endpoint) Fail(err error) { (*conn)(e).fail(err) }
 
 // Failed reports whether the connection has failed.
-func (e *endpoint) Failed() bool { return (*conn)(e).err() != nil }
+func (e *endpoint) Failed() bool { return (*conn)(e).life.Err() != nil }

@@ -49,11 +49,6 @@ func (c *conn) logConnected() {
 	}
 }
 
-// orderly reports whether the connection is in an orderly close, by
-// Close or by the peer's: what fails from then on (the flushes of the
-// receives left posted, above all) is the close's doing, not an error.
-func (c *conn) orderly() bool { return c.closeCalled.Load() || c.ctl.closeHeard.Load() }
-
 // logEnded records why a connection ended; it runs once, with the first
 // error. An orderly close, by either side, is "rdma: connection closed"
 // at Info, whatever its first error was (a receive flushed by the peer's
@@ -64,9 +59,9 @@ func (c *conn) logEnded(err error) {
 	if l == nil || !c.up.Load() {
 		return // a handshake that failed is the listener's to log
 	}
-	if c.orderly() {
+	if c.life.Orderly() {
 		by := "local"
-		if c.ctl.closeHeard.Load() {
+		if c.life.CloseHeard() {
 			by = "peer"
 		}
 		l.Info("rdma: connection closed", "local", c.local, "remote", c.remote, "by", by)

@@ -161,10 +161,10 @@ func HoldPostBare(c *Conn) (release func()) {
 }
 
 // PeerCloseHeard reports whether c has heard its peer close.
-func PeerCloseHeard(c *Conn) bool { return c.peerClosed.Load() }
+func PeerCloseHeard(c *Conn) bool { return c.life.PeerClosed() }
 
 // CloseCalled reports whether c's Close has begun.
-func CloseCalled(c *Conn) bool { return c.closeCalled.Load() }
+func CloseCalled(c *Conn) bool { return c.life.CloseCalled() }
 
 // CreditIdleArmed reports whether c's idle give-back of credits
 // (idleCredits) still runs.
@@ -200,7 +200,7 @@ func EndSettled(c *Conn) bool {
 	c.rq.rmu.Lock()
 	defer c.rq.rmu.Unlock()
 	c.endIfDeliveredLocked()
-	return c.err() != nil && c.rq.ready.Len() == 0 && !c.moreToComeLocked()
+	return c.life.Err() != nil && c.rq.ready.Len() == 0 && !c.moreToComeLocked()
 }
 
 // InlineSize is the most bytes c posts inline.

@@ -74,8 +74,8 @@ func (c *conn) expose(pb *pool.Buffer, off, n int, access Access, granted int, l
 	if n == 0 {
 		return RemoteRegion{}, fmt.Errorf("rdma: expose 0 bytes: %w", ErrInvalid)
 	}
-	if c.err() != nil {
-		return RemoteRegion{}, c.closedErr()
+	if c.life.Err() != nil {
+		return RemoteRegion{}, c.life.ClosedErr()
 	}
 	if err := pb.Ref(); err != nil {
 		return RemoteRegion{}, fmt.Errorf("rdma: expose: %w", err)
@@ -93,11 +93,11 @@ func (c *conn) expose(pb *pool.Buffer, off, n int, access Access, granted int, l
 	r := RemoteRegion{Addr: mr.Addr(), Len: n, RKey: mr.RKey()}
 	x := &exposure{mr: mr, pb: pb, granted: granted}
 	c.rg.emu.Lock()
-	if c.closing.Load() {
+	if c.life.Closing() {
 		c.rg.emu.Unlock()
 		mr.Close()
 		pb.Unref()
-		return RemoteRegion{}, c.closedErr()
+		return RemoteRegion{}, c.life.ClosedErr()
 	}
 	c.rg.exposed[r.RKey] = x
 	if life > 0 {

@@ -77,14 +77,14 @@ func (c *Conn) RequestRegion(ctx context.Context, size int, access Access, opts 
 	case <-ctx.Done():
 		return RemoteRegion{}, ctx.Err()
 	case <-c.ctx.Done():
-		return RemoteRegion{}, c.closedErr()
+		return RemoteRegion{}, c.life.ClosedErr()
 	}
 	ch := make(chan regionAnswer, 1)
 	c.rg.emu.Lock()
-	if c.err() != nil {
+	if c.life.Err() != nil {
 		c.rg.emu.Unlock()
 		<-c.rg.reqSlots
-		return RemoteRegion{}, c.closedErr()
+		return RemoteRegion{}, c.life.ClosedErr()
 	}
 	c.rg.nextReq++
 	id := c.rg.nextReq
@@ -137,8 +137,8 @@ func (c *Conn) ReleaseRegion(ctx context.Context, r RemoteRegion) error {
 	c.sq.addRevoked(r.RKey)
 	c.unlockPost()
 	if err := c.waitSent(ctx); err != nil {
-		if c.err() != nil {
-			return c.closedErr()
+		if c.life.Err() != nil {
+			return c.life.ClosedErr()
 		}
 		return err
 	}

@@ -49,13 +49,6 @@ func (c *conn) onCompletion(wc *verbs.WorkCompletion) {
 	c.complete(&o, wc)
 }
 
-// opDone counts a finished WR and wakes Close when it was the last.
-func (c *conn) opDone() {
-	if c.inflight.Add(-1) == 0 && c.closing.Load() {
-		c.drainOnce.Do(func() { close(c.drained) })
-	}
-}
-
 // complete hands the completion of o to what posted it. It runs on a
 // poller.
 func (c *conn) complete(o *rc.Op, wc *verbs.WorkCompletion) {
@@ -64,7 +57,7 @@ func (c *conn) complete(o *rc.Op, wc *verbs.WorkCompletion) {
 		c.onRecv(o.Buf, wc)
 	case rc.OpBeacon:
 		c.onBeacon(wc)
-		c.opDone()
+		c.life.OpDone()
 	case rc.OpCredit:
 		c.onCreditWritten(wc)
 	default:
@@ -83,10 +76,10 @@ func (c *conn) resolveLeft() {
 			case rc.OpRecv:
 				o.Buf.Release()
 			default:
-				o.Resolve(c.closedErr(), 0, 0)
+				o.Resolve(c.life.ClosedErr(), 0, 0)
 				o.DropBuf()
 			}
-			c.opDone()
+			c.life.OpDone()
 		}
 	}
 }

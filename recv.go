@@ -61,7 +61,7 @@ func (c *conn) postReceives() error {
 // every message that arrived was handed over: taken by Recv, or handled
 // (the handler returned). Caller holds rmu.
 func (c *conn) endIfDeliveredLocked() {
-	if c.rq.ended || c.err() == nil || c.rq.ready.Len() > 0 || c.rq.handling || c.moreToComeLocked() {
+	if c.rq.ended || c.life.Err() == nil || c.rq.ready.Len() > 0 || c.rq.handling || c.moreToComeLocked() {
 		return
 	}
 	c.rq.ended = true
@@ -71,7 +71,7 @@ func (c *conn) endIfDeliveredLocked() {
 // onRecv delivers a completion of a receive the connection posted on its
 // own receive queue. It runs on a poller.
 func (c *conn) onRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
-	defer c.opDone()
+	defer c.life.OpDone()
 	c.rq.rmu.Lock()
 	c.rq.rposted--
 	if c.iw.awaitingGo.Load() {
@@ -111,7 +111,7 @@ func (c *conn) deliverLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 		return
 	}
 	if wc.Status != verbs.WCSuccess {
-		c.st.recvFailed(wc.Status, wc.Status == verbs.WCWRFlushErr && c.orderly())
+		c.st.recvFailed(wc.Status, wc.Status == verbs.WCWRFlushErr && c.life.Orderly())
 		// Every receive before this one was delivered; the waiters
 		// left will get nothing more.
 		ws := c.rq.takeWaitersLocked()
@@ -167,9 +167,9 @@ func (c *Conn) Recv() *Future {
 	if c.rq.ready.Len() > 0 {
 		return c.takeReadyLocked()
 	}
-	if c.err() != nil && !c.moreToComeLocked() {
+	if c.life.Err() != nil && !c.moreToComeLocked() {
 		c.rq.rmu.Unlock()
-		return newResolved(c.closedErr())
+		return newResolved(c.life.ClosedErr())
 	}
 	f := newFuture(c.drv)
 	f.recv = c.conn
@@ -216,7 +216,7 @@ func (c *conn) withdraw(f *Future) bool {
 // has stopped, or the receives left were abandoned (abandonPosted),
 // nothing more comes. Caller holds rmu.
 func (c *conn) moreToComeLocked() bool {
-	if c.closing.Load() || c.rq.abandoned || c.unit == nil || isClosedChan(c.unit.P.Done()) {
+	if c.life.Closing() || c.rq.abandoned || c.unit == nil || isClosedChan(c.unit.P.Done()) {
 		return false
 	}
 	if c.srq != nil {
@@ -233,7 +233,7 @@ func (c *conn) onBeacon(wc *verbs.WorkCompletion) {
 	ws := c.rq.takeWaitersLocked()
 	c.endIfDeliveredLocked()
 	c.rq.rmu.Unlock()
-	err := c.err()
+	err := c.life.Err()
 	if wc != nil && wc.Status != verbs.WCSuccess {
 		err = c.completionErr(postedWC(rc.OpRecv, wc)) // the Recvs' error: it names RECV
 	}
@@ -262,7 +262,7 @@ func (c *conn) refillLocked() {
 // repostLocked posts up to k receives, keeping at most rqDepth posted or
 // waiting in ready. Caller holds rmu.
 func (c *conn) repostLocked(k int) error {
-	if c.closing.Load() || c.err() != nil {
+	if c.life.Closing() || c.life.Err() != nil {
 		return nil
 	}
 	k = min(k, len(c.rq.rwrs)-c.rq.rposted-c.rq.ready.Len())
@@ -276,7 +276,7 @@ func (c *conn) repostLocked(k int) error {
 			return fmt.Errorf("rdma: receive buffers: %w", err)
 		}
 		c.rq.rsges[i] = verbs.SGE{Addr: pb.Addr(), Length: uint32(c.rq.recvSize), LKey: pb.LKey()}
-		c.inflight.Add(1)
+		c.life.AddInflight()
 		c.rq.rwrs[i].ID = c.ops.Add(rc.Op{Kind: rc.OpRecv, Buf: pb})
 	}
 	n, err := c.qp.PostRecv(c.rq.rwrs[:k])
@@ -285,7 +285,7 @@ func (c *conn) repostLocked(k int) error {
 		for i := n; i < k; i++ {
 			if o, ok := c.ops.Take(c.rq.rwrs[i].ID); ok {
 				o.Buf.Release()
-				c.opDone()
+				c.life.OpDone()
 			}
 		}
 		return fmt.Errorf("rdma: post receives: %w", err)
@@ -298,7 +298,7 @@ func (c *conn) unpost(i int) {
 	for j := 0; j < i; j++ {
 		if o, ok := c.ops.Take(c.rq.rwrs[j].ID); ok {
 			o.Buf.Release()
-			c.opDone()
+			c.life.OpDone()
 		}
 	}
 }
@@ -363,7 +363,7 @@ func (c *conn) abandonPosted() {
 	ws := c.rq.takeWaitersLocked()
 	c.endIfDeliveredLocked()
 	c.rq.rmu.Unlock()
-	err := c.err()
+	err := c.life.Err()
 	for _, f := range ws {
 		f.resolve(err, 0, 0, false, nil, 0)
 	}

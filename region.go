@@ -95,7 +95,7 @@ func (c *Conn) SendRegion(ctx context.Context, r RemoteRegion) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-c.ctx.Done():
-		return c.closedErr()
+		return c.life.ClosedErr()
 	}
 	if err := c.control(ctx, rc.CtrlRegion, r.appendTo(nil)); err != nil {
 		<-c.rg.regionSlots
@@ -118,7 +118,7 @@ func (c *Conn) RecvRegion(ctx context.Context) (RemoteRegion, error) {
 		select {
 		case r = <-c.rg.regions: // sent before the end: still ours
 		default:
-			return RemoteRegion{}, c.closedErr()
+			return RemoteRegion{}, c.life.ClosedErr()
 		}
 	}
 	// The peer may send another; a failed write has failed the

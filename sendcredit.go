@@ -151,7 +151,7 @@ func (c *conn) onCredit(total uint32) {
 // give-back. Caller holds postMu.
 func (c *conn) addCreditsLocked(n int) {
 	c.sq.credits = min(c.sq.credits+n, maxCredits)
-	if c.sq.credits > 0 && !c.sq.idleArmed && c.err() == nil {
+	if c.sq.credits > 0 && !c.sq.idleArmed && c.life.Err() == nil {
 		c.sq.idleArmed, c.sq.idleSeen = true, c.sq.posted
 		if c.sq.idleTimer == nil {
 			c.sq.idleTimer = time.AfterFunc(creditIdle, c.idleCredits)
@@ -169,7 +169,7 @@ func (c *conn) idleCredits() {
 	c.pullLocked()
 	c.drainLocked()
 	switch {
-	case c.sq.credits <= 0 || c.err() != nil || c.closing.Load():
+	case c.sq.credits <= 0 || c.life.Err() != nil || c.life.Closing():
 		c.sq.idleArmed = false
 	case c.sq.posted == c.sq.idleSeen && c.sq.pending.Len() == 0:
 		c.sq.creditBack.Add(int64(c.sq.credits))
@@ -202,7 +202,7 @@ func (c *conn) onRecall() {
 	defer c.postUnlock()
 	c.pullLocked()
 	c.drainLocked()
-	if c.sq.credits <= 0 || c.err() != nil {
+	if c.sq.credits <= 0 || c.life.Err() != nil {
 		return
 	}
 	waiting := c.sq.pending.Len() > 0

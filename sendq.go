@@ -223,7 +223,7 @@ func (c *conn) drainLocked() {
 func (c *conn) failPending() {
 	c.sq.postMu.Lock()
 	defer c.postUnlock()
-	c.failPendingLocked(c.closedErr())
+	c.failPendingLocked(c.life.ClosedErr())
 }
 
 // failPendingLocked fails every queued chain with err. Caller holds
@@ -370,7 +370,7 @@ func (c *conn) postLocked(wrs []verbs.SendWR, ops []rc.Op) error {
 	c.sq.sqFree -= len(wrs)
 	c.sq.credits -= needCredits(wrs)
 	for i := range wrs {
-		c.inflight.Add(1)
+		c.life.AddInflight()
 		wrs[i].ID = c.ops.Add(ops[i])
 	}
 	c.sq.sentMu.Lock()
@@ -398,12 +398,12 @@ func (c *conn) postLocked(wrs []verbs.SendWR, ops []rc.Op) error {
 			o.DropBuf()
 			c.sq.sqFree++
 			c.sq.credits += needCredits(wrs[i : i+1])
-			c.opDone()
+			c.life.OpDone()
 		}
 	}
 	c.sq.sentMu.Unlock()
-	if errors.Is(err, verbs.ErrClosed) || c.err() != nil {
-		err = c.closedErr()
+	if errors.Is(err, verbs.ErrClosed) || c.life.Err() != nil {
+		err = c.life.ClosedErr()
 	}
 	err = fmt.Errorf("rdma: post %v: %w", wrs[n].Opcode, err)
 	if n > 0 {
@@ -419,19 +419,19 @@ func (c *conn) postLocked(wrs []verbs.SendWR, ops []rc.Op) error {
 // chain was issued before Close began, so Close lets it go out. Caller
 // holds postMu.
 func (c *conn) postable(wrs []verbs.SendWR, ops []rc.Op, queued bool) error {
-	if c.closing.Load() || c.err() != nil {
-		return c.closedErr()
+	if c.life.Closing() || c.life.Err() != nil {
+		return c.life.ClosedErr()
 	}
 	// The peer's close quiesces too: a post then fails as the peer's
 	// doing, not as a close of ours.
-	if c.peerClosed.Load() {
-		if c.ctl.closeHeard.Load() {
-			return c.peerClosedErr()
+	if c.life.PeerClosed() {
+		if c.life.CloseHeard() {
+			return c.life.PeerClosedErr()
 		}
-		return c.peerLostErr() // the failure that says so is on its way
+		return c.life.PeerLostErr() // the failure that says so is on its way
 	}
 	if c.sq.quiescing && !queued {
-		return c.closedErr()
+		return c.life.ClosedErr()
 	}
 	for i := range wrs {
 		if ops[i].Kind != rc.OpSend && c.sq.isRevoked(wrs[i].RKey) {
@@ -489,9 +489,9 @@ func (c *conn) postCreditLocked() {
 	}
 	// inflight first: teardown, which waits for it, then cannot free the
 	// credit buffer under us.
-	c.inflight.Add(1)
-	if c.err() != nil || c.cr.cw.mr == nil {
-		c.opDone() // the connection is failing: nothing is taken any more
+	c.life.AddInflight()
+	if c.life.Err() != nil || c.cr.cw.mr == nil {
+		c.life.OpDone() // the connection is failing: nothing is taken any more
 		return
 	}
 	id := c.ops.Add(rc.Op{Kind: rc.OpCredit})
@@ -499,7 +499,7 @@ func (c *conn) postCreditLocked() {
 	if n, _ := c.doorbellLocked(c.cr.cw.request(id, c.inline, &c.peer)); n == 0 {
 		// The QP is closing or failed; its teardown ends the rest.
 		if _, ok := c.ops.Take(id); ok {
-			c.opDone()
+			c.life.OpDone()
 		}
 	}
 }
@@ -522,7 +522,7 @@ func (c *conn) postBeacon() {
 		return
 	}
 	c.sq.beacon = true
-	c.inflight.Add(1)
+	c.life.AddInflight()
 	id := c.ops.Add(rc.Op{Kind: rc.OpBeacon})
 	_, err := c.doorbellLocked([]verbs.SendWR{{ID: id, Opcode: verbs.OpSend, Flags: verbs.SendSignaled}})
 	c.unlockPost()
@@ -530,7 +530,7 @@ func (c *conn) postBeacon() {
 		// Nothing to wait for (the QP is closed, or the provider
 		// refuses): what came is all there is.
 		if _, ok := c.ops.Take(id); ok {
-			c.opDone()
+			c.life.OpDone()
 		}
 		c.onBeacon(nil)
 	}

@@ -53,6 +53,7 @@ func sendQueueConn(t *testing.T, depth, credits int) (*conn, *fakePoster) {
 	p := &fakePoster{accept: -1}
 	c := &conn{eng: &engine{cfg: config{pollMode: PollEvent}}, cfg: config{sqDepth: depth}, qp: p}
 	c.peer.MaxMsg = 1 << 20
+	c.life.Init(nil)
 	c.sq.init(depth, func() {}, func() {})
 	c.sq.credits = credits
 	return c, p
@@ -135,7 +136,7 @@ func TestSendQueueDrain(t *testing.T) {
 	assert.Len(t, p.wrs(), 5)
 	assert.Zero(t, c.sq.pending.Len())
 	assert.Equal(t, uint64(3), c.sq.completed.Load())
-	assert.Equal(t, int64(2), c.inflight.Load())
+	assert.Equal(t, int64(2), c.life.Inflight())
 
 	c, p = sendQueueConn(t, 8, 0)
 	issue(c, verbs.OpSend)
@@ -201,7 +202,7 @@ func TestSendQueueUndo(t *testing.T) {
 	assert.Zero(t, c.sq.sent.len())
 	assert.Zero(t, c.sq.posted)
 	assert.Empty(t, c.ops.IDs())
-	assert.Zero(t, c.inflight.Load())
+	assert.Zero(t, c.life.Inflight())
 
 	c, p = sendQueueConn(t, 8, 8)
 	wrs := make([]verbs.SendWR, 4)

@@ -234,9 +234,9 @@ func (l *lifeCounters) ended(c *conn, err error) {
 	switch {
 	case !c.up.Load():
 		// A handshake that failed: dial or the listener counts it.
-	case c.orderly() && c.ctl.closeHeard.Load():
+	case c.life.Orderly() && c.life.CloseHeard():
 		l.closedPeer.Add(1)
-	case c.orderly():
+	case c.life.Orderly():
 		l.closedLocal.Add(1)
 	case errors.Is(err, ErrPeerClosed), errors.Is(err, ErrPeerLost):
 		l.peerGone.Add(1)

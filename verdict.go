@@ -56,8 +56,8 @@ func peerQPFailed(st verbs.WCStatus) bool {
 // has not spoken yet. It reports whether it kept it. It runs on a poller.
 func (c *conn) holdForVerdict(o *rc.Op, pb *pool.Buffer, wc *verbs.WorkCompletion) bool {
 	if !c.vd.holding.Load() {
-		if wc.Status == verbs.WCSuccess || !peerQPFailed(wc.Status) || c.ctl.ctrl == nil || c.err() != nil ||
-			c.ctl.closeHeard.Load() || !c.vd.holding.CompareAndSwap(false, true) {
+		if wc.Status == verbs.WCSuccess || !peerQPFailed(wc.Status) || c.ctl.ctrl == nil || c.life.Err() != nil ||
+			c.life.CloseHeard() || !c.vd.holding.CompareAndSwap(false, true) {
 			return false
 		}
 		go c.awaitVerdict()
@@ -86,10 +86,10 @@ func (c *conn) awaitVerdict() {
 	case <-t.C:
 	}
 	t.Stop()
-	if c.ctl.closeHeard.Load() {
-		c.fail(c.peerClosedErr())
+	if c.life.CloseHeard() {
+		c.fail(c.life.PeerClosedErr())
 	}
-	c.fail(c.peerLostErr()) // nothing if it failed already
+	c.fail(c.life.PeerLostErr()) // nothing if it failed already
 	for {
 		c.vd.mu.Lock()
 		held := c.vd.held

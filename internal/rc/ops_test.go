@@ -44,3 +44,51 @@ func TestOpTable(t *testing.T) {
 	assert.False(t, ok, "an unknown index finds nothing")
 	assert.ElementsMatch(t, []uint64{b, c}, tb.IDs())
 }
+
+// TestLifeDrained: the teardown's wait ends when the last WR in flight
+// finishes, or at once when none is; not before the teardown began.
+func TestLifeDrained(t *testing.T) {
+	var l Life
+	l.Init(nil)
+	l.AddInflight()
+	l.OpDone()
+	select {
+	case <-l.Drained():
+		t.Fatal("drained before the teardown began")
+	default:
+	}
+	l.AddInflight()
+	l.BeginTeardown()
+	select {
+	case <-l.Drained():
+		t.Fatal("drained with a WR in flight")
+	default:
+	}
+	l.OpDone()
+	select {
+	case <-l.Drained():
+	default:
+		t.Fatal("not drained after the last WR finished")
+	}
+}
+
+// TestLifeErrors: the first error counts; a close heard twice is heard
+// once, and marks the peer closed.
+func TestLifeErrors(t *testing.T) {
+	var l Life
+	l.Init(nil)
+	assert.False(t, l.Ending())
+	require.NoError(t, l.Err())
+	assert.True(t, l.Fail(ErrPeerLost))
+	assert.False(t, l.Fail(ErrProtocol))
+	assert.ErrorIs(t, l.Err(), ErrPeerLost)
+	assert.ErrorIs(t, l.ClosedErr(), ErrPeerLost)
+	assert.True(t, l.Ending())
+
+	var m Life
+	m.Init(nil)
+	assert.False(t, m.HearClose())
+	assert.True(t, m.HearClose())
+	assert.True(t, m.PeerClosed())
+	assert.True(t, m.Orderly())
+}
