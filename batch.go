@@ -107,7 +107,7 @@ func (b *Batch) Post() *Future {
 	if n == 0 {
 		return newResolved(nil)
 	}
-	if need, most := needCredits(b.wrs), c.creditCap(); need > most {
+	if need, most := rc.NeedCredits(b.wrs), c.sq.CreditCap(); need > most {
 		// The chain would wait for credits for ever, and all behind it.
 		b.unhold()
 		return newResolved(fmt.Errorf("rdma: conn %v: batch of %d messages: %w: the peer takes at most %d at once (its receive depth)", c.remote, need, ErrInvalid, most))
@@ -127,12 +127,7 @@ func (b *Batch) Post() *Future {
 	b.ops[n-1].Signaled = true
 	b.ops[n-1].N = total
 	b.wrs[n-1].Flags |= verbs.SendSignaled
-	c.sq.postMu.Lock()
-	// What this goroutine (or another) left in the combining queue was
-	// issued first: it goes first.
-	c.postCombinedLocked()
-	err := c.submitLocked(b.wrs, b.ops)
-	c.postUnlock()
+	err := c.sq.SubmitChain(b.wrs, b.ops)
 	if err != nil {
 		f.resolve(err, 0, 0, false, nil, 0)
 	}

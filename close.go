@@ -104,7 +104,7 @@ func (c *conn) teardown() error {
 		c.leaveSRQ()
 		errs = append(errs, c.eng.DropSRQ(c.srq))
 	}
-	c.clearSent()
+	c.sq.ClearSent()
 	// The QP is gone, so no completion can arrive for what is left:
 	// resolve it here.
 	c.resolveLeft()

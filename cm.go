@@ -122,7 +122,7 @@ func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(*conn) (cmHello,
 		return nil, err
 	}
 	c.cm = id
-	c.sq.unlimitedCredits()
+	c.sq.UnlimitedCredits()
 	defer func() {
 		// c, not the result: a failure returns a nil *conn.
 		if err != nil {
@@ -214,7 +214,7 @@ func (l *Listener) acceptCM() {
 			if err != nil {
 				req.Reject(cmRejectData(err))
 				req.Close()
-				l.eng.life.handshake(err)
+				l.eng.lifecycle.handshake(err)
 				return
 			}
 			c, err := cmConn(l.eng, l.cfg, req.CMID, func(c *conn) (cmHello, error) {

@@ -120,7 +120,7 @@ func completionStatus(st verbs.WCStatus) CompletionStatus {
 // onSendDone resolves a send-side completion and every unsignaled WR it
 // covers. It runs on a poller.
 func (c *conn) onSendDone(o *rc.Op, wc *verbs.WorkCompletion) {
-	k := c.takeCovered(wc.WRID)
+	k := c.sq.TakeCovered(wc.WRID)
 	if k > 1 {
 		c.st.completions.Add(uint64(k - 1))
 	}
@@ -135,7 +135,7 @@ func (c *conn) onSendDone(o *rc.Op, wc *verbs.WorkCompletion) {
 		c.fail(err)
 	}
 	c.finish(o, err)
-	c.settle(k)
+	c.sq.Settle(k)
 }
 
 // completionErr is the error of a failed completion; it keeps the

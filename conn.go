@@ -66,10 +66,10 @@ type conn struct {
 	// The parts, in an order that keeps what the post and completion
 	// paths touch together: the send queue (the sending half of the
 	// credits first, then postMu), then the life (inflight).
-	cr   creditState // the receiving half of the credits, and the credit word
-	iw   iwarpSettle // the READ that settles an rdma_cm connection on iWARP (settleIWARP)
-	sq   sendQueue   // the send queue: postMu and what it guards, the sending half of the credits
-	life rc.Life     // the first error, the close, the peer's end, the WRs in flight
+	cr   creditState  // the receiving half of the credits, and the credit word
+	iw   iwarpSettle  // the READ that settles an rdma_cm connection on iWARP (settleIWARP)
+	sq   rc.SendQueue // the send queue: postMu and what it guards, the sending half of the credits
+	life rc.Life      // the first error, the close, the peer's end, the WRs in flight
 
 	rq  receives    // the receive side: rmu and what it guards
 	ctl controlChan // the control channel
@@ -107,7 +107,7 @@ func dial(ctx context.Context, eng *engine, cfg config, address string) (*Conn, 
 		c, err := dialCM(ctx, eng, cfg, address)
 		if err != nil {
 			if eng != nil { // a shared engine is dialCM's own: not counted
-				eng.life.handshake(err)
+				eng.lifecycle.handshake(err)
 			}
 			return nil, &net.OpError{Op: "dial", Net: network, Err: asTimeout(err)}
 		}
@@ -132,7 +132,7 @@ func dial(ctx context.Context, eng *engine, cfg config, address string) (*Conn, 
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
 		}
-		eng.life.handshake(err)
+		eng.lifecycle.handshake(err)
 	}
 	eng.Release() // the connection holds its own reference
 	if err != nil {
@@ -177,7 +177,7 @@ func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*c
 	c.ops.Init(slot.Base())
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.cr.init(c.returnCredits, c.sendRecall)
-	c.sq.init(cfg.sqDepth, c.askCredits, c.returnUnused)
+	c.sq.Init(cfg.sqDepth, cfg.sendQueueLimit(), &c.ops, &c.life, &c.cr.cw, &c.peer, ctrl != nil, c.ep())
 	if !cfg.cm {
 		// go-rdma's handshake receives through the shared receive
 		// queue (its credits count its receives); rdma_cm
@@ -199,7 +199,7 @@ func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*c
 		init := verbs.QPInit{Type: verbs.RC, SendCQ: c.unit.CQ, RecvCQ: c.unit.CQ, Cap: qc}
 		if c.srq != nil {
 			init.SRQ = c.srq.Q()
-			init.Cap.MaxSendWR += controlWRs
+			init.Cap.MaxSendWR += rc.ControlWRs
 			init.Cap.MaxRecvWR, init.Cap.MaxRecvSGE = 0, 0
 		}
 		if c.qp, err = eng.PD.CreateQP(init); err != nil {
@@ -214,6 +214,16 @@ func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*c
 		return nil, err
 	}
 	c.inline = min(c.qp.Cap().MaxInlineData, 64)
+	var kick *poller.Poller
+	if eng.cfg.pollMode == PollAdaptive {
+		// A parked Adaptive poller would wait for the completion
+		// event; a kick after a post makes it spin for the
+		// completion now. It costs nanoseconds otherwise. An Event
+		// poller gets the event anyway: waking it to poll once would
+		// only cost a wake and a park.
+		kick = c.unit.P
+	}
+	c.sq.SetQP(c.qp, c.inline, kick, c.drv)
 	if c.srq == nil {
 		c.rq.init(cfg.rqDepth)
 	}
@@ -226,7 +236,7 @@ func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*c
 // take the send queue's room beyond the send depth.
 func (c *conn) cqNeed() int {
 	if c.srq != nil {
-		return c.cfg.sqDepth + c.cfg.rqDepth + controlWRs
+		return c.cfg.sqDepth + c.cfg.rqDepth + rc.ControlWRs
 	}
 	return c.cfg.sqDepth + c.cfg.rqDepth
 }
@@ -256,7 +266,7 @@ func (c *conn) fail(err error) {
 	if !c.life.Fail(err) {
 		return
 	}
-	c.eng.life.ended(c, err)
+	c.eng.lifecycle.ended(c, err)
 	c.logEnded(err)
 	c.cancel()
 	if c.qp != nil {
@@ -280,7 +290,7 @@ func (c *conn) fail(err error) {
 		f.resolve(err, 0, 0, false, nil, 0)
 	}
 	c.failRequests(err)
-	c.failPending()
+	c.sq.FailPending()
 	c.tellPeer(err)
 }
 
@@ -474,7 +484,7 @@ func (c *conn) post(o rc.Op, wr verbs.SendWR) *Future {
 	}
 	f := newFuture(c.drv)
 	o.Fut, o.Gen, o.Signaled = (*opFuture)(f), f.gen, true
-	c.submit(wr, verbs.SGE{Addr: o.Buf.Addr() + uint64(o.Off), Length: uint32(o.N), LKey: o.Buf.LKey()}, o)
+	c.sq.Submit(wr, verbs.SGE{Addr: o.Buf.Addr() + uint64(o.Off), Length: uint32(o.N), LKey: o.Buf.LKey()}, o)
 	return f
 }
 

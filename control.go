@@ -197,7 +197,7 @@ func (c *conn) readControl(r *bufio.Reader) {
 			c.onPeerClose()
 		case rc.CtrlCredit:
 			if v, ok := c.word(p, "credit"); ok {
-				c.onCredit(v)
+				c.sq.OnCredit(v)
 			}
 		case rc.CtrlAsk:
 			if len(p) != 16 {
@@ -214,7 +214,7 @@ func (c *conn) readControl(r *bufio.Reader) {
 			if len(p) != 0 {
 				c.protocolErr("malformed credit recall")
 			} else {
-				c.onRecall()
+				c.sq.OnRecall()
 			}
 		case rc.CtrlAbort:
 			c.onPeerAbort(p)
@@ -258,21 +258,17 @@ func (c *conn) onPeerClose() {
 // quiesce stops new posts and waits (bounded by revokeBound) until what
 // was issued before has completed. Operations still queued for room or
 // credits go out while the peer makes room; when it makes none for
-// closeStall (it does not read), or when the peer is the one closing
+// half a second (it does not read: rc.SendQueue.Quiesce), or when the peer is the one closing
 // (drain false), they fail with why: they never reached the device. It
 // runs once; Close and the peer's close share it.
 func (c *conn) quiesce(why error, drain bool) {
 	c.quiesceOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(c.ctx, revokeBound)
 		defer cancel()
-		c.quiesceSends(ctx, why, drain)
-		c.waitSent(ctx)
+		c.sq.Quiesce(ctx, why, drain)
+		c.sq.WaitSent(ctx)
 	})
 }
-
-// closeStall is how long Close lets operations wait for a peer that
-// makes no room before it fails them.
-const closeStall = 500 * time.Millisecond
 
 // later runs f on the connection's control worker: one goroutine, made
 // when there is work and gone when there is none. The queue is bounded

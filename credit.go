@@ -74,11 +74,11 @@ type creditState struct {
 	spare       atomic.Bool   // credits went to the peer beyond what it asked for since its last ask
 	lookRecvs   atomic.Uint64 // messages received at the last decay look (LookQuiet)
 
-	cw               creditWord  // in-band credits
-	creditQueued     atomic.Bool // a job to return them is queued
-	returnCreditsJob func()      // c.returnCredits, bound once: a method value allocates
-	recallJob        func()      // c.sendRecall
-	recallQueued     atomic.Bool // recallJob is queued
+	cw               rc.CreditWord // in-band credits
+	creditQueued     atomic.Bool   // a job to return them is queued
+	returnCreditsJob func()        // c.returnCredits, bound once: a method value allocates
+	recallJob        func()        // c.sendRecall
+	recallQueued     atomic.Bool   // recallJob is queued
 }
 
 // init binds the jobs the grants queue: a method value allocates, so
@@ -198,19 +198,19 @@ func (c *conn) giveTakenLocked(regrant bool) {
 // at once, and while its first chain is passed over for room every take
 // until it is served (WaitsForRoom).
 func (c *conn) onCreditAsk(want, seen, need, chain uint32) {
-	c.cr.cw.openAsk(seen)
+	c.cr.cw.OpenAsk(seen)
 	c.cr.peerWants.Store(true)
 	c.cr.recalled.Store(false)
 	c.cr.spare.Store(false) // it is short: what it holds, its first chain needs
 	// Credits given that the peer had not seen when it asked (a WRITE in
 	// flight) count toward its ask; beyond it, they are spare.
-	unseen := max(0, int(int32(c.cr.cw.total.Load()-seen)))
-	w := int(min(want, maxAsk)) - unseen
+	unseen := max(0, int(int32(c.cr.cw.Total()-seen)))
+	w := int(min(want, rc.MaxAsk)) - unseen
 	if w < 0 {
 		c.cr.spare.Store(true)
 	}
-	n := int(min(need, maxAsk)) - unseen
-	ch := int(min(chain, maxAsk))
+	n := int(min(need, rc.MaxAsk)) - unseen
+	ch := int(min(chain, rc.MaxAsk))
 	if n <= 0 {
 		n, ch = 1, 1 // its first chain has its credits: what else waits is asked for later
 	}
@@ -265,7 +265,7 @@ func (c *conn) owe(n int) {
 	if n <= 0 || c.ctl.ctrl == nil {
 		return
 	}
-	c.cr.cw.total.Add(uint32(n))
+	c.cr.cw.Give(n)
 	c.tellCredits()
 }
 

@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"github.com/go-rdma/rdma/internal/pool"
+	"github.com/go-rdma/rdma/internal/rc"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -32,3 +33,14 @@ func (e *endpoint) Fail(err error) { (*conn)(e).fail(err) }
 
 // Failed reports whether the connection has failed.
 func (e *endpoint) Failed() bool { return (*conn)(e).life.Err() != nil }
+
+// The send queue's owner (rc.Owner).
+
+// Later runs job on the connection's control worker.
+func (e *endpoint) Later(job func()) { (*conn)(e).later(job) }
+
+// WriteControl sends a control frame to the peer.
+func (e *endpoint) WriteControl(typ byte, p []byte) error { return (*conn)(e).writeControl(typ, p) }
+
+// Finish resolves a send-side op a completion covered.
+func (e *endpoint) Finish(o *rc.Op, err error) { (*conn)(e).finish(o, err) }

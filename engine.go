@@ -28,8 +28,8 @@ type engine struct {
 	shared bool // in the registry of the package-level Dial and Listen
 
 	// Counters of the closed connections, for Stats
-	retired closedStats
-	life    lifeCounters
+	retired   closedStats
+	lifecycle lifeCounters
 }
 
 // engineKey is what makes two engines different: the device port and the

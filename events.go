@@ -42,7 +42,7 @@ func WithLogger(l *slog.Logger) LoggerOption {
 // logConnected records a connection that is up.
 func (c *conn) logConnected() {
 	c.up.Store(true)
-	c.eng.life.opened.Add(1)
+	c.eng.lifecycle.opened.Add(1)
 	if l := c.cfg.log; l != nil {
 		l.Info("rdma: connected", "local", c.local, "remote", c.remote, "provider", c.eng.Prov.Name(),
 			"device", c.eng.Name(), "qpn", c.qp.QPN())
@@ -81,9 +81,9 @@ func (c *conn) logEnded(err error) {
 // the log, and one peer's flood does not hide another's refusal.
 func (l *Listener) logRefused(remote net.Addr, err error, refused bool) {
 	if refused {
-		l.eng.life.handshakeRefused.Add(1)
+		l.eng.lifecycle.handshakeRefused.Add(1)
 	} else {
-		l.eng.life.handshake(err)
+		l.eng.lifecycle.handshake(err)
 	}
 	lg := l.cfg.log
 	if lg == nil {

@@ -116,9 +116,7 @@ func SharedRecvStats(c *Conn) SRQStats {
 // ForgeCredits gives c n credits its peer never gave, as a hostile
 // peer would take them.
 func ForgeCredits(c *Conn, n int) {
-	c.sq.postMu.Lock()
-	c.sq.credits += n
-	c.sq.postMu.Unlock()
+	c.sq.ForgeCredits(n)
 }
 
 // InjectDeviceEvent makes c's device report ev, on soft.
@@ -142,22 +140,23 @@ func FailRecv(c *Conn, st verbs.WCStatus) error {
 // CreditWord is c's credit word as its peer may reach it: the region the
 // hello announced.
 func CreditWord(c *Conn) RemoteRegion {
-	return RemoteRegion{Addr: c.cr.cw.mr.Addr(), Len: c.cr.cw.mr.Len(), RKey: c.cr.cw.mr.RKey()}
+	mr := c.cr.cw.MR()
+	return RemoteRegion{Addr: mr.Addr(), Len: mr.Len(), RKey: mr.RKey()}
 }
 
 // HoldPost takes c's post lock, as a goroutine posting at that moment
 // would; posts meanwhile go to the combining queue. release lets go.
 func HoldPost(c *Conn) (release func()) {
-	c.sq.postMu.Lock()
-	return c.postUnlock
+	release, _ = c.sq.HoldPost()
+	return release
 }
 
 // HoldPostBare is HoldPost whose release only unlocks: it leaves what
 // the combining queue holds to the next holder, as a holder between its
 // unlock and its second look at the queue does (postUnlock).
 func HoldPostBare(c *Conn) (release func()) {
-	c.sq.postMu.Lock()
-	return c.sq.postMu.Unlock
+	_, release = c.sq.HoldPost()
+	return release
 }
 
 // PeerCloseHeard reports whether c has heard its peer close.
@@ -169,9 +168,7 @@ func CloseCalled(c *Conn) bool { return c.life.CloseCalled() }
 // CreditIdleArmed reports whether c's idle give-back of credits
 // (idleCredits) still runs.
 func CreditIdleArmed(c *Conn) bool {
-	c.sq.postMu.Lock()
-	defer c.sq.postMu.Unlock()
-	return c.sq.idleArmed
+	return c.sq.IdleArmed()
 }
 
 // SendRawControl writes b to c's control channel as it is, as a hostile

@@ -19,7 +19,7 @@ var errNoControl = fmt.Errorf("rdma: %w: region exchange needs a connection set 
 
 // ErrRegionRevoked means the region's owner revoked it (or its lifetime
 // ended): this side posts no access to it any more.
-var ErrRegionRevoked = errors.New("remote region revoked by its owner")
+var ErrRegionRevoked = rc.ErrRegionRevoked
 
 // exposure is memory of ours that the peer may reach.
 type exposure struct {
@@ -275,9 +275,7 @@ func (c *Conn) RevokeNow(r RemoteRegion) error {
 // from now on; the answer goes out once the accesses in flight are done
 // (fence). A peer may have at most maxRevokes revokes unanswered.
 func (c *conn) onRevoke(rkey uint32) {
-	c.sq.postMu.Lock()
-	c.sq.addRevoked(rkey)
-	c.unlockPost()
+	c.sq.Revoke(rkey)
 	c.rg.emu.Lock()
 	if len(c.rg.revokeAcks) >= maxRevokes {
 		c.rg.emu.Unlock()
@@ -297,7 +295,7 @@ func (c *conn) onRevoke(rkey uint32) {
 // has completed, then answers the revokes that were waiting for it.
 func (c *conn) fence() {
 	ctx, cancel := context.WithTimeout(c.ctx, revokeBound)
-	err := c.waitSent(ctx)
+	err := c.sq.WaitSent(ctx)
 	cancel()
 	c.rg.emu.Lock()
 	acks := c.rg.revokeAcks

@@ -133,10 +133,8 @@ func (c *Conn) ReleaseRegion(ctx context.Context, r RemoteRegion) error {
 	if c.ctl.ctrl == nil {
 		return errNoControl
 	}
-	c.sq.postMu.Lock()
-	c.sq.addRevoked(r.RKey)
-	c.unlockPost()
-	if err := c.waitSent(ctx); err != nil {
+	c.sq.Revoke(r.RKey)
+	if err := c.sq.WaitSent(ctx); err != nil {
 		if c.life.Err() != nil {
 			return c.life.ClosedErr()
 		}
@@ -228,7 +226,7 @@ func (c *conn) onAnswer(typ byte, p []byte) {
 			c.protocolErr("malformed grant: %v", err)
 			return
 		}
-		c.forgetRevoked(a.r.RKey)
+		c.sq.ForgetRevoked(a.r.RKey)
 	} else {
 		a.err = fmt.Errorf("rdma: peer %v: %w: %q", c.remote, ErrRegionRefused, p[4:])
 	}

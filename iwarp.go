@@ -49,7 +49,7 @@ func (c *conn) iwarp() bool { return c.eng.Ctx.Info().Transport == "iWARP" }
 // It runs before the accept, so before anything can arrive.
 func (c *conn) awaitGo() {
 	c.iw.awaitingGo.Store(true)
-	c.holdSends()
+	c.sq.Hold()
 	c.iw.goBound = time.AfterFunc(c.cfg.setup, func() {
 		if c.iw.awaitingGo.Load() {
 			c.fail(fmt.Errorf("rdma: peer %v: %w: no first message from the dialer within the handshake's bound", c.remote, ErrProtocol))

@@ -14,7 +14,7 @@ import (
 // SEND_WITH_IMM, WRITE, WRITE_WITH_IMM, READ, an atomic; each of a
 // Batch), counted per connection. Only those read the clock, so the
 // histogram costs the others a counter check.
-const LatencySample = 64
+const LatencySample = rc.LatencySample
 
 // LatencyBuckets is the number of buckets of a LatencyHistogram.
 const LatencyBuckets = 24
@@ -119,18 +119,9 @@ func (l *latencyCounters) load() LatencyHistogram {
 	return h
 }
 
-// clockBase is the origin of nanotime.
-var clockBase = time.Now()
-
-// nanotime reads the monotonic clock, in nanoseconds since clockBase
-// plus one, so that a sampled op's start is never zero.
-func nanotime() int64 { return int64(time.Since(clockBase)) + 1 }
-
-// stampLatency marks every LatencySample-th op the connection submits
-// with its start time; the others cost the counter check. Caller holds
 // observeLatency counts the latency of a sampled op that succeeded.
 func (c *conn) observeLatency(o *rc.Op) {
 	if o.Start != 0 {
-		c.st.latency.observe(nanotime() - o.Start)
+		c.st.latency.observe(rc.Nanotime() - o.Start)
 	}
 }

@@ -186,7 +186,7 @@ func (l *Listener) serve(tc net.Conn, e *list.Element) {
 	h, err := l.hs.acquire(ctx)
 	if err != nil {
 		rc.WriteRefusal(tc, "the listener is busy setting up other connections")
-		l.eng.life.handshakeRefused.Add(1)
+		l.eng.lifecycle.handshakeRefused.Add(1)
 		tc.Close()
 		return
 	}

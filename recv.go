@@ -80,7 +80,7 @@ func (c *conn) onRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 			if err != nil {
 				c.fail(err)
 			} else {
-				c.releaseSends()
+				c.sq.Release()
 			}
 			return
 		}
@@ -223,6 +223,21 @@ func (c *conn) moreToComeLocked() bool {
 		return !c.rq.beaconDone.Load()
 	}
 	return c.rq.rposted > 0
+}
+
+// postBeacon posts a WR to the QP, just moved to the error state, whose
+// flush comes after the completion of every message that arrived before
+// the error: a CQ reports a QP's completions in order, and in the error
+// state the QP takes no more messages. When the flush is handled, every
+// message that came is delivered, so the Recvs still waiting fail
+// (onBeacon), and no completion of the QP is left in its CQ, so its QPN
+// may go to another connection (teardown).
+func (c *conn) postBeacon() {
+	if c.srq != nil && !c.sq.PostBeacon() {
+		// Nothing to wait for (the QP is closed, or the provider
+		// refuses): what came is all there is.
+		c.onBeacon(nil)
+	}
 }
 
 // onBeacon fails the Recvs left: every message that came is delivered.

@@ -135,7 +135,7 @@ func (c *conn) onRegion(p []byte) {
 		c.protocolErr("malformed region: %v", err)
 		return
 	}
-	c.forgetRevoked(r.RKey)
+	c.sq.ForgetRevoked(r.RKey)
 	select {
 	case c.rg.regions <- r:
 	default:

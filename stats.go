@@ -76,16 +76,14 @@ type connCounters struct {
 	completions                                                     atomic.Uint64
 	// Failed completions, by status, send-side and receive-side: the
 	// totals are their sums, so a failure costs one atomic add.
-	sendFail, recvFail                 [CompletionStatuses]atomic.Uint64
-	creditWaits, queueWaits, queueFull atomic.Uint64
-	latency                            latencyCounters
-	creditWrites, ctrlFrames           atomic.Uint64
-	doorbells                          atomic.Uint64
+	sendFail, recvFail [CompletionStatuses]atomic.Uint64
+	latency            latencyCounters
+	ctrlFrames         atomic.Uint64
 }
 
 // Stats reads the connection's counters.
 func (c *Conn) Stats() ConnStats {
-	s := &c.st
+	s, q := &c.st, c.sq.Counts()
 	cs := ConnStats{
 		Sends: s.sends.Load(), SendBytes: s.sendBytes.Load(),
 		Writes: s.writes.Load(), WriteBytes: s.writeBytes.Load(),
@@ -93,11 +91,11 @@ func (c *Conn) Stats() ConnStats {
 		Atomics: s.atomics.Load(),
 		Recvs:   s.recvs.Load(), RecvBytes: s.recvBytes.Load(),
 		Completions: s.completions.Load(),
-		CreditWaits: s.creditWaits.Load(), QueueWaits: s.queueWaits.Load(),
-		QueueFull:    s.queueFull.Load(),
+		CreditWaits: q.CreditWaits, QueueWaits: q.QueueWaits,
+		QueueFull:    q.QueueFull,
 		CreditsOut:   c.cr.creditOut.Load(),
 		Latency:      s.latency.load(),
-		CreditWrites: s.creditWrites.Load(), ControlFrames: s.ctrlFrames.Load(), Doorbells: s.doorbells.Load(),
+		CreditWrites: q.CreditWrites, ControlFrames: s.ctrlFrames.Load(), Doorbells: q.Doorbells,
 	}
 	for i := range s.sendFail {
 		cs.SendFailures[i] = s.sendFail[i].Load()
@@ -395,7 +393,7 @@ func (e *engine) stats(conns bool) EngineStats {
 	}
 	st.Closed = e.retired.st
 	e.retired.mu.Unlock()
-	st.Lifecycle = e.life.stats()
+	st.Lifecycle = e.lifecycle.stats()
 	for _, s := range e.SRQs() {
 		st.SharedReceives = append(st.SharedReceives, SRQStats(s.Stats()))
 	}

@@ -1,7 +1,8 @@
 // layout prints the figures the layers issue sets targets for, measured
-// on the package in the current directory (the root by default):
+// on the packages of a connection: the root (the API) and internal/rc
+// (the connection's parts) by default, or the directories named:
 //
-//	go run ./scripts/layout [dir]
+//	go run ./scripts/layout [dir...]
 //
 // Methods per receiver type and the files they sit in, files over 600
 // lines, the call sites of PostSend, where the records of an outstanding
@@ -23,7 +24,7 @@ import (
 
 // records are the calls and fields that record an outstanding WR.
 var records = map[string]bool{
-	"ops.add": true, "ops.take": true, "inflight.Add": true, "sent.push": true,
+	"ops.Add": true, "ops.Take": true, "life.AddInflight": true, "sent.push": true,
 	"sent.popFront": true, "sent.popBack": true, "completed.Add": true, "heldOps.Store": true,
 }
 
@@ -34,14 +35,16 @@ var recordFields = map[string]bool{"sqFree": true, "posted": true}
 // them, and the files that own them: no other file should write their
 // fields.
 var parts = map[string][]string{
-	"sq":  {"sendq.go", "combine.go", "sendcredit.go"},
-	"cr":  {"credit.go", "credit_word.go"},
-	"rq":  {"recv.go", "dispatch.go"},
-	"ctl": {"control.go"},
-	"vd":  {"verdict.go"},
-	"iw":  {"iwarp.go"},
-	"rg":  {"region.go", "expose.go", "grant.go"},
-	"ops": {"ops.go"},
+	"sq":   {"rc/sendq.go", "rc/sendwait.go", "rc/combine.go", "rc/sendcredit.go", "rc/revoked.go"},
+	"cr":   {"credit.go", "credit_word.go"},
+	"cw":   {"rc/creditword.go"},
+	"life": {"rc/life.go"},
+	"rq":   {"recv.go", "dispatch.go"},
+	"ctl":  {"control.go"},
+	"vd":   {"verdict.go"},
+	"iw":   {"iwarp.go"},
+	"rg":   {"region.go", "expose.go", "grant.go"},
+	"ops":  {"ops.go", "rc/ops.go"},
 }
 
 // mutators are the methods that write a field (atomics, locks excluded).
@@ -67,15 +70,19 @@ func partWrite(e ast.Expr) (string, bool) {
 }
 
 func main() {
-	dir := "."
+	dirs := []string{".", "internal/rc"}
 	if len(os.Args) > 1 {
-		dir = os.Args[1]
+		dirs = os.Args[1:]
 	}
 	fset := token.NewFileSet()
-	paths, err := filepath.Glob(filepath.Join(dir, "*.go"))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	var paths []string
+	for _, dir := range dirs {
+		p, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		paths = append(paths, p...)
 	}
 	files := map[string]*ast.File{}
 	for _, path := range paths {
@@ -107,6 +114,12 @@ func main() {
 	goFile := regexp.MustCompile(`\b[a-z0-9_]+\.go\b`)
 	for path, f := range files {
 		name := filepath.Base(path)
+		pkg := filepath.Base(filepath.Dir(path))
+		if pkg == "." || pkg == filepath.Base(mustAbs(".")) {
+			pkg = "rdma"
+		} else {
+			name = pkg + "/" + name
+		}
 		if lines := fset.Position(f.End()).Line; lines > 600 {
 			big = append(big, fmt.Sprintf("%s %d", name, lines))
 		}
@@ -120,11 +133,12 @@ func main() {
 				t = s.X
 			}
 			if id, ok := t.(*ast.Ident); ok {
-				methods[id.Name]++
-				if methodFiles[id.Name] == nil {
-					methodFiles[id.Name] = map[string]bool{}
+				typ := pkg + "." + id.Name
+				methods[typ]++
+				if methodFiles[typ] == nil {
+					methodFiles[typ] = map[string]bool{}
 				}
-				methodFiles[id.Name][name] = true
+				methodFiles[typ][name] = true
 			}
 		}
 		ast.Inspect(f, func(n ast.Node) bool {
@@ -172,7 +186,7 @@ func main() {
 			}
 		}
 	}
-	fmt.Println("methods by receiver (files):")
+	fmt.Printf("methods by receiver (files), in %s:\n", strings.Join(dirs, " "))
 	var types []string
 	for t := range methods {
 		types = append(types, t)
@@ -180,7 +194,7 @@ func main() {
 	sort.Slice(types, func(i, j int) bool { return methods[types[i]] > methods[types[j]] })
 	for _, t := range types {
 		if methods[t] >= 5 {
-			fmt.Printf("  %-16s %3d (%d files)\n", t, methods[t], len(methodFiles[t]))
+			fmt.Printf("  %-20s %3d (%d files)\n", t, methods[t], len(methodFiles[t]))
 		}
 	}
 	sort.Strings(big)
@@ -203,4 +217,12 @@ func counts(m map[string]int) string {
 	}
 	sort.Strings(s)
 	return fmt.Sprintf("%d in %d files (%s)", total, len(m), strings.Join(s, ", "))
+}
+
+func mustAbs(p string) string {
+	a, err := filepath.Abs(p)
+	if err != nil {
+		panic(err)
+	}
+	return a
 }

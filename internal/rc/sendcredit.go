@@ -1,11 +1,10 @@
-package rdma
+package rc
 
 import (
 	"encoding/binary"
 	"sync/atomic"
 	"time"
 
-	"github.com/go-rdma/rdma/internal/rc"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -14,13 +13,13 @@ import (
 // send queue holds them, under postMu, and reads them with its room
 // (roomLocked). The peer gives them in its credit WRITEs into this
 // side's credit word, which this side reads when it is short (pullLocked),
-// and in its answers to this side's asks (onCredit); this side gives
+// and in its answers to this side's asks (OnCredit); this side gives
 // back what it does not use after an idle second (idleCredits) or when
-// the peer recalls them (onRecall). The receiving half, the credits this
+// the peer recalls them (OnRecall). The receiving half, the credits this
 // side gives its peer, is the grants' (creditState).
 
 // sendCredits is the sending half of a connection's credits, in its send
-// queue (sendQueue embeds it), under postMu but for the jobs' flags.
+// queue (SendQueue embeds it), under postMu but for the jobs' flags.
 type sendCredits struct {
 	credits    int         // messages we may send the peer
 	creditSeen uint32      // the total of the peer's credit word last taken
@@ -34,8 +33,8 @@ type sendCredits struct {
 	creditBack atomic.Int64 // unused credits to give back (returnUnused)
 	askQueued  atomic.Bool  // askJob is queued
 	backQueued atomic.Bool  // backJob is queued
-	askJob     func()       // c.askCredits, bound once: a method value allocates
-	backJob    func()       // c.returnUnused
+	askJob     func()       // q.askCredits, bound once: a method value allocates
+	backJob    func()       // q.returnUnused
 }
 
 // maxCredits bounds the credits a peer can give, so adding never
@@ -48,26 +47,26 @@ const maxCredits = 1 << 30
 // a quarter of their rate.
 const creditIdle = time.Second
 
-// maxAsk bounds a request for credits; the receiver caps it anyway.
-const maxAsk = 1 << 16
+// MaxAsk bounds a request for credits; the receiver caps it anyway.
+const MaxAsk = 1 << 16
 
-// unlimitedCredits lets the connection send without credits: it has no
+// UnlimitedCredits lets the connection send without credits: it has no
 // control channel to get or return them (rdma_cm), and its peer's
 // receives are unknown.
-func (q *sendQueue) unlimitedCredits() { q.credits = maxCredits }
+func (q *SendQueue) UnlimitedCredits() { q.credits = maxCredits }
 
-// creditCap is the most credits the peer gives at once: a chain that
+// CreditCap is the most credits the peer gives at once: a chain that
 // needs more could never go out. Connections without a control channel
 // (rdma_cm) send without credits.
-func (c *conn) creditCap() int {
-	if c.ctl.ctrl == nil {
+func (q *SendQueue) CreditCap() int {
+	if !q.inBand {
 		return maxCredits
 	}
-	return int(c.peer.RecvDepth)
+	return int(q.peer.RecvDepth)
 }
 
-// needCredits counts the WRs of wrs that take a receive at the peer.
-func needCredits(wrs []verbs.SendWR) int {
+// NeedCredits counts the WRs of wrs that take a receive at the peer.
+func NeedCredits(wrs []verbs.SendWR) int {
 	n := 0
 	for i := range wrs {
 		switch wrs[i].Opcode {
@@ -81,157 +80,157 @@ func needCredits(wrs []verbs.SendWR) int {
 // roomLocked reports whether wrs fit the send queue and the credits,
 // and asks the peer for credits when they are what is short. Caller
 // holds postMu.
-func (c *conn) roomLocked(wrs []verbs.SendWR) bool {
-	if c.sq.sqFree < len(wrs) || c.sq.held {
+func (q *SendQueue) roomLocked(wrs []verbs.SendWR) bool {
+	if q.sqFree < len(wrs) || q.held {
 		return false
 	}
-	need := needCredits(wrs)
-	if c.sq.credits >= need {
+	need := NeedCredits(wrs)
+	if q.credits >= need {
 		return true
 	}
-	if c.pullLocked(); c.sq.credits >= need {
+	if q.pullLocked(); q.credits >= need {
 		return true
 	}
-	if !c.sq.asked && c.ctl.ctrl != nil {
-		c.sq.asked, c.sq.askNow = true, true // postUnlock queues the ask
+	if !q.asked && q.inBand {
+		q.asked, q.askNow = true, true // postUnlock queues the ask
 	}
 	return false
 }
 
 // askCredits tells the peer how many credits the messages waiting need.
 // It runs on the control worker. Credits given back before it looks
-// (onRecall, idleCredits) go in a frame ahead of the ask, even when
+// (OnRecall, idleCredits) go in a frame ahead of the ask, even when
 // their job is queued behind it: the peer takes a give-back as the end
 // of the asks before it (SRQ.GiveBack), and an ask net of credits the
 // peer then takes back would be passed over for room it has.
-func (c *conn) askCredits() {
-	c.sq.askQueued.Store(false)
-	c.sq.postMu.Lock()
+func (q *SendQueue) askCredits() {
+	q.askQueued.Store(false)
+	q.postMu.Lock()
 	// The credit word may have what the messages waiting need by now.
-	c.pullLocked()
-	c.drainLocked()
-	back := c.sq.creditBack.Swap(0)
-	want, need, chain, seen := -c.sq.credits, 0, 0, c.sq.creditSeen
-	for i, q := range c.sq.pending.Items() {
-		n := needCredits(q.wrs)
+	q.pullLocked()
+	q.drainLocked()
+	back := q.creditBack.Swap(0)
+	want, need, chain, seen := -q.credits, 0, 0, q.creditSeen
+	for i, qp := range q.pending.Items() {
+		n := NeedCredits(qp.wrs)
 		if i == 0 {
-			need, chain = n-c.sq.credits, n
+			need, chain = n-q.credits, n
 		}
-		if want += n; want >= maxAsk {
+		if want += n; want >= MaxAsk {
 			break
 		}
 	}
 	if want <= 0 {
-		c.sq.asked = false
+		q.asked = false
 	}
-	c.postUnlock()
+	q.postUnlock()
 	if back > 0 {
-		c.writeControl(rc.CtrlBack, binary.BigEndian.AppendUint32(nil, uint32(back)))
+		q.owner.WriteControl(CtrlBack, binary.BigEndian.AppendUint32(nil, uint32(back)))
 	}
 	if want > 0 {
-		p := binary.BigEndian.AppendUint32(nil, uint32(min(want, maxAsk)))
+		p := binary.BigEndian.AppendUint32(nil, uint32(min(want, MaxAsk)))
 		p = binary.BigEndian.AppendUint32(p, seen)
 		p = binary.BigEndian.AppendUint32(p, uint32(max(1, need)))
-		c.writeControl(rc.CtrlAsk, binary.BigEndian.AppendUint32(p, uint32(max(1, chain))))
+		q.owner.WriteControl(CtrlAsk, binary.BigEndian.AppendUint32(p, uint32(max(1, chain))))
 	}
 }
 
-// onCredit answers this side's ask: total is what the peer has given
+// OnCredit answers this side's ask: total is what the peer has given
 // over the connection's life (creditWord). It posts what waited.
-func (c *conn) onCredit(total uint32) {
-	c.sq.postMu.Lock()
-	c.takeTotalLocked(total)
-	c.pullLocked()
-	c.sq.asked = false
-	c.drainLocked()
-	c.postUnlock()
+func (q *SendQueue) OnCredit(total uint32) {
+	q.postMu.Lock()
+	q.takeTotalLocked(total)
+	q.pullLocked()
+	q.asked = false
+	q.drainLocked()
+	q.postUnlock()
 }
 
 // addCreditsLocked takes n credits from the peer, and starts the idle
 // give-back. Caller holds postMu.
-func (c *conn) addCreditsLocked(n int) {
-	c.sq.credits = min(c.sq.credits+n, maxCredits)
-	if c.sq.credits > 0 && !c.sq.idleArmed && c.life.Err() == nil {
-		c.sq.idleArmed, c.sq.idleSeen = true, c.sq.posted
-		if c.sq.idleTimer == nil {
-			c.sq.idleTimer = time.AfterFunc(creditIdle, c.idleCredits)
+func (q *SendQueue) addCreditsLocked(n int) {
+	q.credits = min(q.credits+n, maxCredits)
+	if q.credits > 0 && !q.idleArmed && q.life.Err() == nil {
+		q.idleArmed, q.idleSeen = true, q.posted
+		if q.idleTimer == nil {
+			q.idleTimer = time.AfterFunc(creditIdle, q.idleCredits)
 		} else {
-			c.sq.idleTimer.Reset(creditIdle)
+			q.idleTimer.Reset(creditIdle)
 		}
 	}
 }
 
 // idleCredits gives the peer back the credits of a connection that sent
 // nothing since the last look. It runs on the idle timer.
-func (c *conn) idleCredits() {
-	c.sq.postMu.Lock()
-	defer c.postUnlock()
-	c.pullLocked()
-	c.drainLocked()
+func (q *SendQueue) idleCredits() {
+	q.postMu.Lock()
+	defer q.postUnlock()
+	q.pullLocked()
+	q.drainLocked()
 	switch {
-	case c.sq.credits <= 0 || c.life.Err() != nil || c.life.Closing():
-		c.sq.idleArmed = false
-	case c.sq.posted == c.sq.idleSeen && c.sq.pending.Len() == 0:
-		c.sq.creditBack.Add(int64(c.sq.credits))
-		c.sq.credits, c.sq.idleArmed = 0, false
-		c.sq.backNow = true
+	case q.credits <= 0 || q.life.Err() != nil || q.life.Closing():
+		q.idleArmed = false
+	case q.posted == q.idleSeen && q.pending.Len() == 0:
+		q.creditBack.Add(int64(q.credits))
+		q.credits, q.idleArmed = 0, false
+		q.backNow = true
 	default:
-		c.sq.idleSeen = c.sq.posted
-		c.sq.idleTimer.Reset(creditIdle)
+		q.idleSeen = q.posted
+		q.idleTimer.Reset(creditIdle)
 	}
 }
 
-// returnUnused sends the credits idleCredits or onRecall gave back,
+// returnUnused sends the credits idleCredits or OnRecall gave back,
 // unless an ask took them ahead of itself (askCredits).
-func (c *conn) returnUnused() {
-	c.sq.backQueued.Store(false)
-	if n := c.sq.creditBack.Swap(0); n > 0 {
-		c.writeControl(rc.CtrlBack, binary.BigEndian.AppendUint32(nil, uint32(n)))
+func (q *SendQueue) returnUnused() {
+	q.backQueued.Store(false)
+	if n := q.creditBack.Swap(0); n > 0 {
+		q.owner.WriteControl(CtrlBack, binary.BigEndian.AppendUint32(nil, uint32(n)))
 	}
 }
 
-// onRecall serves the receiver's recall: others wait for credits. What
+// OnRecall serves the receiver's recall: others wait for credits. What
 // this side holds and cannot use now goes back: all of it when no
 // message waits, and when the first waiting chain needs more than it
 // holds, which then asks again for the whole chain. So a chain never
 // holds part of its credits while waiting for the rest. The give-back
 // goes ahead of the ask, even one whose job was queued before it
 // (askCredits).
-func (c *conn) onRecall() {
-	c.sq.postMu.Lock()
-	defer c.postUnlock()
-	c.pullLocked()
-	c.drainLocked()
-	if c.sq.credits <= 0 || c.life.Err() != nil {
+func (q *SendQueue) OnRecall() {
+	q.postMu.Lock()
+	defer q.postUnlock()
+	q.pullLocked()
+	q.drainLocked()
+	if q.credits <= 0 || q.life.Err() != nil {
 		return
 	}
-	waiting := c.sq.pending.Len() > 0
-	if waiting && c.sq.credits >= needCredits(c.sq.pending.Items()[0].wrs) {
+	waiting := q.pending.Len() > 0
+	if waiting && q.credits >= NeedCredits(q.pending.Items()[0].wrs) {
 		return // it waits for room in the send queue, not for credits
 	}
-	c.sq.creditBack.Add(int64(c.sq.credits))
-	c.sq.credits = 0
-	c.sq.backNow = true
+	q.creditBack.Add(int64(q.credits))
+	q.credits = 0
+	q.backNow = true
 	if waiting {
-		c.sq.asked, c.sq.askNow = true, true // after the give-back (askCredits)
+		q.asked, q.askNow = true, true // after the give-back (askCredits)
 	}
 }
 
 // takeTotalLocked takes the credits a total from the peer adds to what
 // this side saw. Caller holds postMu.
-func (c *conn) takeTotalLocked(total uint32) {
-	d := int32(total - c.sq.creditSeen)
+func (q *SendQueue) takeTotalLocked(total uint32) {
+	d := int32(total - q.creditSeen)
 	if d <= 0 {
 		return
 	}
-	c.sq.creditSeen = total
-	c.addCreditsLocked(int(d))
+	q.creditSeen = total
+	q.addCreditsLocked(int(d))
 }
 
 // pullLocked takes the credits the peer wrote into the credit word since
 // the last look. Caller holds postMu.
-func (c *conn) pullLocked() {
-	if c.cr.cw.mr != nil {
-		c.takeTotalLocked(atomic.LoadUint32(c.cr.cw.word(creditWordIn)))
+func (q *SendQueue) pullLocked() {
+	if q.cw != nil && q.cw.mr != nil {
+		q.takeTotalLocked(atomic.LoadUint32(q.cw.word(creditWordIn)))
 	}
 }

@@ -1,11 +1,10 @@
-package rdma
+package rc
 
 import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/go-rdma/rdma/internal/rc"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -40,7 +39,7 @@ const signalEvery = 16
 type postReq struct {
 	wr  verbs.SendWR
 	sge verbs.SGE
-	op  rc.Op
+	op  Op
 }
 
 // combineQueue is a connection's combining queue.
@@ -51,7 +50,7 @@ type combineQueue struct {
 	n     atomic.Int32 // len(q), read without mu
 	wrs   []verbs.SendWR
 	sges  []verbs.SGE
-	ops   []rc.Op
+	ops   []Op
 }
 
 // leave puts an operation in the queue.
@@ -82,41 +81,41 @@ func (cq *combineQueue) giveBack(q []postReq) {
 	cq.mu.Unlock()
 }
 
-// submit posts one operation: at once when postMu is free, else through
+// Submit posts one operation: at once when postMu is free, else through
 // the combining queue. An operation that fails at once has its Future
 // resolved.
-func (c *conn) submit(wr verbs.SendWR, sge verbs.SGE, o rc.Op) {
-	if !c.sq.postMu.TryLock() {
+func (q *SendQueue) Submit(wr verbs.SendWR, sge verbs.SGE, o Op) {
+	if !q.postMu.TryLock() {
 		// Near the send queue limit, or on a connection that is
 		// ending, wait for the lock: a post past the limit, or after
 		// the end, fails at once, and the queue stays bounded. An
 		// inline operation waits too: its bytes are copied at the
 		// post, and the caller may change them once the call returns.
-		if !c.life.Ending() && wr.Flags&verbs.SendInline == 0 && c.sq.heldOps.Load()+int64(c.sq.cq.n.Load()) < int64(c.sendQueueLimit()/2) {
-			c.sq.cq.leave(postReq{wr: wr, sge: sge, op: o})
-			if !c.sq.postMu.TryLock() {
+		if !q.life.Ending() && wr.Flags&verbs.SendInline == 0 && q.heldOps.Load()+int64(q.cq.n.Load()) < int64(q.limit/2) {
+			q.cq.leave(postReq{wr: wr, sge: sge, op: o})
+			if !q.postMu.TryLock() {
 				return // the holder posts it (unlockPost)
 			}
-			c.postUnlock() // the holder had let go: post it ourselves
+			q.postUnlock() // the holder had let go: post it ourselves
 			return
 		}
-		c.sq.postMu.Lock()
+		q.postMu.Lock()
 	}
-	if c.sq.cq.n.Load() > 0 {
+	if q.cq.n.Load() > 0 {
 		// Those who came first go first.
-		c.sq.cq.leave(postReq{wr: wr, sge: sge, op: o})
-		c.postUnlock()
+		q.cq.leave(postReq{wr: wr, sge: sge, op: o})
+		q.postUnlock()
 		return
 	}
-	c.sq.sge[0] = sge
-	wr.SGL = c.sq.sge[:]
+	q.sge[0] = sge
+	wr.SGL = q.sge[:]
 	if o.N == 0 {
 		wr.SGL = nil
 	}
-	c.sq.wr[0], c.sq.op[0] = wr, o
-	err := c.submitLocked(c.sq.wr[:], c.sq.op[:])
-	c.sq.wr[0], c.sq.op[0] = verbs.SendWR{}, rc.Op{}
-	c.postUnlock()
+	q.wr[0], q.op[0] = wr, o
+	err := q.submitLocked(q.wr[:], q.op[:])
+	q.wr[0], q.op[0] = verbs.SendWR{}, Op{}
+	q.postUnlock()
 	if err != nil {
 		o.Resolve(err, 0, 0)
 	}
@@ -126,30 +125,30 @@ func (c *conn) submit(wr verbs.SendWR, sge verbs.SGE, o rc.Op) {
 // one chain as far as the send queue and the credits have room, then
 // each on its own through submitLocked (which queues it for room).
 // Caller holds postMu.
-func (c *conn) postCombinedLocked() {
-	q := c.sq.cq.takeAll()
-	if len(q) == 0 {
-		c.sq.cq.giveBack(q)
+func (q *SendQueue) postCombinedLocked() {
+	reqs := q.cq.takeAll()
+	if len(reqs) == 0 {
+		q.cq.giveBack(reqs)
 		return
 	}
-	cq := &c.sq.cq
-	if cap(cq.wrs) < len(q) {
-		cq.wrs, cq.sges, cq.ops = make([]verbs.SendWR, 0, len(q)), make([]verbs.SGE, 0, len(q)), make([]rc.Op, 0, len(q))
+	cq := &q.cq
+	if cap(cq.wrs) < len(reqs) {
+		cq.wrs, cq.sges, cq.ops = make([]verbs.SendWR, 0, len(reqs)), make([]verbs.SGE, 0, len(reqs)), make([]Op, 0, len(reqs))
 	}
 	wrs, sges, ops := cq.wrs[:0], cq.sges[:0], cq.ops[:0]
-	c.pullLocked()
-	credits := c.sq.credits
+	q.pullLocked()
+	credits := q.credits
 	i := 0
-	for ; i < len(q) && c.sq.pending.Len() == 0 && !c.sq.held; i++ {
-		r := &q[i]
+	for ; i < len(reqs) && q.pending.Len() == 0 && !q.held; i++ {
+		r := &reqs[i]
 		wr1, op1 := unsafe.Slice(&r.wr, 1), unsafe.Slice(&r.op, 1)
-		if err := c.postable(wr1, op1, false); err != nil {
+		if err := q.postable(wr1, op1, false); err != nil {
 			r.op.DropBuf()
 			r.op.Resolve(err, 0, 0)
 			continue
 		}
-		need := needCredits(wr1)
-		if len(wrs) == c.sq.sqFree || need > credits {
+		need := NeedCredits(wr1)
+		if len(wrs) == q.sqFree || need > credits {
 			break // the rest go on their own, and queue for room
 		}
 		credits -= need
@@ -167,23 +166,23 @@ func (c *conn) postCombinedLocked() {
 				ops[j].Signaled, ops[j].Covered = false, true
 			}
 		}
-		c.stampLatency(ops)
-		if err := c.postLocked(wrs, ops); err != nil {
+		q.stampLatency(ops)
+		if err := q.postLocked(wrs, ops); err != nil {
 			// The connection fails (postLocked): the WRs the provider
 			// took flush, and the Futures of all resolve with err.
 			resolveAll(ops, err)
 		}
 		clear(ops)
 	}
-	for ; i < len(q); i++ {
-		r := &q[i]
+	for ; i < len(reqs); i++ {
+		r := &reqs[i]
 		r.wr.SGL = unsafe.Slice(&r.sge, 1)
 		if r.op.N == 0 {
 			r.wr.SGL = nil
 		}
-		if err := c.submitLocked(unsafe.Slice(&r.wr, 1), unsafe.Slice(&r.op, 1)); err != nil {
+		if err := q.submitLocked(unsafe.Slice(&r.wr, 1), unsafe.Slice(&r.op, 1)); err != nil {
 			r.op.Resolve(err, 0, 0)
 		}
 	}
-	c.sq.cq.giveBack(q)
+	q.cq.giveBack(reqs)
 }
