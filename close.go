@@ -101,7 +101,7 @@ func (c *conn) teardown() error {
 	}
 	errs = append(errs, c.closeCreditWord(), c.closeSettleByte())
 	if c.srq != nil {
-		c.leaveSRQ()
+		c.cr.Leave()
 		errs = append(errs, c.eng.DropSRQ(c.srq))
 	}
 	c.sq.ClearSent()

@@ -66,7 +66,7 @@ type conn struct {
 	// The parts, in an order that keeps what the post and completion
 	// paths touch together: the send queue (the sending half of the
 	// credits first, then postMu), then the life (inflight).
-	cr   creditState  // the receiving half of the credits, and the credit word
+	cr   rc.Grants    // the receiving half of the credits, and the credit word
 	iw   iwarpSettle  // the READ that settles an rdma_cm connection on iWARP (settleIWARP)
 	sq   rc.SendQueue // the send queue: postMu and what it guards, the sending half of the credits
 	life rc.Life      // the first error, the close, the peer's end, the WRs in flight
@@ -176,8 +176,8 @@ func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*c
 	c.slot = slot
 	c.ops.Init(slot.Base())
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.cr.init(c.returnCredits, c.sendRecall)
-	c.sq.Init(cfg.sqDepth, cfg.sendQueueLimit(), &c.ops, &c.life, &c.cr.cw, &c.peer, ctrl != nil, c.ep())
+	c.cr.Init(cfg.rqDepth, &c.rq.rmu, &c.st.recvs, &c.life, &c.sq, &c.peer, ctrl != nil, c.ep())
+	c.sq.Init(cfg.sqDepth, cfg.sendQueueLimit(), &c.ops, &c.life, c.cr.Word(), &c.peer, ctrl != nil, c.ep())
 	if !cfg.cm {
 		// go-rdma's handshake receives through the shared receive
 		// queue (its credits count its receives); rdma_cm
@@ -185,7 +185,8 @@ func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*c
 		if err = eng.Lacks(verbs.FeatureSRQ); err != nil {
 			err = fmt.Errorf("rdma: %w; connections WithRDMACM post their own receives", err)
 		} else {
-			c.srq, err = eng.SRQFor(cfg.maxMsg, c.ep())
+			c.srq, err = eng.SRQFor(cfg.maxMsg, &c.cr)
+			c.cr.SetSRQ(c.srq)
 		}
 	}
 	if err == nil {

@@ -203,12 +203,12 @@ func (c *conn) readControl(r *bufio.Reader) {
 			if len(p) != 16 {
 				c.protocolErr("malformed credit request")
 			} else if c.srq != nil {
-				c.onCreditAsk(binary.BigEndian.Uint32(p), binary.BigEndian.Uint32(p[4:]), binary.BigEndian.Uint32(p[8:]),
+				c.cr.OnAsk(binary.BigEndian.Uint32(p), binary.BigEndian.Uint32(p[4:]), binary.BigEndian.Uint32(p[8:]),
 					binary.BigEndian.Uint32(p[12:]))
 			}
 		case rc.CtrlBack:
 			if v, ok := c.word(p, "credit return"); ok && c.srq != nil {
-				c.onCreditBack(v)
+				c.cr.OnBack(v)
 			}
 		case rc.CtrlRecall:
 			if len(p) != 0 {

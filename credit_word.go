@@ -1,8 +1,6 @@
 package rdma
 
 import (
-	"encoding/binary"
-
 	"github.com/go-rdma/rdma/internal/rc"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
@@ -16,7 +14,7 @@ func (c *conn) makeCreditWord() error {
 	if c.ctl.ctrl == nil || c.srq == nil {
 		return nil
 	}
-	return c.cr.cw.Register(&c.eng.Cells, c.eng.PD)
+	return c.cr.Word().Register(&c.eng.Cells, c.eng.PD)
 }
 
 // closeCreditWord deregisters the credit word, once the QP is closed.
@@ -25,35 +23,7 @@ func (c *conn) closeCreditWord() error {
 	if mr == nil {
 		return nil
 	}
-	return c.cr.cw.Close(mr, &c.eng.Cells)
-}
-
-// tellCredits tells the peer the credits given so far: in a frame when it
-// waits on an ask, else by a WRITE into its credit word. It runs under
-// locks of the SRQ and the receive path, so it only posts or queues.
-func (c *conn) tellCredits() {
-	if c.cr.cw.AskOpen() || c.peer.CreditRKey == 0 {
-		if !c.cr.creditQueued.Swap(true) {
-			c.later(c.cr.returnCreditsJob)
-		}
-		return
-	}
-	if c.cr.cw.StartWrite() {
-		c.sq.PostCredit()
-	}
-}
-
-// returnCredits answers an open ask on the control worker: a frame with
-// the total, once it is beyond what the asking sender saw; until then
-// the next grant comes back here. Without a credit word on the peer
-// every grant goes this way.
-func (c *conn) returnCredits() {
-	c.cr.creditQueued.Store(false)
-	t := c.cr.cw.Total()
-	if c.peer.CreditRKey != 0 && !c.cr.cw.AnswerAsk(t) {
-		return
-	}
-	c.writeControl(rc.CtrlCredit, binary.BigEndian.AppendUint32(nil, t))
+	return c.cr.Word().Close(mr, &c.eng.Cells)
 }
 
 // onCreditWritten completes a credit WRITE, and posts the next when the
@@ -64,7 +34,5 @@ func (c *conn) onCreditWritten(wc *verbs.WorkCompletion) {
 		c.fail(c.completionErr(postedWC(rc.OpCredit, wc)))
 		return
 	}
-	if c.cr.cw.WriteDone() {
-		c.sq.PostCredit()
-	}
+	c.cr.CreditWritten()
 }

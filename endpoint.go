@@ -36,6 +36,9 @@ func (e *endpoint) Failed() bool { return (*conn)(e).life.Err() != nil }
 
 // The send queue's owner (rc.Owner).
 
+// ProtocolErr cuts off a peer that broke the control protocol.
+func (e *endpoint) ProtocolErr(format string, args ...any) { (*conn)(e).protocolErr(format, args...) }
+
 // Later runs job on the connection's control worker.
 func (e *endpoint) Later(job func()) { (*conn)(e).later(job) }
 

@@ -140,7 +140,7 @@ func FailRecv(c *Conn, st verbs.WCStatus) error {
 // CreditWord is c's credit word as its peer may reach it: the region the
 // hello announced.
 func CreditWord(c *Conn) RemoteRegion {
-	mr := c.cr.cw.MR()
+	mr := c.cr.Word().MR()
 	return RemoteRegion{Addr: mr.Addr(), Len: mr.Len(), RKey: mr.RKey()}
 }
 

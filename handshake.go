@@ -178,7 +178,7 @@ func (c *conn) prepare() (rc.Hello, error) {
 	me := rc.Hello{QPN: c.qp.QPN(), PSN: randPSN(), LID: eng.Port.LID, MTU: uint8(eng.Port.ActiveMTU), GID: gid.GID,
 		RecvDepth: uint32(c.recvCap()), MaxMsg: uint32(cfg.maxMsg), RecvWindow: uint32(c.api.RecvWindow())}
 	copy(me.Protocol[:], cfg.protocol)
-	if mr := c.cr.cw.MR(); mr != nil {
+	if mr := c.cr.Word().MR(); mr != nil {
 		me.CreditAddr, me.CreditRKey = mr.Addr(), mr.RKey()
 	}
 	if me.MTU == 0 {

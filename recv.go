@@ -91,7 +91,7 @@ func (c *conn) onRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 // onSharedRecv delivers a completion of a receive of the SRQ that a
 // message to this connection took. It runs on a poller.
 func (c *conn) onSharedRecv(pb *pool.Buffer, wc *verbs.WorkCompletion) {
-	if wc.Status == verbs.WCSuccess && !c.arrived() {
+	if wc.Status == verbs.WCSuccess && !c.cr.Arrived() {
 		pb.Release()
 		return
 	}
@@ -264,13 +264,13 @@ func (c *conn) onBeacon(wc *verbs.WorkCompletion) {
 // learned. Caller holds rmu.
 func (c *conn) refillLocked() {
 	if c.srq != nil {
-		c.tookLocked()
+		c.cr.TookLocked()
 		return
 	}
-	if gap := len(c.rq.rwrs) - c.rq.rposted - c.rq.ready.Len(); gap >= returnBatch(len(c.rq.rwrs)) {
+	if gap := len(c.rq.rwrs) - c.rq.rposted - c.rq.ready.Len(); gap >= rc.ReturnBatch(len(c.rq.rwrs)) {
 		before := c.rq.rposted
 		c.repostLocked(gap)
-		c.owe(c.rq.rposted - before)
+		c.cr.Owe(c.rq.rposted - before)
 	}
 }
 

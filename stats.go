@@ -93,7 +93,7 @@ func (c *Conn) Stats() ConnStats {
 		Completions: s.completions.Load(),
 		CreditWaits: q.CreditWaits, QueueWaits: q.QueueWaits,
 		QueueFull:    q.QueueFull,
-		CreditsOut:   c.cr.creditOut.Load(),
+		CreditsOut:   c.cr.Out(),
 		Latency:      s.latency.load(),
 		CreditWrites: q.CreditWrites, ControlFrames: s.ctrlFrames.Load(), Doorbells: q.Doorbells,
 	}

@@ -1,5 +1,7 @@
 package rdma
 
+import "github.com/go-rdma/rdma/internal/rc"
+
 // This file holds what a protocol built on a Conn (the stream package,
 // or one of the user's own) needs to know of its flow control: its
 // queue depths and how many messages each side may have in flight
@@ -26,15 +28,7 @@ func (c *Conn) RecvWindow() int { return recvWindow(c.recvCap(), c.cfg.rqDepth) 
 
 // recvWindow is RecvWindow for a connection that keeps recvCap
 // receives and returns them in batches (returnBatch).
-func recvWindow(recvCap, rqDepth int) int { return max(0, recvCap-returnBatch(rqDepth)+1) }
-
-// returnBatch is how many receives a connection of receive depth rqDepth
-// gives back at once, an eighth of them: the credits of messages taken
-// (with a shared receive queue) or its own receives re-posted (without).
-// One frame or one chain for many bounds the cost per message;
-// recvWindow counts on no more than a batch less one being out of the
-// peer's hands.
-func returnBatch(rqDepth int) int { return max(1, rqDepth/8) }
+func recvWindow(recvCap, rqDepth int) int { return max(0, recvCap-rc.ReturnBatch(rqDepth)+1) }
 
 // SendWindow is the peer's RecvWindow, as its hello said: how many
 // messages this side may have sent that the peer's Recv has not taken

@@ -58,7 +58,8 @@ func TestRecvWindow(t *testing.T) {
 				}
 				f.Buffer().Release()
 				s.rq.rmu.Lock()
-				out, held, taken := int(s.cr.creditOut.Load()), int(s.cr.creditHeld.Load()), int(s.cr.creditTaken.Load())
+				o, h, k := s.cr.Counts()
+				out, held, taken := int(o), int(h), int(k)
 				s.rq.rmu.Unlock()
 				if out+held+taken != depth {
 					t.Fatalf("after %d messages: %d credits out, %d messages held, %d taken: want %d in all", i+1, out, held, taken, depth)

@@ -26,6 +26,18 @@ type Life struct {
 	drainOnce   sync.Once
 }
 
+// Owner is what the parts ask of their connection, never on the post
+// path: fail it, cut a peer that broke the protocol off, run a job on
+// its control worker, send a control frame, and finish a send-side op
+// that a completion covered.
+type Owner interface {
+	Fail(err error)
+	ProtocolErr(format string, args ...any)
+	Later(job func())
+	WriteControl(typ byte, p []byte) error
+	Finish(o *Op, err error)
+}
+
 // Init starts the life of a connection to remote.
 func (l *Life) Init(remote net.Addr) {
 	l.remote = remote

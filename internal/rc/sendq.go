@@ -79,16 +79,6 @@ type SendQueue struct {
 	drv          *poller.Poller // a Busy poller WaitSent drives; nil for others
 }
 
-// Owner is what a send queue asks of its connection, never on the post
-// path: fail it, run a job on its control worker, send a control frame,
-// and finish a send-side op that a completion covered.
-type Owner interface {
-	Fail(err error)
-	Later(job func())
-	WriteControl(typ byte, p []byte) error
-	Finish(o *Op, err error)
-}
-
 // sendCounters are the send queue's counters (SendCounts).
 type sendCounters struct {
 	creditWaits, queueWaits, queueFull, creditWrites, doorbells atomic.Uint64

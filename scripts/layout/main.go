@@ -36,7 +36,7 @@ var recordFields = map[string]bool{"sqFree": true, "posted": true}
 // fields.
 var parts = map[string][]string{
 	"sq":   {"rc/sendq.go", "rc/sendwait.go", "rc/combine.go", "rc/sendcredit.go", "rc/revoked.go"},
-	"cr":   {"credit.go", "credit_word.go"},
+	"cr":   {"rc/grants.go"},
 	"cw":   {"rc/creditword.go"},
 	"life": {"rc/life.go"},
 	"rq":   {"recv.go", "dispatch.go"},
