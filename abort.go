@@ -47,7 +47,7 @@ func (c *Conn) Abort(cause error) error {
 func (c *conn) tellPeer(err error) {
 	// Before the handshake completed, the set-up's own error tells the
 	// peer; a frame would only garble the handshake.
-	if !c.up.Load() || c.life.Closing() || c.life.PeerClosed() || errors.Is(err, ErrPeerClosed) || errors.Is(err, ErrPeerLost) || (c.ctl.ctrl == nil && c.cm == nil) {
+	if !c.up.Load() || c.life.Closing() || c.life.PeerClosed() || errors.Is(err, ErrPeerClosed) || errors.Is(err, ErrPeerLost) || (c.ctl.Conn() == nil && c.cm == nil) {
 		return
 	}
 	c.tellMu.Lock()
@@ -65,15 +65,12 @@ func (c *conn) tellPeer(err error) {
 			c.cm.Disconnect()
 			return
 		}
-		c.ctl.ctrlMu.Lock()
-		c.ctl.ctrl.SetWriteDeadline(time.Now().Add(abortBound))
-		werr := rc.WriteFrame(c.ctl.ctrl, rc.CtrlAbort, abortReason(err))
-		c.ctl.ctrlMu.Unlock()
-		if cw, ok := c.ctl.ctrl.(interface{ CloseWrite() error }); ok && werr == nil {
+		werr := c.ctl.WriteLast(rc.CtrlAbort, abortReason(err), abortBound)
+		if cw, ok := c.ctl.Conn().(interface{ CloseWrite() error }); ok && werr == nil {
 			cw.CloseWrite()
 			return
 		}
-		c.ctl.ctrl.Close() // the peer did not take the frame: cut it off
+		c.ctl.Conn().Close() // the peer did not take the frame: cut it off
 	}()
 }
 

@@ -43,18 +43,15 @@ func (c *Conn) Close() error {
 		if c.life.Err() == nil {
 			c.quiesce(fmt.Errorf("rdma: conn %v: %w", c.remote, ErrClosed), true)
 		}
-		if c.ctl.ctrl != nil && !c.told.Load() { // an abort told the peer already
-			c.ctl.ctrlMu.Lock()
-			c.ctl.ctrl.SetWriteDeadline(time.Now().Add(time.Second))
-			rc.WriteFrame(c.ctl.ctrl, rc.CtrlClose, nil)
-			c.ctl.ctrlMu.Unlock()
+		if c.ctl.Conn() != nil && !c.told.Load() { // an abort told the peer already
+			c.ctl.WriteLast(rc.CtrlClose, nil, time.Second)
 			// Keep the QP up until the peer's operations are done too
 			// (bounded): it acknowledges what it received only while
 			// it is up, and the peer may still be reading from or
 			// writing to our memory.
 			select {
-			case <-c.ctl.closeAck:
-			case <-c.ctl.ctrlDone:
+			case <-c.ctl.CloseAcked():
+			case <-c.ctl.Done():
 			case <-time.After(closeAckBound):
 			}
 		}
@@ -66,7 +63,7 @@ func (c *Conn) Close() error {
 			// peer would then wait for its retries.
 			c.cm.Disconnect()
 			select {
-			case <-c.ctl.ctrlDone:
+			case <-c.ctl.Done():
 			case <-time.After(2 * time.Second):
 			}
 		}
@@ -117,11 +114,11 @@ func (c *conn) teardown() error {
 	c.untold = true
 	c.tellMu.Unlock()
 	c.telling.Wait()
-	if c.ctl.ctrl != nil {
-		c.ctl.ctrl.Close()
+	if c.ctl.Conn() != nil {
+		c.ctl.Conn().Close()
 	}
-	<-c.ctl.ctrlDone
-	c.ctl.workers.Wait()
+	<-c.ctl.Done()
+	c.ctl.WaitWorker()
 	if c.cm != nil {
 		errs = append(errs, c.cm.Close())
 	}

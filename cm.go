@@ -126,7 +126,7 @@ func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(*conn) (cmHello,
 	defer func() {
 		// c, not the result: a failure returns a nil *conn.
 		if err != nil {
-			close(c.ctl.ctrlDone)
+			c.ctl.End()
 			c.teardown()
 		}
 	}()
@@ -143,7 +143,7 @@ func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(*conn) (cmHello,
 	c.peer.MaxMsg, c.peer.RecvWindow = peer.maxMsg, peer.recvWindow
 	c.iw.named(peer.settle)
 	go func() {
-		defer close(c.ctl.ctrlDone)
+		defer c.ctl.End()
 		if id.WaitDisconnect(c.ctx) == nil {
 			c.fail(fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerClosed))
 			// Answer the peer's disconnect request, or its rdma_cm

@@ -72,7 +72,7 @@ type conn struct {
 	life rc.Life      // the first error, the close, the peer's end, the WRs in flight
 
 	rq  receives    // the receive side: rmu and what it guards
-	ctl controlChan // the control channel
+	ctl rc.Control  // the control channel
 	rg  regionState // the regions exposed, granted and requested
 	vd  verdict     // completions waiting for the control channel's word (holdForVerdict)
 
@@ -165,9 +165,10 @@ func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*c
 	}
 	c := &conn{eng: eng, cfg: cfg, local: local, remote: remote, rq: receives{recvSize: cfg.maxMsg},
 		done: make(chan struct{}),
-		ctl:  newControlChan(ctrl), rg: newRegionState()}
+		rg:   newRegionState()}
 	c.api.conn = c
 	c.life.Init(remote)
+	c.ctl.Init(ctrl, maxRegionRequests+6, &c.life, c.ep())
 	slot, err := eng.AddEndpoint(c.ep())
 	if err != nil {
 		eng.Release()
@@ -210,7 +211,7 @@ func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*c
 		}
 	}
 	if err != nil {
-		close(c.ctl.ctrlDone)
+		c.ctl.End()
 		c.teardown()
 		return nil, err
 	}

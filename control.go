@@ -7,9 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-rdma/rdma/internal/rc"
@@ -42,36 +39,9 @@ const (
 	closeAckBound = 2 * time.Second
 )
 
-// controlChan is a connection's control channel: the socket, the
-// worker that runs control work, and the close handshake. Conn holds it
-// as c.ctl. The regions exchanged on it are a part of their own
-// (regionState).
-type controlChan struct {
-	ctrl     net.Conn   // the TCP control channel; nil on rdma_cm connections
-	ctrlMu   sync.Mutex // serializes control frames
-	ctrlDone chan struct{}
-
-	jobs    chan func() // control work, run by one worker (later)
-	working atomic.Bool
-	workers sync.WaitGroup
-
-	heard        chan struct{} // closed when the peer's close came (Life.HearClose)
-	closeAck     chan struct{} // closed when the peer answers our ctrlClose
-	closeAckOnce sync.Once
-	deaf         atomic.Bool                   // tests: play a peer that reads its control frames and drops them
-	slow         atomic.Pointer[chan struct{}] // tests: the reader waits for it to close before each frame
-}
-
-// newControlChan makes the control channel over ctrl, nil on rdma_cm
-// connections.
-func newControlChan(ctrl net.Conn) controlChan {
-	return controlChan{ctrl: ctrl, ctrlDone: make(chan struct{}), closeAck: make(chan struct{}), heard: make(chan struct{}),
-		jobs: make(chan func(), maxRegionRequests+6)}
-}
-
 // control writes one control frame, bounded by ctx.
 func (c *conn) control(ctx context.Context, typ byte, p []byte) error {
-	if c.ctl.ctrl == nil {
+	if c.ctl.Conn() == nil {
 		return errNoControl
 	}
 	if err := ctx.Err(); err != nil {
@@ -80,28 +50,7 @@ func (c *conn) control(ctx context.Context, typ byte, p []byte) error {
 	if c.life.Err() != nil {
 		return c.life.ClosedErr()
 	}
-	return c.writeControl(typ, p)
-}
-
-// writeControl writes a frame even on a failed connection (answers and
-// the close handshake still go out while the socket is open).
-func (c *conn) writeControl(typ byte, p []byte) error {
-	c.ctl.ctrlMu.Lock()
-	defer c.ctl.ctrlMu.Unlock()
-	// Frames are tiny, so the socket buffer takes them at once; a write
-	// that times out means a stuck peer, and a frame cut in half would
-	// corrupt the channel, so a failed write fails the connection.
-	c.ctl.ctrl.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	c.st.ctrlFrames.Add(1)
-	if err := rc.WriteFrame(c.ctl.ctrl, typ, p); err != nil {
-		if c.life.Err() != nil {
-			return c.life.ClosedErr()
-		}
-		err = fmt.Errorf("rdma: control channel to %v: %w", c.remote, err)
-		c.fail(err)
-		return err
-	}
-	return nil
+	return c.ctl.Write(typ, p)
 }
 
 // protocolErr cuts the peer off for breaking the control protocol.
@@ -116,7 +65,7 @@ func (c *conn) protocolErr(format string, args ...any) {
 func (c *conn) cutOff(err error) {
 	c.fail(err)
 	if !c.told.Load() {
-		c.ctl.ctrl.Close()
+		c.ctl.Conn().Close()
 	}
 }
 
@@ -130,13 +79,11 @@ func (c *conn) cutOff(err error) {
 // timeouts: with ErrPeerLost, or, once the peer's close was heard, with
 // the close's ErrPeerClosed.
 func (c *conn) readControl(r *bufio.Reader) {
-	defer close(c.ctl.ctrlDone)
+	defer c.ctl.End()
 	buf := make([]byte, rc.MaxCtrl)
 	for {
 		typ, p, err := rc.ReadFrame(r, buf)
-		if slow := c.ctl.slow.Load(); slow != nil {
-			<-*slow
-		}
+		c.ctl.WaitSlow()
 		if err != nil {
 			if c.life.Closing() || c.told.Load() {
 				return // the end of our close or abort, not the peer's doing
@@ -165,7 +112,7 @@ func (c *conn) readControl(r *bufio.Reader) {
 			}
 			return
 		}
-		if c.ctl.deaf.Load() {
+		if c.ctl.Deaf() {
 			continue // tests: a peer that hears nothing
 		}
 		switch typ {
@@ -219,7 +166,7 @@ func (c *conn) readControl(r *bufio.Reader) {
 		case rc.CtrlAbort:
 			c.onPeerAbort(p)
 		case rc.CtrlCloseAck:
-			c.ctl.closeAckOnce.Do(func() { close(c.ctl.closeAck) })
+			c.ctl.AckClose()
 		default:
 			c.protocolErr("unknown control frame %d", typ)
 		}
@@ -247,10 +194,10 @@ func (c *conn) onPeerClose() {
 	if c.life.HearClose() {
 		return // said twice: once is served
 	}
-	close(c.ctl.heard)
-	c.later(func() {
+	c.ctl.HearClose()
+	c.ctl.Later(func() {
 		c.quiesce(c.life.PeerClosedErr(), false)
-		c.writeControl(rc.CtrlCloseAck, nil)
+		c.ctl.Write(rc.CtrlCloseAck, nil)
 		c.fail(c.life.PeerClosedErr())
 	})
 }
@@ -268,38 +215,4 @@ func (c *conn) quiesce(why error, drain bool) {
 		c.sq.Quiesce(ctx, why, drain)
 		c.sq.WaitSent(ctx)
 	})
-}
-
-// later runs f on the connection's control worker: one goroutine, made
-// when there is work and gone when there is none. The queue is bounded
-// by the protocol's limits; a peer that overflows it is cut off.
-func (c *conn) later(f func()) {
-	select {
-	case c.ctl.jobs <- f:
-	default:
-		c.protocolErr("more control work queued than the protocol allows")
-		return
-	}
-	if c.ctl.working.CompareAndSwap(false, true) {
-		c.ctl.workers.Add(1)
-		go c.ctl.work()
-	}
-}
-
-func (ch *controlChan) work() {
-	defer ch.workers.Done()
-	for {
-		select {
-		case f := <-ch.jobs:
-			f()
-			continue
-		default:
-		}
-		ch.working.Store(false)
-		// A job queued between the empty check and the store would be
-		// left waiting: look once more.
-		if len(ch.jobs) == 0 || !ch.working.CompareAndSwap(false, true) {
-			return
-		}
-	}
 }

@@ -11,7 +11,7 @@ import (
 // makeCreditWord registers the connection's credit word. Connections
 // without a control channel (rdma_cm) have no credits.
 func (c *conn) makeCreditWord() error {
-	if c.ctl.ctrl == nil || c.srq == nil {
+	if c.ctl.Conn() == nil || c.srq == nil {
 		return nil
 	}
 	return c.cr.Word().Register(&c.eng.Cells, c.eng.PD)

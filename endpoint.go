@@ -40,10 +40,10 @@ func (e *endpoint) Failed() bool { return (*conn)(e).life.Err() != nil }
 func (e *endpoint) ProtocolErr(format string, args ...any) { (*conn)(e).protocolErr(format, args...) }
 
 // Later runs job on the connection's control worker.
-func (e *endpoint) Later(job func()) { (*conn)(e).later(job) }
+func (e *endpoint) Later(job func()) { e.ctl.Later(job) }
 
 // WriteControl sends a control frame to the peer.
-func (e *endpoint) WriteControl(typ byte, p []byte) error { return (*conn)(e).writeControl(typ, p) }
+func (e *endpoint) WriteControl(typ byte, p []byte) error { return e.ctl.Write(typ, p) }
 
 // Finish resolves a send-side op a completion covered.
 func (e *endpoint) Finish(o *rc.Op, err error) { (*conn)(e).finish(o, err) }

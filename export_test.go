@@ -57,7 +57,7 @@ func RequestsInFlight(c *Conn) int {
 
 // SendControl writes a raw control frame to c's peer, as a hostile peer
 // could.
-func SendControl(c *Conn, typ byte, p []byte) error { return c.writeControl(typ, p) }
+func SendControl(c *Conn, typ byte, p []byte) error { return c.ctl.Write(typ, p) }
 
 // Granted is what c has granted to its peer's RequestRegion: bytes and
 // regions.
@@ -76,13 +76,13 @@ func Exposed(c *Conn) int {
 
 // Deafen makes c read the peer's control frames and drop them, as a hung
 // or hostile peer would: it answers nothing.
-func Deafen(c *Conn) { c.ctl.deaf.Store(true) }
+func Deafen(c *Conn) { c.ctl.Deafen() }
 
 // SlowControl makes c's control reader wait, before it serves the next
 // frame or the channel's end, until release is called.
 func SlowControl(c *Conn) (release func()) {
 	ch := make(chan struct{})
-	c.ctl.slow.Store(&ch)
+	c.ctl.Slow(ch)
 	return sync.OnceFunc(func() { close(ch) })
 }
 
@@ -174,10 +174,7 @@ func CreditIdleArmed(c *Conn) bool {
 // SendRawControl writes b to c's control channel as it is, as a hostile
 // peer could: a frame header with any length, or bytes of no frame.
 func SendRawControl(c *Conn, b []byte) error {
-	c.ctl.ctrlMu.Lock()
-	defer c.ctl.ctrlMu.Unlock()
-	_, err := c.ctl.ctrl.Write(b)
-	return err
+	return c.ctl.WriteRaw(b)
 }
 
 // MaxCtrl is the largest control frame payload.

@@ -119,7 +119,7 @@ func (c *conn) expose(pb *pool.Buffer, off, n int, access Access, granted int, l
 // for room. On connections set up through rdma_cm, which have no control
 // channel to ask the peer, Revoke works as RevokeNow.
 func (c *Conn) Revoke(ctx context.Context, r RemoteRegion) error {
-	if c.ctl.ctrl == nil {
+	if c.ctl.Conn() == nil {
 		return c.api.RevokeNow(r)
 	}
 	c.rg.emu.Lock()
@@ -173,7 +173,7 @@ func (c *conn) askRevoke(rkey uint32, rv *revocation) {
 		c.finishRevoke(rkey, err)
 	})
 	c.rg.emu.Unlock()
-	if err := c.writeControl(rc.CtrlRevoke, binary.BigEndian.AppendUint32(nil, rkey)); err != nil {
+	if err := c.ctl.Write(rc.CtrlRevoke, binary.BigEndian.AppendUint32(nil, rkey)); err != nil {
 		// The connection failed: no access of the peer's can come.
 		c.finishRevoke(rkey, nil)
 	}
@@ -287,7 +287,7 @@ func (c *conn) onRevoke(rkey uint32) {
 	c.rg.fencing = true
 	c.rg.emu.Unlock()
 	if start {
-		c.later(c.fence)
+		c.ctl.Later(c.fence)
 	}
 }
 
@@ -306,7 +306,7 @@ func (c *conn) fence() {
 		return // failed or closing: the peer learns that from the connection
 	}
 	for _, rkey := range acks {
-		if c.writeControl(rc.CtrlRevoked, binary.BigEndian.AppendUint32(nil, rkey)) != nil {
+		if c.ctl.Write(rc.CtrlRevoked, binary.BigEndian.AppendUint32(nil, rkey)) != nil {
 			return
 		}
 	}

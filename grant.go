@@ -69,7 +69,7 @@ func (c *Conn) RequestRegion(ctx context.Context, size int, access Access, opts 
 			return RemoteRegion{}, err
 		}
 	}
-	if c.ctl.ctrl == nil {
+	if c.ctl.Conn() == nil {
 		return RemoteRegion{}, errNoControl
 	}
 	select {
@@ -130,7 +130,7 @@ func (c *Conn) RequestRegion(ctx context.Context, size int, access Access, opts 
 // ErrRegionRevoked); it waits, until ctx ends, for the accesses in
 // flight to complete and then tells the peer, which frees the memory.
 func (c *Conn) ReleaseRegion(ctx context.Context, r RemoteRegion) error {
-	if c.ctl.ctrl == nil {
+	if c.ctl.Conn() == nil {
 		return errNoControl
 	}
 	c.sq.Revoke(r.RKey)
@@ -161,7 +161,7 @@ func (c *conn) onRequest(p []byte) {
 	}
 	c.rg.peerReqs++
 	c.rg.emu.Unlock()
-	c.later(func() {
+	c.ctl.Later(func() {
 		typ, p := c.grant(size, access, life)
 		// The request is served before the peer can hear it: it may
 		// send its next one as soon as the answer arrives.
@@ -245,7 +245,7 @@ func (c *conn) onAnswer(typ byte, p []byte) {
 	}
 	if typ == rc.CtrlGrant {
 		// Nobody can have posted an access to it: hand it back now.
-		c.writeControl(rc.CtrlFree, binary.BigEndian.AppendUint32(nil, a.r.RKey))
+		c.ctl.Write(rc.CtrlFree, binary.BigEndian.AppendUint32(nil, a.r.RKey))
 	}
 }
 

@@ -170,7 +170,7 @@ func (c *conn) prepare() (rc.Hello, error) {
 	if err := c.makeCreditWord(); err != nil {
 		return rc.Hello{}, err
 	}
-	gid, err := eng.GIDFor(addrIP(c.ctl.ctrl.LocalAddr()))
+	gid, err := eng.GIDFor(addrIP(c.ctl.Conn().LocalAddr()))
 	if err != nil {
 		return rc.Hello{}, err
 	}
@@ -204,7 +204,7 @@ func (c *conn) connect(br *bufio.Reader, me, peer *rc.Hello, release func() bool
 		return err
 	}
 	var ready [1]byte
-	if _, err := c.ctl.ctrl.Write(ready[:]); err != nil {
+	if _, err := c.ctl.Conn().Write(ready[:]); err != nil {
 		return err
 	}
 	if _, err := io.ReadFull(br, ready[:]); err != nil {
@@ -220,6 +220,6 @@ func (c *conn) connect(br *bufio.Reader, me, peer *rc.Hello, release func() bool
 
 // abort tears down a connection whose handshake failed.
 func (c *conn) abort() {
-	close(c.ctl.ctrlDone)
+	c.ctl.End()
 	c.teardown()
 }

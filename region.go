@@ -87,7 +87,7 @@ func (r RemoteRegion) String() string {
 // Expose), so a peer of another connection that learns or guesses it can
 // use it too.
 func (c *Conn) SendRegion(ctx context.Context, r RemoteRegion) error {
-	if c.ctl.ctrl == nil {
+	if c.ctl.Conn() == nil {
 		return errNoControl
 	}
 	select {
@@ -106,7 +106,7 @@ func (c *Conn) SendRegion(ctx context.Context, r RemoteRegion) error {
 
 // RecvRegion waits for a region the peer sends with SendRegion.
 func (c *Conn) RecvRegion(ctx context.Context) (RemoteRegion, error) {
-	if c.ctl.ctrl == nil {
+	if c.ctl.Conn() == nil {
 		return RemoteRegion{}, errNoControl
 	}
 	var r RemoteRegion
@@ -123,7 +123,7 @@ func (c *Conn) RecvRegion(ctx context.Context) (RemoteRegion, error) {
 	}
 	// The peer may send another; a failed write has failed the
 	// connection, and the region is still good to return.
-	c.writeControl(rc.CtrlTaken, nil)
+	c.ctl.Write(rc.CtrlTaken, nil)
 	return r, nil
 }
 

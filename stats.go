@@ -78,7 +78,6 @@ type connCounters struct {
 	// totals are their sums, so a failure costs one atomic add.
 	sendFail, recvFail [CompletionStatuses]atomic.Uint64
 	latency            latencyCounters
-	ctrlFrames         atomic.Uint64
 }
 
 // Stats reads the connection's counters.
@@ -95,7 +94,7 @@ func (c *Conn) Stats() ConnStats {
 		QueueFull:    q.QueueFull,
 		CreditsOut:   c.cr.Out(),
 		Latency:      s.latency.load(),
-		CreditWrites: q.CreditWrites, ControlFrames: s.ctrlFrames.Load(), Doorbells: q.Doorbells,
+		CreditWrites: q.CreditWrites, ControlFrames: c.ctl.Frames(), Doorbells: q.Doorbells,
 	}
 	for i := range s.sendFail {
 		cs.SendFailures[i] = s.sendFail[i].Load()

@@ -56,7 +56,7 @@ func peerQPFailed(st verbs.WCStatus) bool {
 // has not spoken yet. It reports whether it kept it. It runs on a poller.
 func (c *conn) holdForVerdict(o *rc.Op, pb *pool.Buffer, wc *verbs.WorkCompletion) bool {
 	if !c.vd.holding.Load() {
-		if wc.Status == verbs.WCSuccess || !peerQPFailed(wc.Status) || c.ctl.ctrl == nil || c.life.Err() != nil ||
+		if wc.Status == verbs.WCSuccess || !peerQPFailed(wc.Status) || c.ctl.Conn() == nil || c.life.Err() != nil ||
 			c.life.CloseHeard() || !c.vd.holding.CompareAndSwap(false, true) {
 			return false
 		}
@@ -81,8 +81,8 @@ func (c *conn) awaitVerdict() {
 	t := time.NewTimer(verdictBound)
 	select {
 	case <-c.ctx.Done(): // failed: an abort's reason, the socket's end, a close here
-	case <-c.ctl.ctrlDone:
-	case <-c.ctl.heard: // the peer closed in order
+	case <-c.ctl.Done():
+	case <-c.ctl.Heard(): // the peer closed in order
 	case <-t.C:
 	}
 	t.Stop()

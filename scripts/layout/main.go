@@ -40,7 +40,7 @@ var parts = map[string][]string{
 	"cw":   {"rc/creditword.go"},
 	"life": {"rc/life.go"},
 	"rq":   {"recv.go", "dispatch.go"},
-	"ctl":  {"control.go"},
+	"ctl":  {"rc/control.go"},
 	"vd":   {"verdict.go"},
 	"iw":   {"iwarp.go"},
 	"rg":   {"region.go", "expose.go", "grant.go"},
