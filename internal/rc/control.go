@@ -10,7 +10,7 @@ import (
 
 // Control is a connection's control channel: the TCP connection its
 // handshake ran on, kept open for the frames of the control protocol
-// (frame.go), one writer at a time; the worker that runs control work
+// (WriteFrame, ReadFrame), one writer at a time; the worker that runs control work
 // off the reader (Later); and the marks of the close handshake. The
 // reader, which dispatches each frame to the part it is for, is the
 // connection's.
