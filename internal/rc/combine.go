@@ -19,7 +19,7 @@ import (
 //
 // In such a chain only the last WR, and every signalEvery-th, is
 // signaled; the completion of a signaled WR resolves the Futures of the
-// unsignaled ones before it, in order (onSendDone), as a Batch's is. The
+// unsignaled ones before it, in order (TakeCovered), as a Batch's is. The
 // last of a chain is always signaled, so the send queue never ends in an
 // unsignaled WR and a lone operation completes as promptly as before. A
 // failed completion fails the connection, and the WRs it covers flush

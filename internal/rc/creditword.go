@@ -12,7 +12,7 @@ import (
 // Credits in band.
 //
 // A receiver gives credits back as its application takes messages
-// (creditState); it tells the sender by an RDMA WRITE of the total it has
+// (Grants); it tells the sender by an RDMA WRITE of the total it has
 // given over the connection's life into the sender's credit word, as
 // FaRM and NCCL do, so no credit return crosses the control channel or
 // wakes a goroutine on either side. The word is 4 bytes of the sender's

@@ -18,7 +18,7 @@ import (
 // unresolved Future. Receives come from the engine's shared receive
 // queue, so credits are given on demand. Credits given back go
 // in band, by an RDMA WRITE into the sender's credit word
-// (postCredit); asks and their answers, give-backs and recalls go on
+// (SendQueue.PostCredit); asks and their answers, give-backs and recalls go on
 // the control channel:
 //   - A connection starts with none. A sender that has a message and no
 //     credit, and finds none new in its credit word, asks for what its
@@ -173,7 +173,7 @@ func (g *Grants) Arrived() bool {
 // (OnAsk).
 func (g *Grants) creditBatch() int64 { return int64(ReturnBatch(g.depth)) }
 
-// The marks of creditState.short: why takes go back at once.
+// The marks of Grants.short: why takes go back at once.
 const (
 	// shortAsk: the peer's last ask found too little room; the next give
 	// clears it.

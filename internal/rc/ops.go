@@ -17,7 +17,7 @@ const (
 	OpAtomic
 	OpRecv
 	OpBeacon // marks the end of a failed QP's completions (postBeacon)
-	OpCredit // a WRITE of the credits given into the peer's credit word (postCredit)
+	OpCredit // a WRITE of the credits given into the peer's credit word (SendQueue.PostCredit)
 )
 
 // Op is the Go-side record of one posted work request. The wr_id of the

@@ -16,7 +16,7 @@ import (
 // and in its answers to this side's asks (OnCredit); this side gives
 // back what it does not use after an idle second (idleCredits) or when
 // the peer recalls them (OnRecall). The receiving half, the credits this
-// side gives its peer, is the grants' (creditState).
+// side gives its peer, is the grants' (Grants).
 
 // sendCredits is the sending half of a connection's credits, in its send
 // queue (SendQueue embeds it), under postMu but for the jobs' flags.

@@ -410,8 +410,8 @@ func (q *SendQueue) doorbellLocked(wrs []verbs.SendWR) (int, error) {
 }
 
 // PostCredit posts a WRITE of the credits given so far into the peer's
-// credit word (the caller set cw.writing; the completion clears it,
-// onCreditWritten), in its room beyond the send depth. It never waits for
+// credit word (the caller started it, CreditWord.StartWrite; its
+// completion ends it, Grants.CreditWritten), in its room beyond the send depth. It never waits for
 // postMu: it runs under the shared receive queue's lock and the receive
 // side's, so when postMu is taken it leaves the WRITE to the holder, as
 // Submit leaves an operation, and postUnlock posts it.
