@@ -122,17 +122,7 @@ func (c *conn) teardown() error {
 	if c.cm != nil {
 		errs = append(errs, c.cm.Close())
 	}
-	c.rg.emu.Lock()
-	keys := make([]uint32, 0, len(c.rg.exposed))
-	for k := range c.rg.exposed {
-		keys = append(keys, k)
-	}
-	c.rg.emu.Unlock()
-	for _, k := range keys {
-		if err := c.api.RevokeNow(RemoteRegion{RKey: k}); err != nil && !errors.Is(err, ErrInvalid) {
-			errs = append(errs, err)
-		}
-	}
+	errs = append(errs, c.rg.RevokeAll())
 	c.eng.retire(c) // its ops are all resolved: later completions are dropped
 	if c.unit != nil {
 		c.eng.Unreserve(c.ep(), c.unit, c.cfg.sqDepth+c.cfg.rqDepth)

@@ -71,10 +71,10 @@ type conn struct {
 	sq   rc.SendQueue // the send queue: postMu and what it guards, the sending half of the credits
 	life rc.Life      // the first error, the close, the peer's end, the WRs in flight
 
-	rq  receives    // the receive side: rmu and what it guards
-	ctl rc.Control  // the control channel
-	rg  regionState // the regions exposed, granted and requested
-	vd  verdict     // completions waiting for the control channel's word (holdForVerdict)
+	rq  receives   // the receive side: rmu and what it guards
+	ctl rc.Control // the control channel
+	rg  rc.Regions // the regions exposed, granted and requested
+	vd  verdict    // completions waiting for the control channel's word (holdForVerdict)
 
 	quiesceOnce sync.Once
 	closeOnce   sync.Once
@@ -165,10 +165,10 @@ func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*c
 	}
 	c := &conn{eng: eng, cfg: cfg, local: local, remote: remote, rq: receives{recvSize: cfg.maxMsg},
 		done: make(chan struct{}),
-		rg:   newRegionState()}
+	}
 	c.api.conn = c
 	c.life.Init(remote)
-	c.ctl.Init(ctrl, maxRegionRequests+6, &c.life, c.ep())
+	c.ctl.Init(ctrl, rc.MaxRegionRequests+6, &c.life, c.ep())
 	slot, err := eng.AddEndpoint(c.ep())
 	if err != nil {
 		eng.Release()
@@ -177,6 +177,7 @@ func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*c
 	c.slot = slot
 	c.ops.Init(slot.Base())
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.rg.Init(c.ctx, &c.life, &c.ctl, &c.sq, c.ep(), eng.Pool, eng.PD, cfg.maxExpose, cfg.regionLife)
 	c.cr.Init(cfg.rqDepth, &c.rq.rmu, &c.st.recvs, &c.life, &c.sq, &c.peer, ctrl != nil, c.ep())
 	c.sq.Init(cfg.sqDepth, cfg.sendQueueLimit(), &c.ops, &c.life, c.cr.Word(), &c.peer, ctrl != nil, c.ep())
 	if !cfg.cm {
@@ -291,7 +292,7 @@ func (c *conn) fail(err error) {
 	for _, f := range ws {
 		f.resolve(err, 0, 0, false, nil, 0)
 	}
-	c.failRequests(err)
+	c.rg.FailRequests(err)
 	c.sq.FailPending()
 	c.tellPeer(err)
 }

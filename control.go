@@ -12,32 +12,9 @@ import (
 	"github.com/go-rdma/rdma/internal/rc"
 )
 
-// What one peer may have outstanding on a connection's control channel.
-// A well-behaved peer waits for room; a peer that sends past a bound is
-// cut off (the connection fails with ErrProtocol), so the work and the
-// memory a peer can cause are bounded per connection.
-const (
-	// maxRegionRequests bounds the RequestRegion calls in flight per
-	// connection; more wait for an answer to come back.
-	maxRegionRequests = 16
-	// maxQueuedRegions bounds the regions SendRegion has sent and the
-	// peer's RecvRegion has not taken yet; SendRegion waits for room.
-	maxQueuedRegions = 16
-	// maxGrants bounds the regions granted to the peer's RequestRegion
-	// at once (on top of WithRegionLimit's bytes); past it requests are
-	// refused.
-	maxGrants = 64
-	// maxRevokes bounds the orderly revokes in flight per connection;
-	// Revoke waits for room.
-	maxRevokes = 64
-	// revokeBound is how long a peer has to answer a revoke, and to
-	// finish its operations when either side closes, before it is cut
-	// off.
-	revokeBound = 5 * time.Second
-	// closeAckBound is how long Close waits for the peer to say that its
-	// operations are done.
-	closeAckBound = 2 * time.Second
-)
+// closeAckBound is how long Close waits for the peer to say that its
+// operations are done.
+const closeAckBound = 2 * time.Second
 
 // control writes one control frame, bounded by ctx.
 func (c *conn) control(ctx context.Context, typ byte, p []byte) error {
@@ -117,28 +94,24 @@ func (c *conn) readControl(r *bufio.Reader) {
 		}
 		switch typ {
 		case rc.CtrlRegion:
-			c.onRegion(p)
+			c.rg.OnRegion(p)
 		case rc.CtrlTaken:
-			select {
-			case <-c.rg.regionSlots:
-			default:
-				c.protocolErr("took a region that was never sent")
-			}
+			c.rg.OnTaken()
 		case rc.CtrlRequest:
-			c.onRequest(p)
+			c.rg.OnRequest(p)
 		case rc.CtrlGrant, rc.CtrlDeny:
-			c.onAnswer(typ, p)
+			c.rg.OnAnswer(typ, p)
 		case rc.CtrlFree:
 			if v, ok := c.word(p, "release"); ok {
-				c.onFree(v)
+				c.rg.OnFree(v)
 			}
 		case rc.CtrlRevoke:
 			if v, ok := c.word(p, "revoke"); ok {
-				c.onRevoke(v)
+				c.rg.OnRevoke(v)
 			}
 		case rc.CtrlRevoked:
 			if v, ok := c.word(p, "revoke answer"); ok {
-				c.onRevoked(v)
+				c.rg.OnRevoked(v)
 			}
 		case rc.CtrlClose:
 			c.onPeerClose()
@@ -202,7 +175,7 @@ func (c *conn) onPeerClose() {
 	})
 }
 
-// quiesce stops new posts and waits (bounded by revokeBound) until what
+// quiesce stops new posts and waits (bounded by rc.RevokeBound) until what
 // was issued before has completed. Operations still queued for room or
 // credits go out while the peer makes room; when it makes none for
 // half a second (it does not read: rc.SendQueue.Quiesce), or when the peer is the one closing
@@ -210,7 +183,7 @@ func (c *conn) onPeerClose() {
 // runs once; Close and the peer's close share it.
 func (c *conn) quiesce(why error, drain bool) {
 	c.quiesceOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(c.ctx, revokeBound)
+		ctx, cancel := context.WithTimeout(c.ctx, rc.RevokeBound)
 		defer cancel()
 		c.sq.Quiesce(ctx, why, drain)
 		c.sq.WaitSent(ctx)

@@ -36,6 +36,9 @@ func (e *endpoint) Failed() bool { return (*conn)(e).life.Err() != nil }
 
 // The send queue's owner (rc.Owner).
 
+// CutOff fails the connection for err and ends its control channel.
+func (e *endpoint) CutOff(err error) { (*conn)(e).cutOff(err) }
+
 // ProtocolErr cuts off a peer that broke the control protocol.
 func (e *endpoint) ProtocolErr(format string, args ...any) { (*conn)(e).protocolErr(format, args...) }
 

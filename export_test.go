@@ -50,9 +50,8 @@ const (
 
 // RequestsInFlight counts c's RequestRegion calls waiting for an answer.
 func RequestsInFlight(c *Conn) int {
-	c.rg.emu.Lock()
-	defer c.rg.emu.Unlock()
-	return len(c.rg.requests)
+	n, _, _, _ := c.rg.Counts()
+	return n
 }
 
 // SendControl writes a raw control frame to c's peer, as a hostile peer
@@ -62,16 +61,14 @@ func SendControl(c *Conn, typ byte, p []byte) error { return c.ctl.Write(typ, p)
 // Granted is what c has granted to its peer's RequestRegion: bytes and
 // regions.
 func Granted(c *Conn) (bytes, regions int) {
-	c.rg.emu.Lock()
-	defer c.rg.emu.Unlock()
-	return c.rg.granted, c.rg.grants
+	_, bytes, regions, _ = c.rg.Counts()
+	return bytes, regions
 }
 
 // Exposed counts c's exposures.
 func Exposed(c *Conn) int {
-	c.rg.emu.Lock()
-	defer c.rg.emu.Unlock()
-	return len(c.rg.exposed)
+	_, _, _, n := c.rg.Counts()
+	return n
 }
 
 // Deafen makes c read the peer's control frames and drop them, as a hung

@@ -27,11 +27,12 @@ type Life struct {
 }
 
 // Owner is what the parts ask of their connection, never on the post
-// path: fail it, cut a peer that broke the protocol off, run a job on
+// path: fail it, cut the peer off (for breaking the protocol), run a job on
 // its control worker, send a control frame, and finish a send-side op
 // that a completion covered.
 type Owner interface {
 	Fail(err error)
+	CutOff(err error)
 	ProtocolErr(format string, args ...any)
 	Later(job func())
 	WriteControl(typ byte, p []byte) error

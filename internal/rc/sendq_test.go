@@ -75,6 +75,7 @@ type fakeOwner struct {
 
 func (o *fakeOwner) Fail(err error)                  { o.failed = append(o.failed, err) }
 func (o *fakeOwner) Later(func())                    { o.jobs++ }
+func (o *fakeOwner) CutOff(err error)                { o.failed = append(o.failed, err) }
 func (o *fakeOwner) ProtocolErr(string, ...any)      {}
 func (o *fakeOwner) WriteControl(byte, []byte) error { return nil }
 func (o *fakeOwner) Finish(op *Op, err error) {

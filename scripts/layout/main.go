@@ -43,7 +43,7 @@ var parts = map[string][]string{
 	"ctl":  {"rc/control.go"},
 	"vd":   {"verdict.go"},
 	"iw":   {"iwarp.go"},
-	"rg":   {"region.go", "expose.go", "grant.go"},
+	"rg":   {"rc/regions.go"},
 	"ops":  {"ops.go", "rc/ops.go"},
 }
 
