@@ -16,20 +16,6 @@ import (
 // operations are done.
 const closeAckBound = 2 * time.Second
 
-// control writes one control frame, bounded by ctx.
-func (c *conn) control(ctx context.Context, typ byte, p []byte) error {
-	if c.ctl.Conn() == nil {
-		return errNoControl
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if c.life.Err() != nil {
-		return c.life.ClosedErr()
-	}
-	return c.ctl.Write(typ, p)
-}
-
 // protocolErr cuts the peer off for breaking the control protocol.
 func (c *conn) protocolErr(format string, args ...any) {
 	c.cutOff(fmt.Errorf("rdma: peer %v: %w: %s", c.remote, ErrProtocol, fmt.Sprintf(format, args...)))

@@ -12,10 +12,6 @@ import (
 // The regions a connection exposes, grants and requests are rc.Regions
 // (c.rg); these are their API.
 
-// errNoControl: regions travel on the TCP control channel, which
-// connections set up by rdma_cm do not have.
-var errNoControl = rc.ErrNoControl
-
 // ErrRegionRevoked means the region's owner revoked it (or its lifetime
 // ended): this side posts no access to it any more.
 var ErrRegionRevoked = rc.ErrRegionRevoked
