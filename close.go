@@ -105,9 +105,7 @@ func (c *conn) teardown() error {
 	// The QP is gone, so no completion can arrive for what is left:
 	// resolve it here.
 	c.resolveLeft()
-	for _, f := range c.dropReceived() {
-		f.resolve(c.life.ClosedErr(), 0, 0, false, nil, 0)
-	}
+	c.rq.Drop(c.life.ClosedErr())
 	// The abort frame goes out before the socket closes. A failure
 	// racing with this (a device event) starts no telling after it.
 	c.tellMu.Lock()

@@ -133,7 +133,7 @@ func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(*conn) (cmHello,
 	if err := id.ModifyQP(c.qp, verbs.StateInit); err != nil {
 		return nil, err
 	}
-	if err := c.postReceives(); err != nil {
+	if err := c.rq.PostReceives(); err != nil {
 		return nil, err
 	}
 	peer, err := connect(c)

@@ -71,10 +71,10 @@ type conn struct {
 	sq   rc.SendQueue // the send queue: postMu and what it guards, the sending half of the credits
 	life rc.Life      // the first error, the close, the peer's end, the WRs in flight
 
-	rq  receives   // the receive side: rmu and what it guards
-	ctl rc.Control // the control channel
-	rg  rc.Regions // the regions exposed, granted and requested
-	vd  verdict    // completions waiting for the control channel's word (holdForVerdict)
+	rq  rc.Receiver // the receive side: rmu and what it guards
+	ctl rc.Control  // the control channel
+	rg  rc.Regions  // the regions exposed, granted and requested
+	vd  verdict     // completions waiting for the control channel's word (holdForVerdict)
 
 	quiesceOnce sync.Once
 	closeOnce   sync.Once
@@ -163,11 +163,10 @@ func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*c
 	if err := eng.Acquire(); err != nil {
 		return nil, err
 	}
-	c := &conn{eng: eng, cfg: cfg, local: local, remote: remote, rq: receives{recvSize: cfg.maxMsg},
-		done: make(chan struct{}),
-	}
+	c := &conn{eng: eng, cfg: cfg, local: local, remote: remote, done: make(chan struct{})}
 	c.api.conn = c
 	c.life.Init(remote)
+	c.rq.Init(cfg.maxMsg, !cfg.cm, cfg.handler != nil, c.done, &c.life, &c.ops, &c.cr, &c.sq, c.ep(), eng.Pool)
 	c.ctl.Init(ctrl, rc.MaxRegionRequests+6, &c.life, c.ep())
 	slot, err := eng.AddEndpoint(c.ep())
 	if err != nil {
@@ -178,7 +177,7 @@ func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*c
 	c.ops.Init(slot.Base())
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.rg.Init(c.ctx, &c.life, &c.ctl, &c.sq, c.ep(), eng.Pool, eng.PD, cfg.maxExpose, cfg.regionLife)
-	c.cr.Init(cfg.rqDepth, &c.rq.rmu, &c.st.recvs, &c.life, &c.sq, &c.peer, ctrl != nil, c.ep())
+	c.cr.Init(cfg.rqDepth, c.rq.Mutex(), c.rq.RecvCounter(), &c.life, &c.sq, &c.peer, ctrl != nil, c.ep())
 	c.sq.Init(cfg.sqDepth, cfg.sendQueueLimit(), &c.ops, &c.life, c.cr.Word(), &c.peer, ctrl != nil, c.ep())
 	if !cfg.cm {
 		// go-rdma's handshake receives through the shared receive
@@ -227,9 +226,7 @@ func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*c
 		kick = c.unit.P
 	}
 	c.sq.SetQP(c.qp, c.inline, kick, c.drv)
-	if c.srq == nil {
-		c.rq.init(cfg.rqDepth)
-	}
+	c.rq.SetQP(c.qp, c.unit.P, cfg.rqDepth)
 	return c, nil
 }
 
@@ -282,16 +279,7 @@ func (c *conn) fail(err error) {
 	// Receives still posted complete (messages that arrived) or flush,
 	// in order; the first flush fails the waiters left then (onRecv).
 	// When nothing more can come, fail them now.
-	c.rq.rmu.Lock()
-	var ws []*Future
-	if !c.moreToComeLocked() {
-		ws = c.rq.takeWaitersLocked()
-	}
-	c.endIfDeliveredLocked()
-	c.rq.rmu.Unlock()
-	for _, f := range ws {
-		f.resolve(err, 0, 0, false, nil, 0)
-	}
+	c.rq.Failed(err)
 	c.rg.FailRequests(err)
 	c.sq.FailPending()
 	c.tellPeer(err)

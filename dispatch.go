@@ -87,17 +87,6 @@ func WithHandlerWorkers(n int) EngineOption {
 	})
 }
 
-// dispatchLocked schedules c's handler for the messages in c.ready, if it
-// is not running already. Caller holds rmu; it may run on a poller, so it
-// only queues.
-func (c *conn) dispatchLocked() {
-	if c.rq.handling || c.rq.ready.Len() == 0 {
-		return
-	}
-	c.rq.handling = true
-	c.eng.Dispatch(c.ep())
-}
-
 // Handle runs on an engine worker: it hands the connection's ready
 // messages to its handler, on the application's pool when it gave one
 // (WithHandlerPool).
@@ -113,14 +102,12 @@ func (e *endpoint) Handle() {
 // one at a time, until none is left.
 func (c *conn) handle() {
 	for {
-		c.rq.rmu.Lock()
-		if c.rq.ready.Len() == 0 || c.life.Closing() {
-			c.rq.handling = false
-			c.endIfDeliveredLocked() // the handler returned for the last one
-			c.rq.rmu.Unlock()
+		m, ok := c.rq.NextHandled()
+		if !ok {
 			return
 		}
-		f := c.takeReadyLocked()
+		f := newFuture(nil)
+		f.resolve(nil, m.N, m.Imm, m.Has, m.Buf, 0)
 		c.cfg.handler(c.public(), f)
 	}
 }

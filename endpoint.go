@@ -24,7 +24,7 @@ func (e *endpoint) Complete(wc *verbs.WorkCompletion) { (*conn)(e).onCompletion(
 func (e *endpoint) Received(pb *pool.Buffer, wc *verbs.WorkCompletion) {
 	c := (*conn)(e)
 	if !c.holdForVerdict(nil, pb, wc) {
-		c.onSharedRecv(pb, wc)
+		c.rq.OnSharedRecv(pb, wc)
 	}
 }
 
@@ -41,6 +41,16 @@ func (e *endpoint) CutOff(err error) { (*conn)(e).cutOff(err) }
 
 // ProtocolErr cuts off a peer that broke the control protocol.
 func (e *endpoint) ProtocolErr(format string, args ...any) { (*conn)(e).protocolErr(format, args...) }
+
+// FailedRecv counts a failed receive and returns its error.
+func (e *endpoint) FailedRecv(wc *verbs.WorkCompletion) error {
+	c := (*conn)(e)
+	c.st.recvFailed(wc.Status, wc.Status == verbs.WCWRFlushErr && c.life.Orderly())
+	return c.completionErr(postedWC(rc.OpRecv, wc))
+}
+
+// Dispatch has the engine's workers run the connection's RecvHandler.
+func (e *endpoint) Dispatch() { e.eng.Dispatch(e) }
 
 // Later runs job on the connection's control worker.
 func (e *endpoint) Later(job func()) { e.ctl.Later(job) }

@@ -125,12 +125,12 @@ func InjectDeviceEvent(c *Conn, typ string, port uint8) bool {
 // FailRecv hands c a receive completion with status st, as its poller
 // would for a receive that failed.
 func FailRecv(c *Conn, st verbs.WCStatus) error {
-	pb, err := c.eng.Pool.Get(c.rq.recvSize)
+	pb, err := c.eng.Pool.Get(c.cfg.maxMsg)
 	if err != nil {
 		return err
 	}
-	c.rq.rmu.Lock()
-	c.deliverLocked(pb, &verbs.WorkCompletion{Status: st, QPN: 1})
+	c.rq.Mutex().Lock()
+	c.rq.DeliverLocked(pb, &verbs.WorkCompletion{Status: st, QPN: 1})
 	return nil
 }
 
@@ -186,12 +186,9 @@ const MaxHandshakes = maxHandshakes
 // EndSettled reports whether c's end has settled but for a handler that
 // may still run: c failed, no message waits, and none can still come.
 // It first lets c close Done if Done may close now, as each of the
-// events that settle the end does (endIfDeliveredLocked).
+// events that settle the end does.
 func EndSettled(c *Conn) bool {
-	c.rq.rmu.Lock()
-	defer c.rq.rmu.Unlock()
-	c.endIfDeliveredLocked()
-	return c.life.Err() != nil && c.rq.ready.Len() == 0 && !c.moreToComeLocked()
+	return c.rq.Settled()
 }
 
 // InlineSize is the most bytes c posts inline.

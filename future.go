@@ -10,6 +10,7 @@ import (
 	"github.com/go-rdma/rdma/internal/leak"
 	"github.com/go-rdma/rdma/internal/poller"
 	"github.com/go-rdma/rdma/internal/pool"
+	"github.com/go-rdma/rdma/internal/rc"
 )
 
 // Future is the result of one operation. It resolves exactly once, when
@@ -32,7 +33,7 @@ import (
 type Future struct {
 	state atomic.Uint32  // futurePending, futureResolved or futureReleased
 	drv   *poller.Poller // set when the connection's poller is Busy: Wait drives it
-	recv  *conn          // a Recv waiting for a message, which Cancel may withdraw
+	recv  *rc.Receiver   // a Recv waiting for a message, which Cancel may withdraw
 
 	mu     sync.Mutex
 	gen    uint32        // counts reuses (Release); an op resolves only its own (resolveOp)
@@ -279,7 +280,7 @@ func (f *Future) Cancel() bool {
 	if f.recv == nil {
 		return false
 	}
-	return f.recv.withdraw(f)
+	return f.recv.Withdraw((*recvFuture)(f))
 }
 
 // wakePool holds one-slot channels for Wait.

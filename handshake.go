@@ -164,7 +164,7 @@ func (c *conn) prepare() (rc.Hello, error) {
 	if err := c.qp.ToInit(verbs.InitAttr{Port: eng.Port.Port, Access: verbs.Access(RemoteRead | RemoteWrite | RemoteAtomic)}); err != nil {
 		return rc.Hello{}, err
 	}
-	if err := c.postReceives(); err != nil {
+	if err := c.rq.PostReceives(); err != nil {
 		return rc.Hello{}, err
 	}
 	if err := c.makeCreditWord(); err != nil {

@@ -3,11 +3,9 @@ package rdma
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	ieng "github.com/go-rdma/rdma/internal/engine"
-	"github.com/go-rdma/rdma/internal/pool"
 	"github.com/go-rdma/rdma/internal/rc"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
@@ -23,8 +21,6 @@ type iwarpSettle struct {
 	mr   verbs.MR     // its registration: REMOTE_READ of that byte alone
 	peer RemoteRegion // the dialer's: the listener's byte; Len 0 if it named none
 
-	awaitingGo atomic.Bool // the listener's: its first receive is the dialer's go (awaitGo)
-	goBound    *time.Timer // fails the connection if the go does not come
 }
 
 // iwarp reports whether the connection's device is iWARP's.
@@ -44,37 +40,8 @@ func (c *conn) iwarp() bool { return c.eng.Ctx.Info().Transport == "iWARP" }
 // dialer sends the go before anything else (settleIWARP).
 
 // awaitGo makes a listener's connection wait for the dialer's go before
-// it sends: its sends queue until the go arrives (takeGoLocked). A dialer
-// that never sends it fails the connection after the handshake's bound.
-// It runs before the accept, so before anything can arrive.
-func (c *conn) awaitGo() {
-	c.iw.awaitingGo.Store(true)
-	c.sq.Hold()
-	c.iw.goBound = time.AfterFunc(c.cfg.setup, func() {
-		if c.iw.awaitingGo.Load() {
-			c.fail(fmt.Errorf("rdma: peer %v: %w: no first message from the dialer within the handshake's bound", c.remote, ErrProtocol))
-		}
-	})
-}
-
-// takeGoLocked reports whether a receive completion is the dialer's go,
-// which a listener's connection that awaits it takes instead of
-// delivering: the first message to arrive, a zero-length SEND. A first
-// message with bytes breaks the protocol: err says so, for the caller to
-// fail the connection with once it has unlocked rmu; else it releases
-// the held sends. Caller holds rmu.
-func (c *conn) takeGoLocked(pb *pool.Buffer, wc *verbs.WorkCompletion) (taken bool, err error) {
-	if wc.Status != verbs.WCSuccess || !c.iw.awaitingGo.CompareAndSwap(true, false) {
-		return false, nil
-	}
-	c.iw.goBound.Stop()
-	pb.Release()
-	if wc.ByteLen != 0 || wc.Opcode != verbs.WCRecv {
-		return true, fmt.Errorf("rdma: peer %v: %w: its first message on iWARP is no go (%d bytes)", c.remote, ErrProtocol, wc.ByteLen)
-	}
-	c.repostLocked(1) // the go took one of the receives the peer counts on
-	return true, nil
-}
+// it sends (Receiver.AwaitGo), for at most the handshake's bound.
+func (c *conn) awaitGo() { c.rq.AwaitGo(c.cfg.setup) }
 
 // sendGo sends the dialer's go: a zero-length SEND, before anything
 // else, when the listener is go-rdma's (it named a settle byte).
@@ -196,9 +163,7 @@ func (c *conn) offerSettleByte() (RemoteRegion, error) {
 
 // closeSettleByte deregisters the settle byte; the QP is closed.
 func (c *conn) closeSettleByte() error {
-	if c.iw.goBound != nil {
-		c.iw.goBound.Stop()
-	}
+	c.rq.StopGo()
 	if c.iw.mr == nil {
 		return nil
 	}

@@ -22,9 +22,9 @@ func (c *conn) onCompletion(wc *verbs.WorkCompletion) {
 func (c *conn) complete(o *rc.Op, wc *verbs.WorkCompletion) {
 	switch o.Kind {
 	case rc.OpRecv:
-		c.onRecv(o.Buf, wc)
+		c.rq.OnRecv(o.Buf, wc)
 	case rc.OpBeacon:
-		c.onBeacon(wc)
+		c.rq.OnBeacon(wc)
 		c.life.OpDone()
 	case rc.OpCredit:
 		c.onCreditWritten(wc)

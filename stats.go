@@ -72,7 +72,6 @@ type ConnStats struct {
 // connCounters are the atomic counters behind ConnStats.
 type connCounters struct {
 	sends, sendBytes, writes, writeBytes, reads, readBytes, atomics atomic.Uint64
-	recvs, recvBytes                                                atomic.Uint64
 	completions                                                     atomic.Uint64
 	// Failed completions, by status, send-side and receive-side: the
 	// totals are their sums, so a failure costs one atomic add.
@@ -83,12 +82,13 @@ type connCounters struct {
 // Stats reads the connection's counters.
 func (c *Conn) Stats() ConnStats {
 	s, q := &c.st, c.sq.Counts()
+	msgs, bytes := c.rq.Counts()
 	cs := ConnStats{
 		Sends: s.sends.Load(), SendBytes: s.sendBytes.Load(),
 		Writes: s.writes.Load(), WriteBytes: s.writeBytes.Load(),
 		Reads: s.reads.Load(), ReadBytes: s.readBytes.Load(),
 		Atomics: s.atomics.Load(),
-		Recvs:   s.recvs.Load(), RecvBytes: s.recvBytes.Load(),
+		Recvs:   msgs, RecvBytes: bytes,
 		Completions: s.completions.Load(),
 		CreditWaits: q.CreditWaits, QueueWaits: q.QueueWaits,
 		QueueFull:    q.QueueFull,

@@ -103,7 +103,7 @@ func (c *conn) awaitVerdict() {
 		for i := range held {
 			h := &held[i]
 			if h.pb != nil {
-				c.onSharedRecv(h.pb, &h.wc)
+				c.rq.OnSharedRecv(h.pb, &h.wc)
 			} else {
 				c.complete(&h.o, &h.wc)
 			}

@@ -57,10 +57,10 @@ func TestRecvWindow(t *testing.T) {
 					t.Fatal(err)
 				}
 				f.Buffer().Release()
-				s.rq.rmu.Lock()
+				s.rq.Mutex().Lock()
 				o, h, k := s.cr.Counts()
 				out, held, taken := int(o), int(h), int(k)
-				s.rq.rmu.Unlock()
+				s.rq.Mutex().Unlock()
 				if out+held+taken != depth {
 					t.Fatalf("after %d messages: %d credits out, %d messages held, %d taken: want %d in all", i+1, out, held, taken, depth)
 				}

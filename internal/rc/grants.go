@@ -84,7 +84,7 @@ type Grants struct {
 
 	// The parts they work with, set by Init and SetSRQ, read-only after.
 	depth  int            // the receive depth: the most credits the peer may hold (WithQueueDepth)
-	rmu    *sync.Mutex    // the receive side's lock, under which takes are counted
+	rmu    *sync.Mutex    // the receive side's lock (Receiver.Mutex), under which takes are counted
 	recvs  *atomic.Uint64 // the messages received, for the decay look
 	life   *Life
 	sq     *SendQueue // posts the credit WRITEs

@@ -27,9 +27,10 @@ type Life struct {
 }
 
 // Owner is what the parts ask of their connection, never on the post
-// path: fail it, cut the peer off (for breaking the protocol), run a job on
-// its control worker, send a control frame, and finish a send-side op
-// that a completion covered.
+// path: fail it, cut the peer off (for breaking the protocol), run a
+// job on its control worker, send a control frame, finish a send-side op
+// that a completion covered, count a failed receive and name its error,
+// and have the engine's workers run its RecvHandler.
 type Owner interface {
 	Fail(err error)
 	CutOff(err error)
@@ -37,6 +38,8 @@ type Owner interface {
 	Later(job func())
 	WriteControl(typ byte, p []byte) error
 	Finish(o *Op, err error)
+	FailedRecv(wc *verbs.WorkCompletion) error
+	Dispatch()
 }
 
 // Init starts the life of a connection to remote.

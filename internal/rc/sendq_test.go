@@ -73,11 +73,13 @@ type fakeOwner struct {
 	jobs   int
 }
 
-func (o *fakeOwner) Fail(err error)                  { o.failed = append(o.failed, err) }
-func (o *fakeOwner) Later(func())                    { o.jobs++ }
-func (o *fakeOwner) CutOff(err error)                { o.failed = append(o.failed, err) }
-func (o *fakeOwner) ProtocolErr(string, ...any)      {}
-func (o *fakeOwner) WriteControl(byte, []byte) error { return nil }
+func (o *fakeOwner) Fail(err error)                            { o.failed = append(o.failed, err) }
+func (o *fakeOwner) Later(func())                              { o.jobs++ }
+func (o *fakeOwner) CutOff(err error)                          { o.failed = append(o.failed, err) }
+func (o *fakeOwner) ProtocolErr(string, ...any)                {}
+func (o *fakeOwner) WriteControl(byte, []byte) error           { return nil }
+func (o *fakeOwner) FailedRecv(wc *verbs.WorkCompletion) error { return errPost }
+func (o *fakeOwner) Dispatch()                                 {}
 func (o *fakeOwner) Finish(op *Op, err error) {
 	if op.Signaled || op.Covered || err != nil {
 		op.Resolve(err, op.N, 0)

@@ -39,7 +39,7 @@ var parts = map[string][]string{
 	"cr":   {"rc/grants.go"},
 	"cw":   {"rc/creditword.go"},
 	"life": {"rc/life.go"},
-	"rq":   {"recv.go", "dispatch.go"},
+	"rq":   {"rc/receiver.go"},
 	"ctl":  {"rc/control.go"},
 	"vd":   {"verdict.go"},
 	"iw":   {"iwarp.go"},
