@@ -118,10 +118,3 @@ func (l *latencyCounters) load() LatencyHistogram {
 	h.Sum = time.Duration(l.sum.Load())
 	return h
 }
-
-// observeLatency counts the latency of a sampled op that succeeded.
-func (c *conn) observeLatency(o *rc.Op) {
-	if o.Start != 0 {
-		c.st.latency.observe(rc.Nanotime() - o.Start)
-	}
-}

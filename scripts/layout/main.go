@@ -44,7 +44,7 @@ var parts = map[string][]string{
 	"vd":   {"verdict.go"},
 	"iw":   {"iwarp.go"},
 	"rg":   {"rc/regions.go"},
-	"ops":  {"ops.go", "rc/ops.go"},
+	"ops":  {"completion.go", "rc/ops.go"},
 }
 
 // mutators are the methods that write a field (atomics, locks excluded).
