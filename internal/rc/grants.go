@@ -388,15 +388,27 @@ func (g *Grants) tellCredits() {
 func (g *Grants) returnCredits() {
 	g.creditQueued.Store(false)
 	t := g.cw.Total()
-	if g.peer.CreditRKey != 0 && !g.cw.AnswerAsk(t) {
-		return
+	switch {
+	case g.cw.AskOpen():
+		if !g.cw.AnswerAsk(t) {
+			return // nothing beyond what the asker saw: the next grant answers
+		}
+	case g.peer.CreditRKey != 0:
+		return // the WRITEs tell a peer with a word; frames answer its asks
 	}
 	g.owner.WriteControl(CtrlCredit, binary.BigEndian.AppendUint32(nil, t))
 }
 
 // CreditWritten takes the successful completion of a credit WRITE, and
-// posts the next when the total moved since.
+// posts the next when the total moved since. The WRITE's credits are in
+// the peer's word now: a recall the peer read before they landed found
+// none of them and was answered with nothing, so the grants may be
+// recalled again (the SRQ's next retry does), or those credits would
+// sit unused in the word while another connection waits for them.
 func (g *Grants) CreditWritten() {
+	if g.recalled.Load() {
+		g.recalled.Store(false)
+	}
 	if g.cw.WriteDone() {
 		g.sq.PostCredit()
 	}
