@@ -329,6 +329,10 @@ func (q *qp) execLocal(s *sendSlot, dst, qkey uint32) outcome {
 	if o, bad := q.checkLocal(s, w); bad {
 		return o
 	}
+	if q.typ == verbs.UD && s.ah.mcast {
+		q.execMcast(s, w, dst, qkey)
+		return outcome{}
+	}
 	r := getQP(dst)
 	if r == nil {
 		if q.typ != verbs.RC {

@@ -180,3 +180,22 @@ func FuzzParseGRH(f *testing.F) {
 		}
 	})
 }
+
+func TestGIDIsMulticast(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		want bool
+	}{
+		{"239.1.2.3", true}, {"224.0.0.1", true}, {"10.99.0.1", false}, {"255.255.255.255", false},
+		{"ff0e::1", true}, {"ff02::1:ff00:1", true}, {"fe80::1", false}, {"2001:db8::1", false},
+	} {
+		g := verbs.GIDFromIP(netip.MustParseAddr(tc.addr))
+		if got := g.IsMulticast(); got != tc.want {
+			t.Errorf("GID %v (%s).IsMulticast() = %v, want %v", g, tc.addr, got, tc.want)
+		}
+	}
+	// A multicast IPv4 group in the IPv4-mapped GID, as RoCE names it.
+	if g := verbs.GIDFromIP(netip.MustParseAddr("239.1.2.3")); g != verbs.GID(netip.MustParseAddr("::ffff:239.1.2.3").As16()) {
+		t.Errorf("group 239.1.2.3 as a GID: %v", g)
+	}
+}
