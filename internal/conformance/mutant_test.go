@@ -41,6 +41,8 @@ type mutation struct {
 	grh func(b []byte)
 	// qp wraps each QP the suite creates.
 	qp func(q verbs.QP) verbs.QP
+	// attr changes what QueryDevice reports.
+	attr func(a *verbs.DeviceAttr)
 	// Cases that must fail; nil means the whole suite must pass.
 	mustFail []string
 }
@@ -86,6 +88,10 @@ var mutations = []mutation{
 			_ = g.Put(b)
 		}
 	}, mustFail: []string{"UDGRH", "UDMulticast"}},
+	{name: "claims-no-multicast", attr: func(a *verbs.DeviceAttr) { a.MaxMcastGrp = 0 },
+		// The device says it has no multicast, yet AttachMcast does not
+		// say ErrNotSupported.
+		mustFail: []string{"UDMulticast"}},
 	{name: "mcast-attach-ignored", qp: func(q verbs.QP) verbs.QP { return mcastQP{QP: q, attach: false, detach: true} },
 		mustFail: []string{"UDMulticast"}},
 	{name: "mcast-detach-ignored", qp: func(q verbs.QP) verbs.QP { return mcastQP{QP: q, attach: true, detach: false} },
@@ -272,6 +278,14 @@ func (c *mCtx) AsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {
 		}
 		return ev, nil
 	}
+}
+
+func (c *mCtx) QueryDevice() (verbs.DeviceAttr, error) {
+	a, err := c.Context.QueryDevice()
+	if err == nil && c.m.attr != nil {
+		c.m.attr(&a)
+	}
+	return a, err
 }
 
 func (c *mCtx) AllocPD() (verbs.PD, error) {
