@@ -3,7 +3,9 @@ package conformance
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/go-rdma/rdma/internal/verbs"
@@ -313,7 +315,7 @@ func caseSRQ(e *Env) {
 
 const ruleUD = "a UD SEND through an AH (CreateAH, RemoteQPN, RemoteQKey) arrives with the 40-byte GRH in front of the data: byte_len = " +
 	"40 + payload, WC_WITH_GRH set (tested with &, also together with WITH_IMM), src_qp = the sender, payload intact after 40 bytes; " +
-	"a wrong Q_Key drops the message; RDMA opcodes on UD fail at the post"
+	"a wrong Q_Key drops the message; RDMA WRITE (with and without imm), READ and both atomics on UD fail at the post with ErrInvalid naming the operation"
 
 func caseUD(e *Env) {
 	e.Need(verbs.FeatureUD)
@@ -387,7 +389,7 @@ func caseUD(e *Env) {
 	check(e.Wait1(e.B.CQ, "UD receive after a wrong-Q_Key send"), 0x702, d4, false, "UD SEND after a wrong-Q_Key SEND (which must be dropped)")
 	e.ExpectEmpty(e.B.CQ, "UD receiver CQ")
 
-	for _, op := range []verbs.Opcode{verbs.OpWrite, verbs.OpRead, verbs.OpFetchAdd} {
+	for _, op := range []verbs.Opcode{verbs.OpWrite, verbs.OpWriteWithImm, verbs.OpRead, verbs.OpFetchAdd, verbs.OpCompareSwap} {
 		var n int
 		var err error
 		if perr := NoPanic(func() {
@@ -397,6 +399,8 @@ func caseUD(e *Env) {
 			e.Errorf("%s on UD: %v", op, perr)
 		} else if err == nil || n != 0 {
 			e.Errorf("%s on UD: n=%d err=%v; want an error at the post", op, n, err)
+		} else if !errors.Is(err, verbs.ErrInvalid) || !strings.Contains(err.Error(), op.String()) {
+			e.Errorf("%s on UD: %v; want an error wrapping ErrInvalid that names %s", op, err, op)
 		}
 	}
 	e.ExpectEmpty(e.A.CQ, "UD sender CQ")

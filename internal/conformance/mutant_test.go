@@ -10,6 +10,7 @@ package conformance
 import (
 	"context"
 	"math/bits"
+	"net/netip"
 	"os"
 	"os/exec"
 	"regexp"
@@ -35,9 +36,20 @@ type mutation struct {
 	// async changes one async event; drop reports it removed, dup that
 	// it is delivered twice.
 	async func(ev *verbs.AsyncEvent) (drop, dup bool)
+	// grh rewrites the 40-byte GRH in front of each successful UD
+	// receive.
+	grh func(b []byte)
+	// qp wraps each QP the suite creates.
+	qp func(q verbs.QP) verbs.QP
+	// attr changes what QueryDevice reports.
+	attr func(a *verbs.DeviceAttr)
 	// Cases that must fail; nil means the whole suite must pass.
 	mustFail []string
 }
+
+// udCases are the cases that check UD receives with their GRH flag,
+// byte_len and qp_num.
+var udCases = []string{"UD", "UDNoReceive", "UDWrongAddress", "UDGRH", "UDMulticast"}
 
 var mutations = []mutation{
 	{name: "extra-wc-flag-bits", wc: func(wc *verbs.WorkCompletion, n int) (bool, bool) {
@@ -57,7 +69,33 @@ var mutations = []mutation{
 	{name: "no-grh-flag", wc: func(wc *verbs.WorkCompletion, n int) (bool, bool) {
 		wc.Flags &^= verbs.WCWithGRH
 		return false, false
-	}, mustFail: []string{"UD"}},
+	}, mustFail: udCases},
+	{name: "grh-ipv6-form", grh: func(b []byte) {
+		// The same addresses, in the other form than the kernel's.
+		if g, err := verbs.ParseGRH(b); err == nil && g.Form == verbs.GRHIPv4 {
+			g.Form, g.Src, g.Dst = verbs.GRHIPv6, netip.AddrFrom16(g.SrcGID()), netip.AddrFrom16(g.DstGID())
+			_ = g.Put(b)
+		}
+	}, mustFail: []string{"UDGRH", "UDMulticast"}},
+	{name: "grh-wrong-source", grh: func(b []byte) {
+		// Another source of the same family (on soft, A and B are one
+		// device: the right source equals the destination).
+		if g, err := verbs.ParseGRH(b); err == nil {
+			g.Src = netip.MustParseAddr("2001:db8::1")
+			if g.Form == verbs.GRHIPv4 {
+				g.Src = netip.MustParseAddr("192.0.2.1")
+			}
+			_ = g.Put(b)
+		}
+	}, mustFail: []string{"UDGRH", "UDMulticast"}},
+	{name: "claims-no-multicast", attr: func(a *verbs.DeviceAttr) { a.MaxMcastGrp = 0 },
+		// The device says it has no multicast, yet AttachMcast does not
+		// say ErrNotSupported.
+		mustFail: []string{"UDMulticast"}},
+	{name: "mcast-attach-ignored", qp: func(q verbs.QP) verbs.QP { return mcastQP{QP: q, attach: false, detach: true} },
+		mustFail: []string{"UDMulticast"}},
+	{name: "mcast-detach-ignored", qp: func(q verbs.QP) verbs.QP { return mcastQP{QP: q, attach: true, detach: false} },
+		mustFail: []string{"UDMulticast"}},
 	{name: "drop-7th-completion", wc: func(wc *verbs.WorkCompletion, n int) (bool, bool) {
 		return n == 7, false
 	}, mustFail: []string{"SendRecv", "AtomicContention", "CompChannel"}},
@@ -69,11 +107,11 @@ var mutations = []mutation{
 			wc.ByteLen++
 		}
 		return false, false
-	}, mustFail: []string{"SendRecv", "SendWithImm", "Inline", "SRQ", "UD"}},
+	}, mustFail: append([]string{"SendRecv", "SendWithImm", "Inline", "SRQ"}, udCases...)},
 	{name: "wrong-qpn", wc: func(wc *verbs.WorkCompletion, n int) (bool, bool) {
 		wc.QPN ^= 0x100
 		return false, false
-	}, mustFail: []string{"SendRecv", "SendWithImm", "WriteWithImm", "RNRRetryExceeded", "RemoteAccessErrors", "ToErrorFlushes", "SRQ", "UD", "CompChannel"}},
+	}, mustFail: append([]string{"SendRecv", "SendWithImm", "WriteWithImm", "RNRRetryExceeded", "RemoteAccessErrors", "ToErrorFlushes", "SRQ", "CompChannel", "UDRecvTooSmall"}, udCases...)},
 	{name: "errors-reported-as-success", wc: func(wc *verbs.WorkCompletion, n int) (bool, bool) {
 		if wc.Status != verbs.WCSuccess && wc.Status != verbs.WCWRFlushErr {
 			wc.Status = verbs.WCSuccess
@@ -183,7 +221,7 @@ func (p mProvider) Open(name string) (verbs.Context, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &mCtx{Context: c, m: p.m, cqs: map[verbs.CQ]*mCQ{}}, nil
+	return &mCtx{Context: c, m: p.m, cqs: map[verbs.CQ]*mCQ{}, recvs: map[[2]uint64]uint64{}}, nil
 }
 
 type mCtx struct {
@@ -192,6 +230,27 @@ type mCtx struct {
 	mu      sync.Mutex
 	cqs     map[verbs.CQ]*mCQ
 	pending []verbs.AsyncEvent // duplicates still to deliver
+	// For grh mutations: the MRs, and the address of the first SGE of
+	// each posted receive by QP number and wr_id.
+	mrs   []verbs.MR
+	recvs map[[2]uint64]uint64
+}
+
+// grhOf is the GRH at the start of the receive wc completes, or nil.
+func (c *mCtx) grhOf(wc *verbs.WorkCompletion) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	addr, ok := c.recvs[[2]uint64{uint64(wc.QPN), wc.WRID}]
+	if !ok {
+		return nil
+	}
+	for _, m := range c.mrs {
+		if addr >= m.Addr() && addr+verbs.GRHSize <= m.Addr()+uint64(m.Len()) {
+			off := addr - m.Addr()
+			return m.Bytes()[off : off+verbs.GRHSize]
+		}
+	}
+	return nil
 }
 
 func (c *mCtx) AsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {
@@ -221,12 +280,20 @@ func (c *mCtx) AsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {
 	}
 }
 
+func (c *mCtx) QueryDevice() (verbs.DeviceAttr, error) {
+	a, err := c.Context.QueryDevice()
+	if err == nil && c.m.attr != nil {
+		c.m.attr(&a)
+	}
+	return a, err
+}
+
 func (c *mCtx) AllocPD() (verbs.PD, error) {
 	pd, err := c.Context.AllocPD()
 	if err != nil {
 		return nil, err
 	}
-	return &mPD{PD: pd}, nil
+	return &mPD{PD: pd, c: c}, nil
 }
 
 func (c *mCtx) CreateCompChannel() (verbs.CompChannel, error) {
@@ -245,14 +312,65 @@ func (c *mCtx) CreateCQ(n int, ch verbs.CompChannel) (verbs.CQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &mCQ{CQ: cq, m: c.m}
+	w := &mCQ{CQ: cq, m: c.m, c: c}
 	c.mu.Lock()
 	c.cqs[cq] = w
 	c.mu.Unlock()
 	return w, nil
 }
 
-type mPD struct{ verbs.PD }
+type mPD struct {
+	verbs.PD
+	c *mCtx
+}
+
+func (p *mPD) RegMR(buf []byte, acc verbs.Access) (verbs.MR, error) {
+	m, err := p.PD.RegMR(buf, acc)
+	if err == nil && p.c.m.grh != nil {
+		p.c.mu.Lock()
+		p.c.mrs = append(p.c.mrs, m)
+		p.c.mu.Unlock()
+	}
+	return m, err
+}
+
+// mQP records the receives it posts, for grh mutations.
+type mQP struct {
+	verbs.QP
+	c *mCtx
+}
+
+func (q mQP) PostRecv(wrs []verbs.RecvWR) (int, error) {
+	q.c.mu.Lock()
+	for _, w := range wrs {
+		if len(w.SGL) > 0 {
+			q.c.recvs[[2]uint64{uint64(q.QPN()), w.ID}] = w.SGL[0].Addr
+		}
+	}
+	q.c.mu.Unlock()
+	return q.QP.PostRecv(wrs)
+}
+
+// mcastQP passes AttachMcast (attach) and DetachMcast (detach) on, or
+// ignores them and says nil.
+type mcastQP struct {
+	verbs.QP
+	attach, detach bool
+}
+
+func (q mcastQP) AttachMcast(gid verbs.GID, lid uint16) error {
+	if !q.attach {
+		return nil
+	}
+	return q.QP.AttachMcast(gid, lid)
+}
+
+func (q mcastQP) DetachMcast(gid verbs.GID, lid uint16) error {
+	if !q.detach {
+		return nil
+	}
+	return q.QP.DetachMcast(gid, lid)
+}
 
 func (p *mPD) CreateQP(a verbs.QPInit) (verbs.QP, error) {
 	if w, ok := a.SendCQ.(*mCQ); ok {
@@ -261,7 +379,17 @@ func (p *mPD) CreateQP(a verbs.QPInit) (verbs.QP, error) {
 	if w, ok := a.RecvCQ.(*mCQ); ok {
 		a.RecvCQ = w.CQ
 	}
-	return p.PD.CreateQP(a)
+	q, err := p.PD.CreateQP(a)
+	if err != nil {
+		return nil, err
+	}
+	if p.c.m.grh != nil {
+		q = mQP{QP: q, c: p.c}
+	}
+	if p.c.m.qp != nil {
+		q = p.c.m.qp(q)
+	}
+	return q, nil
 }
 
 type mChan struct {
@@ -295,6 +423,7 @@ func (ch *mChan) GetEvent(ctx context.Context) (verbs.CQ, error) {
 type mCQ struct {
 	verbs.CQ
 	m       *mutation
+	c       *mCtx
 	mu      sync.Mutex
 	n       int
 	pending []verbs.WorkCompletion
@@ -309,6 +438,15 @@ func (q *mCQ) Poll(wc []verbs.WorkCompletion) (int, error) {
 		return k, nil
 	}
 	n, err := q.CQ.Poll(wc[k:])
+	if err == nil && q.m.grh != nil {
+		for i := k; i < k+n; i++ {
+			if wc[i].Status == verbs.WCSuccess && wc[i].Flags&verbs.WCWithGRH != 0 {
+				if b := q.c.grhOf(&wc[i]); b != nil {
+					q.m.grh(b)
+				}
+			}
+		}
+	}
 	if err != nil || q.m.wc == nil {
 		return k + n, err
 	}

@@ -81,6 +81,11 @@ func Cases() []Case {
 		{"SRQ", ruleSRQ, caseSRQ},
 		{"SRQLimit", ruleSRQLimit, caseSRQLimit},
 		{"UD", ruleUD, caseUD},
+		{"UDNoReceive", ruleUDNoRecv, caseUDNoRecv},
+		{"UDWrongAddress", ruleUDWrongAddress, caseUDWrongAddress},
+		{"UDRecvTooSmall", ruleUDRecvTooSmall, caseUDRecvTooSmall},
+		{"UDGRH", ruleUDGRH, caseUDGRH},
+		{"UDMulticast", ruleUDMulticast, caseUDMulticast},
 		{"GrantedCaps", ruleCaps, caseCaps},
 	}
 }

@@ -45,6 +45,8 @@ struct ibv_fns {
 	int (*destroy_qp)(struct ibv_qp *qp);
 	struct ibv_ah *(*create_ah)(struct ibv_pd *pd, struct ibv_ah_attr *attr);
 	int (*destroy_ah)(struct ibv_ah *ah);
+	int (*attach_mcast)(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
+	int (*detach_mcast)(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
 };
 
 struct rdmacm_fns {
@@ -147,6 +149,8 @@ int gordma_load_ibv(const char *path, char *err, size_t errlen) {
 		SYM(next, "ibv_", destroy_qp, v11),
 		SYM(next, "ibv_", create_ah, v11),
 		SYM(next, "ibv_", destroy_ah, v11),
+		SYM(next, "ibv_", attach_mcast, v11),
+		SYM(next, "ibv_", detach_mcast, v11),
 	};
 	if (load("libibverbs", path, syms, sizeof(syms) / sizeof(syms[0]), err, errlen) != 0) return -1;
 	ibv = next;
@@ -247,6 +251,12 @@ int gordma_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_m
 int gordma_ibv_destroy_qp(struct ibv_qp *qp) { return ibv.destroy_qp(qp); }
 struct ibv_ah *gordma_ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr) { return ibv.create_ah(pd, attr); }
 int gordma_ibv_destroy_ah(struct ibv_ah *ah) { return ibv.destroy_ah(ah); }
+int gordma_ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid) {
+	return ibv.attach_mcast(qp, gid, lid);
+}
+int gordma_ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid) {
+	return ibv.detach_mcast(qp, gid, lid);
+}
 
 struct rdma_event_channel *gordma_rdma_create_event_channel(void) { return rdmacm.create_event_channel(); }
 void gordma_rdma_destroy_event_channel(struct rdma_event_channel *channel) { rdmacm.destroy_event_channel(channel); }

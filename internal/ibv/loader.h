@@ -64,6 +64,8 @@ int gordma_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_m
 int gordma_ibv_destroy_qp(struct ibv_qp *qp);
 struct ibv_ah *gordma_ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr);
 int gordma_ibv_destroy_ah(struct ibv_ah *ah);
+int gordma_ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
+int gordma_ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
 
 // gordma_query_port is verbs.h's ibv_query_port, a macro around an
 // inline function that calls the context's query_port op or, for an old

@@ -31,6 +31,7 @@ type ibvFns struct {
 	createCQ, destroyCQ, getCQEvent, ackCQEvents                          uintptr
 	createSRQ, modifySRQ, destroySRQ                                      uintptr
 	createQP, queryQP, modifyQP, destroyQP, createAH, destroyAH           uintptr
+	attachMcast, detachMcast                                              uintptr
 }
 
 var (
@@ -141,6 +142,8 @@ func loadIBV(path string) error {
 		{"ibv_destroy_qp", v11, &next.destroyQP},
 		{"ibv_create_ah", v11, &next.createAH},
 		{"ibv_destroy_ah", v11, &next.destroyAH},
+		{"ibv_attach_mcast", v11, &next.attachMcast},
+		{"ibv_detach_mcast", v11, &next.detachMcast},
 	}
 	if err := dlopenSyms(path, syms); err != nil {
 		return err

@@ -125,6 +125,15 @@ func (h pdHandle) createAH(v *ahAttrs) (ahHandle, error) {
 
 func (h ahHandle) destroy() error { return rcErr(int32(C.gordma_ibv_destroy_ah(h.ah))) }
 
+// mcast calls ibv_attach_mcast (attach) or ibv_detach_mcast.
+func (h qpHandle) mcast(attach bool, gid *verbs.GID, lid uint16) error {
+	g := (*C.union_ibv_gid)(unsafe.Pointer(gid))
+	if attach {
+		return rcErr(int32(C.gordma_ibv_attach_mcast(h.qp, g, C.uint16_t(lid))))
+	}
+	return rcErr(int32(C.gordma_ibv_detach_mcast(h.qp, g, C.uint16_t(lid))))
+}
+
 var errNoCMemory = errors.New("out of C memory for the WR scratch")
 
 // chain is where a queue's posts are built, a sendChain's or a

@@ -117,3 +117,12 @@ func (h pdHandle) createAH(v *ahAttrs) (ahHandle, error) {
 }
 
 func (h ahHandle) destroy() error { return rcErr(int32(ccall(ibv.destroyAH, h.ah))) }
+
+// mcast calls ibv_attach_mcast (attach) or ibv_detach_mcast.
+func (h qpHandle) mcast(attach bool, gid *verbs.GID, lid uint16) error {
+	fn := ibv.detachMcast
+	if attach {
+		fn = ibv.attachMcast
+	}
+	return rcErr(int32(ccall(fn, h.qp, uintptr(unsafe.Pointer(gid)), uintptr(lid))))
+}

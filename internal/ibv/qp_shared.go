@@ -4,6 +4,7 @@ package ibv
 
 import (
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 
@@ -33,6 +34,11 @@ type qp struct {
 	send   *sendChain
 	recvMu sync.Mutex
 	recv   *recvChain // nil with an SRQ
+
+	// groups are the multicast groups the QP is attached to, each with
+	// the IP membership that joined it, if any (mcast_shared.go).
+	mcMu   sync.Mutex
+	groups map[verbs.GID]io.Closer
 }
 
 func (p *pd) CreateQP(a verbs.QPInit) (verbs.QP, error) {
@@ -389,6 +395,7 @@ func (q *qp) Close() error {
 		if err := q.h.destroy(); err != nil {
 			return errnoErr("ibv_destroy_qp", err)
 		}
+		q.leaveAll()
 		q.sendMu.Lock()
 		q.send.free()
 		q.sendMu.Unlock()

@@ -55,24 +55,26 @@ func (c *devContext) QueryDevice() (verbs.DeviceAttr, error) {
 		return verbs.DeviceAttr{}, errClosed("query device")
 	}
 	return verbs.DeviceAttr{
-		FWVer:           c.info.FWVer,
-		NodeGUID:        c.info.NodeGUID,
-		MaxMRSize:       1 << 40,
-		MaxQP:           1 << 16,
-		MaxQPWR:         maxQPWR,
-		MaxSGE:          maxSGE,
-		MaxCQ:           1 << 16,
-		MaxCQE:          maxCQE,
-		MaxMR:           1 << 20,
-		MaxPD:           1 << 16,
-		MaxQPRdAtom:     maxRdAtomic,
-		MaxQPInitRdAtom: maxRdAtomic,
-		MaxSRQ:          1 << 16,
-		MaxSRQWR:        maxQPWR,
-		MaxSRQSGE:       maxSGE,
-		MaxSGERd:        maxSGE,
-		AtomicCap:       2,
-		PhysPortCnt:     1,
+		FWVer:            c.info.FWVer,
+		NodeGUID:         c.info.NodeGUID,
+		MaxMRSize:        1 << 40,
+		MaxQP:            1 << 16,
+		MaxQPWR:          maxQPWR,
+		MaxSGE:           maxSGE,
+		MaxCQ:            1 << 16,
+		MaxCQE:           maxCQE,
+		MaxMR:            1 << 20,
+		MaxPD:            1 << 16,
+		MaxQPRdAtom:      maxRdAtomic,
+		MaxQPInitRdAtom:  maxRdAtomic,
+		MaxSRQ:           1 << 16,
+		MaxSRQWR:         maxQPWR,
+		MaxSRQSGE:        maxSGE,
+		MaxSGERd:         maxSGE,
+		AtomicCap:        2,
+		PhysPortCnt:      1,
+		MaxMcastGrp:      maxMcastGroups,
+		MaxMcastQPAttach: maxMcastQPAttach,
 	}, nil
 }
 
@@ -219,6 +221,15 @@ func (p *pd) Close() error {
 }
 
 func (p *pd) CreateAH(dest verbs.Address) (verbs.AH, error) {
+	if dest.GID.IsMulticast() {
+		if dest.Port > 1 {
+			return nil, fmt.Errorf("soft: create ah: %w: port %d (soft0 has only port 1)", verbs.ErrInvalid, dest.Port)
+		}
+		if err := p.lt.AddChild(); err != nil {
+			return nil, errClosed("create ah")
+		}
+		return &ah{pd: p, local: true, mcast: true, group: dest.GID}, nil
+	}
 	peer, err := routeOf(dest)
 	if err != nil {
 		return nil, fmt.Errorf("soft: create ah: %w", err)
@@ -229,12 +240,15 @@ func (p *pd) CreateAH(dest verbs.Address) (verbs.AH, error) {
 	return &ah{pd: p, peer: peer, local: dev.local(peer)}, nil
 }
 
-// ah is an address handle: where UD sends go.
+// ah is an address handle: where UD sends go. An AH to a multicast GID
+// (mcast) names the group, whose members are in this process (mcast.go).
 type ah struct {
 	lt    verbs.Lifetime
 	pd    *pd
 	peer  netip.AddrPort
 	local bool
+	mcast bool
+	group verbs.GID
 }
 
 func (a *ah) Close() error {

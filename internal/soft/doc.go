@@ -33,8 +33,13 @@
 // with WR_FLUSH_ERR, CQ overrun (the QPs on the CQ go to ERR, the Context
 // reports EVENT_CQ_ERR, and the CQ never grows), the one-shot SRQ limit
 // event (checked as each receive is taken, as rxe does), posts refused in
-// the wrong state, and partial chains. A UD receive starts with a 40-byte
-// IPv6-style GRH that carries the source GID. Atomics use sync/atomic on
+// the wrong state, and partial chains. A UD receive starts with the 40-byte
+// GRH rxe writes: between IPv4 addresses, bytes 20..39 are the IPv4
+// header (verbs.ParseGRH reads both forms), else an IPv6 header; it
+// carries the source and destination addresses. Multicast (AttachMcast,
+// an AH to a multicast GID, RemoteQPN verbs.MulticastQPN) reaches the
+// attached UD QPs of this process only, whatever the transport: 1024
+// groups, 64 QPs a group. Atomics use sync/atomic on
 // the target word, so they are atomic against every other atomic on it,
 // from any QP or process, and against the owner's own sync/atomic use of
 // the word; they operate in host byte order, as rxe does.

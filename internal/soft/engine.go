@@ -329,6 +329,10 @@ func (q *qp) execLocal(s *sendSlot, dst, qkey uint32) outcome {
 	if o, bad := q.checkLocal(s, w); bad {
 		return o
 	}
+	if q.typ == verbs.UD && s.ah.mcast {
+		q.execMcast(s, w, dst, qkey)
+		return outcome{}
+	}
 	r := getQP(dst)
 	if r == nil {
 		if q.typ != verbs.RC {
@@ -730,6 +734,7 @@ type request struct {
 	src       uint32
 	from      netip.AddrPort
 	fromGID   verbs.GID
+	toGID     verbs.GID // UD: the group of a multicast datagram; zero: the responder's own GID
 	psn       uint32
 	length    uint64 // payload of SEND/WRITE, or the READ length
 	imm       uint32
@@ -973,7 +978,8 @@ func (r *qp) pushRecv(id uint64, st verbs.WCStatus, op verbs.WCOpcode, n uint64,
 }
 
 // respondUD delivers a datagram: the 40-byte GRH, then the data. Every
-// failure loses the message without a response, as UD does.
+// failure loses the message without a response, as UD does. The GRH is
+// the one rxe writes for the address family (putGRH).
 func (r *qp) respondUD(req *request, src source, sc *respScratch) response {
 	drop := response{kind: respDrop}
 	if req.qpType != verbs.UD || req.op != verbs.OpSend && req.op != verbs.OpSendWithImm ||
@@ -994,14 +1000,12 @@ func (r *qp) respondUD(req *request, src source, sc *respScratch) response {
 		r.pushRecv(rs.id, st, verbs.WCRecv, 0, req, 0)
 		return drop
 	}
+	dgid := req.toGID
+	if dgid.IsZero() {
+		dgid = r.ctx().gid()
+	}
 	var grh [verbs.GRHSize]byte
-	grh[0] = 0x60 // IPv6-style: version 6, traffic class and flow label 0
-	binary.BigEndian.PutUint16(grh[4:], uint16(req.length))
-	grh[6] = 0x1b // next header: IB BTH
-	grh[7] = 64   // hop limit
-	copy(grh[8:24], req.fromGID[:])
-	dgid := r.ctx().gid()
-	copy(grh[24:40], dgid[:])
+	putGRH(grh[:], req.fromGID, dgid, req.length, req.hasImm)
 	s.scatter(0, grh[:])
 	same, err := r.fillUnlocked(s, verbs.GRHSize, req.length, src)
 	if err != nil || !same {
@@ -1012,4 +1016,27 @@ func (r *qp) respondUD(req *request, src source, sc *respScratch) response {
 	}
 	r.pushRecv(rs.id, verbs.WCSuccess, verbs.WCRecv, verbs.GRHSize+req.length, req, verbs.WCWithGRH)
 	return drop
+}
+
+// putGRH writes the GRH of a datagram from GID src to GID dst with a
+// payload of n bytes, in the form the kernel writes for RoCE v2 (rxe's
+// send_data_in): between two IPv4 addresses (IPv4-mapped GIDs) bytes
+// 0..19 are zero and bytes 20..39 the packet's IPv4 header; otherwise
+// the packet's IPv6 header. Either says what follows it on the wire: UDP
+// (8 bytes), BTH (12), DETH (8), the immediate (4) if any, the payload
+// padded to 4 bytes, and the ICRC (4). The hop limit is 64.
+func putGRH(b []byte, src, dst verbs.GID, n uint64, imm bool) {
+	l := 8 + 12 + 8 + (n+3)&^3 + 4
+	if imm {
+		l += 4
+	}
+	g := verbs.GRH{Form: verbs.GRHIPv6, Src: netip.AddrFrom16(src), Dst: netip.AddrFrom16(dst),
+		PayloadLen: int(l), NextHeader: verbs.GRHNextUDP, HopLimit: 64}
+	if s, d := src.IP(), dst.IP(); s.Is4() && d.Is4() {
+		g.Form, g.Src, g.Dst = verbs.GRHIPv4, s, d
+	}
+	if err := g.Put(b); err != nil {
+		// Put refuses only what cannot be here: n is at most udMTU.
+		panic(err)
+	}
 }

@@ -407,6 +407,7 @@ func (q *qp) reset() {
 func (q *qp) Close() error {
 	return q.lt.Close(func() error {
 		removeQP(q)
+		detachAll(q)
 		q.refs.drain()
 		close(q.stop)
 		<-q.done

@@ -21,6 +21,16 @@ func (g GID) String() string { return net.IP(g[:]).String() }
 // GIDFromIP is the GID that carries addr (IPv4 addresses are mapped).
 func GIDFromIP(addr netip.Addr) GID { return GID(addr.As16()) }
 
+// IsMulticast reports whether g names a multicast group: an IPv4-mapped
+// GID of an IPv4 multicast address (224.0.0.0/4, RoCE v2 over IPv4), or
+// an IPv6 multicast GID (ff00::/8), as the kernel's rdma_is_multicast_addr
+// decides.
+func (g GID) IsMulticast() bool { return g.IP().IsMulticast() }
+
+// MulticastQPN is the destination QP number of a datagram sent to a
+// multicast group (0xFFFFFF).
+const MulticastQPN uint32 = 0xffffff
+
 // GUID is a 64-bit EUI-64 identifier.
 type GUID uint64
 
@@ -99,6 +109,11 @@ type DeviceAttr struct {
 	MaxSRQSGE       int
 	AtomicCap       int // 0 none, 1 atomic within this HCA, 2 global
 	PhysPortCnt     int
+	// MaxMcastGrp and MaxMcastQPAttach bound multicast: how many groups
+	// the device has, and how many QPs one group takes (0 and 0 on a
+	// device without multicast).
+	MaxMcastGrp      int
+	MaxMcastQPAttach int
 }
 
 // PortAttr is what QueryPort returns.

@@ -39,13 +39,16 @@ const (
 	// WR_FLUSH_ERR. siw (Linux 6.1) drops the ones a user-space QP
 	// posts in ERR: they never complete.
 	FeatureFlushInError Feature = "flushing WRs posted in ERR"
+	// FeatureMulticast: UD multicast (QP.AttachMcast), as the device's
+	// max_mcast_grp reports. iWARP has no UD at all.
+	FeatureMulticast Feature = "multicast"
 )
 
 // siwVendorID is the vendor_id siw reports ("bmt" in ASCII).
 const siwVendorID = 0x626d74
 
 // Features lists every Feature, in the order docs/providers.md has them.
-var Features = []Feature{FeatureManualConnect, FeatureAtomics, FeatureImmediate, FeatureUD, FeatureUC, FeatureSRQ,
+var Features = []Feature{FeatureManualConnect, FeatureAtomics, FeatureImmediate, FeatureUD, FeatureUC, FeatureMulticast, FeatureSRQ,
 	FeatureRNRRetry, FeatureRemoteWriteError, FeatureFlushInError}
 
 // Lacks returns nil when the device described by info and attr has f,
@@ -70,6 +73,13 @@ func Lacks(info DeviceInfo, attr DeviceAttr, f Feature) error {
 	case FeatureUD, FeatureUC:
 		if iwarp {
 			why = "iWARP has RC QPs only"
+		}
+	case FeatureMulticast:
+		switch {
+		case iwarp:
+			why = "iWARP has no UD QPs, so no multicast"
+		case attr.MaxMcastGrp == 0 || attr.MaxMcastQPAttach == 0:
+			why = fmt.Sprintf("the device reports max_mcast_grp %d, max_mcast_qp_attach %d", attr.MaxMcastGrp, attr.MaxMcastQPAttach)
 		}
 	case FeatureRNRRetry:
 		if iwarp {

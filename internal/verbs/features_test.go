@@ -17,7 +17,7 @@ func TestLacks(t *testing.T) {
 	siw := verbs.DeviceInfo{Name: "siw0", Transport: "iWARP"}
 	siwAttr := verbs.DeviceAttr{VendorID: 0x626d74, MaxSRQ: 1024}
 	rxe := verbs.DeviceInfo{Name: "rxe0", Transport: "InfiniBand"}
-	rxeAttr := verbs.DeviceAttr{AtomicCap: 1, MaxSRQ: 1024}
+	rxeAttr := verbs.DeviceAttr{AtomicCap: 1, MaxSRQ: 1024, MaxMcastGrp: 8192, MaxMcastQPAttach: 56}
 	for _, f := range verbs.Features {
 		require.NoError(t, verbs.Lacks(rxe, rxeAttr, f), "rxe has %s", f)
 		err := verbs.Lacks(siw, siwAttr, f)
@@ -31,5 +31,8 @@ func TestLacks(t *testing.T) {
 	}
 	err := verbs.Lacks(rxe, verbs.DeviceAttr{AtomicCap: 1}, verbs.FeatureSRQ)
 	assert.ErrorIs(t, err, verbs.ErrNotSupported, "max_srq 0: no SRQs")
+	err = verbs.Lacks(rxe, verbs.DeviceAttr{AtomicCap: 1, MaxSRQ: 1}, verbs.FeatureMulticast)
+	assert.ErrorIs(t, err, verbs.ErrNotSupported, "max_mcast_grp 0: no multicast")
+	assert.ErrorContains(t, err, "max_mcast_grp 0")
 	assert.ErrorIs(t, verbs.Lacks(rxe, rxeAttr, verbs.Feature("teleport")), verbs.ErrInvalid)
 }

@@ -212,6 +212,21 @@ type QP interface {
 	// PostRecv posts a chain of receives. A QP attached to an SRQ
 	// refuses it.
 	PostRecv(wrs []RecvWR) (int, error)
+
+	// AttachMcast makes this UD QP a member of the multicast group gid
+	// (ibv_attach_mcast): a datagram sent to the group, through an AH
+	// whose GID is gid and with RemoteQPN MulticastQPN, reaches every
+	// QP attached to it whose Q_Key it carries, in RTR or RTS; its GRH
+	// names the group as the destination. lid is the group's multicast
+	// LID on InfiniBand, 0 on RoCE. Attaching an attached QP again is
+	// no error. A QP of another type or a GID that is not a multicast
+	// address (GID.IsMulticast) gives ErrInvalid; a device without
+	// multicast ErrNotSupported naming FeatureMulticast. Close detaches
+	// the QP from every group.
+	AttachMcast(gid GID, lid uint16) error
+	// DetachMcast ends what AttachMcast began; detaching from a group
+	// the QP is not attached to gives ErrInvalid.
+	DetachMcast(gid GID, lid uint16) error
 	Close() error
 }
 
