@@ -277,7 +277,7 @@ func (c *conn) fail(err error) {
 		}
 	}
 	// Receives still posted complete (messages that arrived) or flush,
-	// in order; the first flush fails the waiters left then (onRecv).
+	// in order; the first flush fails the waiters left then (Receiver.OnRecv).
 	// When nothing more can come, fail them now.
 	c.rq.Failed(err)
 	c.rg.FailRequests(err)

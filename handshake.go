@@ -194,7 +194,7 @@ func (c *conn) prepare() (rc.Hello, error) {
 func (c *conn) connect(br *bufio.Reader, me, peer *rc.Hello, release func() bool) error {
 	eng := c.eng
 	c.peer = *peer
-	// No credits yet: the first message asks for them (askCredits).
+	// No credits yet: the first message asks for them (the send queue's ask).
 	mtu := verbs.MTU(min(me.MTU, peer.MTU))
 	if err := c.qp.ToRTR(verbs.RTRAttr{PathMTU: mtu, DestQPN: peer.QPN, RQPSN: peer.PSN,
 		Dest: verbs.Address{Port: eng.Port.Port, LID: peer.LID, GID: peer.GID, SGIDIndex: c.gidIndex}, MinRNRTimer: 12}); err != nil {
