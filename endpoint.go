@@ -46,7 +46,12 @@ func (e *endpoint) ProtocolErr(format string, args ...any) { (*conn)(e).protocol
 func (e *endpoint) FailedRecv(wc *verbs.WorkCompletion) error {
 	c := (*conn)(e)
 	c.st.recvFailed(wc.Status, wc.Status == verbs.WCWRFlushErr && c.life.Orderly())
-	return c.completionErr(postedWC(rc.OpRecv, wc))
+	return e.RecvErr(wc)
+}
+
+// RecvErr is the error a failed completion gives the Recvs waiting.
+func (e *endpoint) RecvErr(wc *verbs.WorkCompletion) error {
+	return (*conn)(e).completionErr(postedWC(rc.OpRecv, wc))
 }
 
 // Dispatch has the engine's workers run the connection's RecvHandler.

@@ -984,6 +984,11 @@ func (o *propSide) FailedRecv(wc *verbs.WorkCompletion) error {
 	return errors.New("rig: a receive failed")
 }
 
+func (o *propSide) RecvErr(wc *verbs.WorkCompletion) error {
+	o.c.r.breach("c%d's %s had a beacon fail: %v", o.c.id, o.name, wc.Status)
+	return errors.New("rig: a beacon failed")
+}
+
 func (o *propSide) Dispatch() {}
 
 func (o *propSide) ProtocolErr(format string, args ...any) {

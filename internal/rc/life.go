@@ -29,8 +29,9 @@ type Life struct {
 // Owner is what the parts ask of their connection, never on the post
 // path: fail it, cut the peer off (for breaking the protocol), run a
 // job on its control worker, send a control frame, finish a send-side op
-// that a completion covered, count a failed receive and name its error,
-// and have the engine's workers run its RecvHandler.
+// that a completion covered, count a failed receive and name its error
+// (or only name it, for the beacon's flush, which is no receive), and
+// have the engine's workers run its RecvHandler.
 type Owner interface {
 	Fail(err error)
 	CutOff(err error)
@@ -39,6 +40,7 @@ type Owner interface {
 	WriteControl(typ byte, p []byte) error
 	Finish(o *Op, err error)
 	FailedRecv(wc *verbs.WorkCompletion) error
+	RecvErr(wc *verbs.WorkCompletion) error
 	Dispatch()
 }
 

@@ -321,7 +321,7 @@ func (r *Receiver) OnBeacon(wc *verbs.WorkCompletion) {
 	r.rmu.Unlock()
 	err := r.life.Err()
 	if wc != nil && wc.Status != verbs.WCSuccess {
-		err = r.owner.FailedRecv(wc) // the Recvs' error: it names RECV
+		err = r.owner.RecvErr(wc) // the Recvs' error: it names RECV; no receive failed
 	}
 	for _, w := range ws {
 		w.Deliver(err, 0, 0, false, nil)

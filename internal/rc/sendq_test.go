@@ -79,6 +79,7 @@ func (o *fakeOwner) CutOff(err error)                          { o.failed = appe
 func (o *fakeOwner) ProtocolErr(string, ...any)                {}
 func (o *fakeOwner) WriteControl(byte, []byte) error           { return nil }
 func (o *fakeOwner) FailedRecv(wc *verbs.WorkCompletion) error { return errPost }
+func (o *fakeOwner) RecvErr(wc *verbs.WorkCompletion) error    { return errPost }
 func (o *fakeOwner) Dispatch()                                 {}
 func (o *fakeOwner) Finish(op *Op, err error) {
 	if op.Signaled || op.Covered || err != nil {
