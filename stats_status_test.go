@@ -47,6 +47,10 @@ func testFailuresByStatus(t *testing.T, opts []rdma.Option) {
 	assert.Equal(t, cs.Failed, sum, "Failed is the sum of SendFailures")
 	assert.Zero(t, cs.SendFailures[rdma.StatusSuccess])
 	assert.Zero(t, cs.RecvFailures[rdma.StatusRemAccessErr], "a send-side failure")
+	// The failure moved the QP to ERR, whose beacon (a WR marking the
+	// end of its completions) flushes: that is no failed receive.
+	<-c.Done()
+	assert.Zero(t, c.Stats().RecvFailed, "no receive failed: the beacon's flush is none")
 }
 
 // TestRecvFailureCounted: a failed receive completion is counted, under
