@@ -19,14 +19,13 @@ func (c *Conn) Recv() *Future {
 		return newResolved(fmt.Errorf("rdma: recv on %v: %w: the connection's messages go to its RecvHandler", c.remote, ErrInvalid))
 	}
 	f := newFuture(c.drv)
+	f.recv = &c.rq // a pending Recv's Cancel withdraws it
 	m, ok, err := c.rq.Recv((*recvFuture)(f))
 	switch {
 	case ok:
 		f.resolve(nil, m.N, m.Imm, m.Has, m.Buf, 0)
 	case err != nil:
 		f.resolve(err, 0, 0, false, nil, 0)
-	default:
-		f.recv = &c.rq // Cancel may withdraw it
 	}
 	return f
 }
