@@ -65,7 +65,7 @@ func (b *Batch) addRDMA(kind rc.OpKind, opc verbs.Opcode, l Local, r RemoteRegio
 // Post reports it.
 func (b *Batch) add(err error, o rc.Op, wr verbs.SendWR) {
 	if err == nil && len(b.wrs) >= b.c.cfg.sqDepth {
-		err = fmt.Errorf("rdma: conn %v: batch of more than %d operations (the send queue depth): %w", b.c.remote, b.c.cfg.sqDepth, ErrInvalid)
+		err = fmt.Errorf("rdma: conn %v: batch of more than %d operations (the send queue depth): %w", b.c.rc.Remote, b.c.cfg.sqDepth, ErrInvalid)
 	}
 	if err == nil {
 		err = b.c.hold(&o)
@@ -107,17 +107,17 @@ func (b *Batch) Post() *Future {
 	if n == 0 {
 		return newResolved(nil)
 	}
-	if need, most := rc.NeedCredits(b.wrs), c.sq.CreditCap(); need > most {
+	if need, most := rc.NeedCredits(b.wrs), c.rc.SQ.CreditCap(); need > most {
 		// The chain would wait for credits for ever, and all behind it.
 		b.unhold()
-		return newResolved(fmt.Errorf("rdma: conn %v: batch of %d messages: %w: the peer takes at most %d at once (its receive depth)", c.remote, need, ErrInvalid, most))
+		return newResolved(fmt.Errorf("rdma: conn %v: batch of %d messages: %w: the peer takes at most %d at once (its receive depth)", c.rc.Remote, need, ErrInvalid, most))
 	}
-	f := &Future{drv: c.drv}
+	f := &Future{drv: c.rc.Drv}
 	total := 0
 	for i := range b.wrs {
 		b.ops[i].Fut = (*opFuture)(f)
 		total += b.ops[i].N
-		c.st.issued(b.wrs[i].Opcode, b.ops[i].N)
+		c.rc.Counters.Issued(b.wrs[i].Opcode, b.ops[i].N)
 		b.wrs[i].SGL = b.sges[i : i+1]
 		if b.ops[i].N == 0 {
 			b.wrs[i].SGL = nil
@@ -127,7 +127,7 @@ func (b *Batch) Post() *Future {
 	b.ops[n-1].Signaled = true
 	b.ops[n-1].N = total
 	b.wrs[n-1].Flags |= verbs.SendSignaled
-	err := c.sq.SubmitChain(b.wrs, b.ops)
+	err := c.rc.SQ.SubmitChain(b.wrs, b.ops)
 	if err != nil {
 		f.resolve(err, 0, 0, false, nil, 0)
 	}

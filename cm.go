@@ -97,7 +97,7 @@ func dialCMOnce(ctx context.Context, eng *engine, cfg config, address string) (*
 	c, err := cmConn(eng, cfg, id, func(c *conn) (cmHello, error) {
 		ours := cmHelloFor(cfg)
 		ours.goFirst = c.iwarp()
-		if err := id.Connect(ctx, c.qp, ibv.CMParams{PrivateData: ours.marshal()}); err != nil {
+		if err := id.Connect(ctx, c.rc.QP, ibv.CMParams{PrivateData: ours.marshal()}); err != nil {
 			return cmHello{}, cmRefused(err)
 		}
 		return learnCMHello(cfg, id.PrivateData(), true)
@@ -121,31 +121,31 @@ func cmConn(eng *engine, cfg config, id *ibv.CMID, connect func(*conn) (cmHello,
 		id.Close()
 		return nil, err
 	}
-	c.cm = id
-	c.sq.UnlimitedCredits()
+	c.rc.CM = id
+	c.rc.SQ.UnlimitedCredits()
 	defer func() {
 		// c, not the result: a failure returns a nil *conn.
 		if err != nil {
-			c.ctl.End()
-			c.teardown()
+			c.rc.Ctl.End()
+			c.rc.Teardown()
 		}
 	}()
-	if err := id.ModifyQP(c.qp, verbs.StateInit); err != nil {
+	if err := id.ModifyQP(c.rc.QP, verbs.StateInit); err != nil {
 		return nil, err
 	}
-	if err := c.rq.PostReceives(); err != nil {
+	if err := c.rc.RQ.PostReceives(); err != nil {
 		return nil, err
 	}
 	peer, err := connect(c)
 	if err != nil {
 		return nil, err
 	}
-	c.peer.MaxMsg, c.peer.RecvWindow = peer.maxMsg, peer.recvWindow
+	c.rc.Peer.MaxMsg, c.rc.Peer.RecvWindow = peer.maxMsg, peer.recvWindow
 	c.iw.named(peer.settle)
 	go func() {
-		defer c.ctl.End()
-		if id.WaitDisconnect(c.ctx) == nil {
-			c.fail(fmt.Errorf("rdma: peer %v: %w", c.remote, ErrPeerClosed))
+		defer c.rc.Ctl.End()
+		if id.WaitDisconnect(c.rc.Context()) == nil {
+			c.rc.Fail(fmt.Errorf("rdma: peer %v: %w", c.rc.Remote, ErrPeerClosed))
 			// Answer the peer's disconnect request, or its rdma_cm
 			// waits for a timeout before it can tear down.
 			id.Disconnect()
@@ -228,7 +228,7 @@ func (l *Listener) acceptCM() {
 				if peer.goFirst && ours.settle.Len > 0 {
 					c.awaitGo() // before the accept: nothing is posted yet
 				}
-				return peer, req.Accept(ctx, c.qp, ibv.CMParams{PrivateData: ours.marshal()})
+				return peer, req.Accept(ctx, c.rc.QP, ibv.CMParams{PrivateData: ours.marshal()})
 			})
 			if err != nil {
 				return

@@ -8,15 +8,9 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
-	"sync"
-	"sync/atomic"
-	"time"
 
-	ieng "github.com/go-rdma/rdma/internal/engine"
 	"github.com/go-rdma/rdma/internal/rc"
 
-	"github.com/go-rdma/rdma/internal/ibv"
-	"github.com/go-rdma/rdma/internal/poller"
 	"github.com/go-rdma/rdma/internal/pool"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
@@ -32,53 +26,18 @@ type Conn struct {
 	*conn // the connection itself; Conn declares the API and nothing else
 }
 
-// conn is one reliable connection: its parts (the send queue, the op
-// table, the receive side, the grants, the control channel, the regions)
-// and their wiring. Conn, the API, embeds it; api is the Conn users hold,
-// in the same allocation.
+// conn is the API's side of one reliable connection (rc.Conn): the
+// engine and settings it was made with, and what its set-up keeps.
+// Conn, the API, embeds it; api is the Conn users hold, in the same
+// allocation.
 type conn struct {
 	api      Conn
+	rc       rc.Conn
 	eng      *engine
-	slot     ieng.Slot  // its place in the engine's table: the top of its wr_ids
-	ops      rc.OpTable // its WRs in flight, by wr_id
-	st       connCounters
 	cfg      config // the connection's own settings (queue depths, sizes, limits)
-	unit     *ieng.Unit
-	srq      *ieng.SRQ      // where its receives come from; nil on rdma_cm connections
-	drv      *poller.Poller // unit's poller when Busy: Wait drives it (Poller.Drive)
-	qp       verbs.QP
-	cm       *ibv.CMID // the rdma_cm connection; nil on TCP-set-up ones
-	peer     rc.Hello
 	local    net.Addr
-	remote   net.Addr
-	inline   int // bytes a SEND may carry inline
 	gidIndex uint8
-
-	ctx     context.Context // ends when the connection fails or closes
-	cancel  context.CancelFunc
-	done    chan struct{}  // Done: ended, and every message that arrived delivered
-	told    atomic.Bool    // the peer was told of a failure of our own (tellPeer)
-	telling sync.WaitGroup // the telling is under way
-	tellMu  sync.Mutex     // orders telling.Add before teardown's Wait
-	untold  bool           // teardown waits for the telling: start none; under tellMu
-	up      atomic.Bool    // the handshake completed: its end is logged
-
-	// The parts, in an order that keeps what the post and completion
-	// paths touch together: the send queue (the sending half of the
-	// credits first, then postMu), then the life (inflight).
-	cr   rc.Grants    // the receiving half of the credits, and the credit word
-	iw   iwarpSettle  // the READ that settles an rdma_cm connection on iWARP (settleIWARP)
-	sq   rc.SendQueue // the send queue: postMu and what it guards, the sending half of the credits
-	life rc.Life      // the first error, the close, the peer's end, the WRs in flight
-
-	rq  rc.Receiver // the receive side: rmu and what it guards
-	ctl rc.Control  // the control channel
-	rg  rc.Regions  // the regions exposed, granted and requested
-	vd  verdict     // completions waiting for the control channel's word (holdForVerdict)
-
-	quiesceOnce sync.Once
-	closeOnce   sync.Once
-	closeErr    error
+	iw       iwarpSettle // the READ that settles an rdma_cm connection on iWARP (settleIWARP)
 }
 
 // Dial connects to a Listener at address ("host:port") over network
@@ -160,85 +119,14 @@ func randPSN() uint32 {
 // room reserved in a CQ for every WR it can have outstanding. On error
 // nothing is left behind.
 func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*conn, error) {
-	if err := eng.Acquire(); err != nil {
-		return nil, err
-	}
-	c := &conn{eng: eng, cfg: cfg, local: local, remote: remote, done: make(chan struct{})}
+	c := &conn{eng: eng, cfg: cfg, local: local}
 	c.api.conn = c
-	c.life.Init(remote)
-	c.rq.Init(cfg.maxMsg, !cfg.cm, cfg.handler != nil, c.done, &c.life, &c.ops, &c.cr, &c.sq, c.ep(), eng.Pool)
-	c.ctl.Init(ctrl, rc.MaxRegionRequests+6, &c.life, c.ep())
-	slot, err := eng.AddEndpoint(c.ep())
-	if err != nil {
-		eng.Release()
+	rcfg := rc.Config{SendDepth: cfg.sqDepth, RecvDepth: cfg.rqDepth, SendLimit: cfg.sendQueueLimit(), MaxMsg: cfg.maxMsg,
+		Handled: cfg.handler != nil, MaxExpose: cfg.maxExpose, RegionLife: cfg.regionLife, CM: cfg.cm, Setup: cfg.setup}
+	if err := c.rc.Init(eng.Engine, rcfg, ctrl, remote, (*shell)(c)); err != nil {
 		return nil, err
 	}
-	c.slot = slot
-	c.ops.Init(slot.Base())
-	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.rg.Init(c.ctx, &c.life, &c.ctl, &c.sq, c.ep(), eng.Pool, eng.PD, cfg.maxExpose, cfg.regionLife)
-	c.cr.Init(cfg.rqDepth, c.rq.Mutex(), c.rq.RecvCounter(), &c.life, &c.sq, &c.peer, ctrl != nil, c.ep())
-	c.sq.Init(cfg.sqDepth, cfg.sendQueueLimit(), &c.ops, &c.life, c.cr.Word(), &c.peer, ctrl != nil, c.ep())
-	if !cfg.cm {
-		// go-rdma's handshake receives through the shared receive
-		// queue (its credits count its receives); rdma_cm
-		// connections post their own.
-		if err = eng.Lacks(verbs.FeatureSRQ); err != nil {
-			err = fmt.Errorf("rdma: %w; connections WithRDMACM post their own receives", err)
-		} else {
-			c.srq, err = eng.SRQFor(cfg.maxMsg, &c.cr)
-			c.cr.SetSRQ(c.srq)
-		}
-	}
-	if err == nil {
-		c.unit, err = eng.Reserve(c.ep(), c.cqNeed())
-	}
-	if err == nil {
-		if eng.cfg.pollMode == PollBusy {
-			c.drv = c.unit.P
-		}
-		qc := verbs.QPCap{MaxSendWR: cfg.sqDepth, MaxRecvWR: cfg.rqDepth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
-		init := verbs.QPInit{Type: verbs.RC, SendCQ: c.unit.CQ, RecvCQ: c.unit.CQ, Cap: qc}
-		if c.srq != nil {
-			init.SRQ = c.srq.Q()
-			init.Cap.MaxSendWR += rc.ControlWRs
-			init.Cap.MaxRecvWR, init.Cap.MaxRecvSGE = 0, 0
-		}
-		if c.qp, err = eng.PD.CreateQP(init); err != nil {
-			err = fmt.Errorf("rdma: create QP: %w", err)
-		} else if c.srq != nil {
-			eng.RegisterQPN(c.qp.QPN(), c.ep(), c.unit)
-		}
-	}
-	if err != nil {
-		c.ctl.End()
-		c.teardown()
-		return nil, err
-	}
-	c.inline = min(c.qp.Cap().MaxInlineData, 64)
-	var kick *poller.Poller
-	if eng.cfg.pollMode == PollAdaptive {
-		// A parked Adaptive poller would wait for the completion
-		// event; a kick after a post makes it spin for the
-		// completion now. It costs nanoseconds otherwise. An Event
-		// poller gets the event anyway: waking it to poll once would
-		// only cost a wake and a park.
-		kick = c.unit.P
-	}
-	c.sq.SetQP(c.qp, c.inline, kick, c.drv)
-	c.rq.SetQP(c.qp, c.unit.P, cfg.rqDepth)
 	return c, nil
-}
-
-// cqNeed is the room the connection reserves in its CQ: a completion for
-// every WR it can have outstanding. With an SRQ its receives are bounded
-// by its credits (the receive depth), and the beacon and a credit WRITE
-// take the send queue's room beyond the send depth.
-func (c *conn) cqNeed() int {
-	if c.srq != nil {
-		return c.cfg.sqDepth + c.cfg.rqDepth + rc.ControlWRs
-	}
-	return c.cfg.sqDepth + c.cfg.rqDepth
 }
 
 // public is the Conn users hold for c.
@@ -248,7 +136,7 @@ func (c *conn) public() *Conn { return &c.api }
 func (c *Conn) LocalAddr() net.Addr { return c.local }
 
 // RemoteAddr is the peer's address.
-func (c *Conn) RemoteAddr() net.Addr { return c.remote }
+func (c *Conn) RemoteAddr() net.Addr { return c.rc.Remote }
 
 // Provider is "verbs" or "soft".
 func (c *Conn) Provider() string { return c.eng.Prov.Name() }
@@ -257,40 +145,14 @@ func (c *Conn) Provider() string { return c.eng.Prov.Name() }
 func (c *Conn) Device() string { return c.eng.Name() }
 
 // MaxMessage is the largest message Send may carry to the peer.
-func (c *Conn) MaxMessage() int { return int(c.peer.MaxMsg) }
-
-// fail records the first fatal error, moves the QP to the error state
-// (every outstanding WR then completes with WR_FLUSH_ERR) and resolves
-// the pending receives.
-func (c *conn) fail(err error) {
-	if !c.life.Fail(err) {
-		return
-	}
-	c.eng.lifecycle.ended(c, err)
-	c.logEnded(err)
-	c.cancel()
-	if c.qp != nil {
-		c.qp.ToError()
-		c.postBeacon()
-		if c.eng.Lacks(verbs.FeatureFlushInError) != nil {
-			time.AfterFunc(abandonAfter, c.abandonPosted)
-		}
-	}
-	// Receives still posted complete (messages that arrived) or flush,
-	// in order; the first flush fails the waiters left then (Receiver.OnRecv).
-	// When nothing more can come, fail them now.
-	c.rq.Failed(err)
-	c.rg.FailRequests(err)
-	c.sq.FailPending()
-	c.tellPeer(err)
-}
+func (c *Conn) MaxMessage() int { return int(c.rc.Peer.MaxMsg) }
 
 // Alloc returns n bytes of registered memory, zero to its capacity, from
 // the pool of the connection's engine: the buffer works on every
 // connection of that engine.
 func (c *Conn) Alloc(n int) (*Buffer, error) {
-	if c.life.Err() != nil {
-		return nil, c.life.ClosedErr()
+	if c.rc.Life.Err() != nil {
+		return nil, c.rc.Life.ClosedErr()
 	}
 	return c.eng.alloc(n)
 }
@@ -308,7 +170,7 @@ func (c *Conn) Alloc(n int) (*Buffer, error) {
 //     last is taken. Recvs after that fail with why it ended (Err).
 //   - After Close here Done is closed when Close returns; what no Recv
 //     took is dropped (see Close).
-func (c *Conn) Done() <-chan struct{} { return c.done }
+func (c *Conn) Done() <-chan struct{} { return c.rc.Done() }
 
 // Err is nil while the connection is up; once it has ended (which may
 // be before Done closes, while messages that arrived wait to be taken)
@@ -316,7 +178,7 @@ func (c *Conn) Done() <-chan struct{} { return c.done }
 // when the peer closed or aborted (then the text says the peer's
 // reason), ErrPeerLost when it went away without either (killed,
 // crashed, its host or the network down), or the failure that ended it.
-func (c *Conn) Err() error { return c.life.Err() }
+func (c *Conn) Err() error { return c.rc.Life.Err() }
 
 // Send sends the bytes of b as one message; the peer gets them from Recv.
 // b may be released before the future resolves; up to 64 bytes go inline
@@ -345,7 +207,7 @@ func (c *conn) issue(o rc.Op, wr verbs.SendWR, err error) *Future {
 		return newResolved(err)
 	}
 	wr.Flags |= verbs.SendSignaled
-	c.st.issued(wr.Opcode, o.N)
+	c.rc.Counters.Issued(wr.Opcode, o.N)
 	return c.post(o, wr)
 }
 
@@ -361,8 +223,8 @@ func (c *conn) sendRequest(opc verbs.Opcode, src Local, imm uint32) (rc.Op, verb
 	if err != nil {
 		return rc.Op{}, verbs.SendWR{}, err
 	}
-	if n > int(c.peer.MaxMsg) {
-		return rc.Op{}, verbs.SendWR{}, fmt.Errorf("rdma: send of %d bytes: %w: the peer accepts messages up to %d bytes", n, ErrInvalid, c.peer.MaxMsg)
+	if n > int(c.rc.Peer.MaxMsg) {
+		return rc.Op{}, verbs.SendWR{}, fmt.Errorf("rdma: send of %d bytes: %w: the peer accepts messages up to %d bytes", n, ErrInvalid, c.rc.Peer.MaxMsg)
 	}
 	return rc.Op{Kind: rc.OpSend, Buf: pb, Off: off, N: n}, verbs.SendWR{Opcode: opc, Flags: c.inlineFlag(opc, n), Imm: imm}, nil
 }
@@ -372,7 +234,7 @@ func (c *conn) sendRequest(opc verbs.Opcode, src Local, imm uint32) (rc.Op, verb
 // bytes at the post, so no DMA read of the source follows, and the
 // source may change as soon as the call returns.
 func (c *conn) inlineFlag(opc verbs.Opcode, n int) verbs.SendFlags {
-	if n > 0 && n <= c.inline && opc != verbs.OpRead {
+	if n > 0 && n <= c.rc.Inline && opc != verbs.OpRead {
 		return verbs.SendInline
 	}
 	return 0
@@ -447,14 +309,14 @@ func (c *conn) atomic(opc verbs.Opcode, r RemoteRegion, cmpAdd, swap uint64) *Fu
 	if r.Len < 8 || r.Addr%8 != 0 {
 		return newResolved(fmt.Errorf("rdma: %v on %v: %w: needs an 8-byte aligned word", opc, r, ErrInvalid))
 	}
-	if c.life.Err() != nil {
-		return newResolved(c.life.ClosedErr())
+	if c.rc.Life.Err() != nil {
+		return newResolved(c.rc.Life.ClosedErr())
 	}
 	pb, err := c.eng.Pool.Get(8)
 	if err != nil {
 		return newResolved(fmt.Errorf("rdma: %v: %w", opc, err))
 	}
-	c.st.issued(opc, 8)
+	c.rc.Counters.Issued(opc, 8)
 	return c.post(rc.Op{Kind: rc.OpAtomic, Buf: pb, N: 8}, verbs.SendWR{Opcode: opc, Flags: verbs.SendSignaled, RemoteAddr: r.Addr, RKey: r.RKey, CompareAdd: cmpAdd, Swap: swap})
 }
 
@@ -473,9 +335,9 @@ func (c *conn) post(o rc.Op, wr verbs.SendWR) *Future {
 	if err := c.hold(&o); err != nil {
 		return newResolved(err)
 	}
-	f := newFuture(c.drv)
+	f := newFuture(c.rc.Drv)
 	o.Fut, o.Gen, o.Signaled = (*opFuture)(f), f.gen, true
-	c.sq.Submit(wr, verbs.SGE{Addr: o.Buf.Addr() + uint64(o.Off), Length: uint32(o.N), LKey: o.Buf.LKey()}, o)
+	c.rc.SQ.Submit(wr, verbs.SGE{Addr: o.Buf.Addr() + uint64(o.Off), Length: uint32(o.N), LKey: o.Buf.LKey()}, o)
 	return f
 }
 

@@ -8,8 +8,8 @@ package rdma
 // depth when that is smaller (every credit is backed by a posted
 // receive).
 func (c *conn) recvCap() int {
-	if c.srq != nil {
-		return min(c.cfg.rqDepth, c.srq.Depth())
+	if c.rc.SRQ != nil {
+		return min(c.cfg.rqDepth, c.rc.SRQ.Depth())
 	}
 	return c.cfg.rqDepth
 }

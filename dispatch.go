@@ -87,22 +87,11 @@ func WithHandlerWorkers(n int) EngineOption {
 	})
 }
 
-// Handle runs on an engine worker: it hands the connection's ready
-// messages to its handler, on the application's pool when it gave one
-// (WithHandlerPool).
-func (e *endpoint) Handle() {
-	c := (*conn)(e)
-	if p := c.cfg.handlerPool; p != nil && p.Submit(c.handle) == nil {
-		return
-	}
-	c.handle()
-}
-
 // handle runs on a worker: it hands c's ready messages to the handler,
 // one at a time, until none is left.
 func (c *conn) handle() {
 	for {
-		m, ok := c.rq.NextHandled()
+		m, ok := c.rc.RQ.NextHandled()
 		if !ok {
 			return
 		}

@@ -41,11 +41,11 @@ func WithLogger(l *slog.Logger) LoggerOption {
 
 // logConnected records a connection that is up.
 func (c *conn) logConnected() {
-	c.up.Store(true)
+	c.rc.Up.Store(true)
 	c.eng.lifecycle.opened.Add(1)
 	if l := c.cfg.log; l != nil {
-		l.Info("rdma: connected", "local", c.local, "remote", c.remote, "provider", c.eng.Prov.Name(),
-			"device", c.eng.Name(), "qpn", c.qp.QPN())
+		l.Info("rdma: connected", "local", c.local, "remote", c.rc.Remote, "provider", c.eng.Prov.Name(),
+			"device", c.eng.Name(), "qpn", c.rc.QP.QPN())
 	}
 }
 
@@ -56,22 +56,22 @@ func (c *conn) logConnected() {
 // "rdma: connection ended" at Warn, with its cause.
 func (c *conn) logEnded(err error) {
 	l := c.cfg.log
-	if l == nil || !c.up.Load() {
+	if l == nil || !c.rc.Up.Load() {
 		return // a handshake that failed is the listener's to log
 	}
-	if c.life.Orderly() {
+	if c.rc.Life.Orderly() {
 		by := "local"
-		if c.life.CloseHeard() {
+		if c.rc.Life.CloseHeard() {
 			by = "peer"
 		}
-		l.Info("rdma: connection closed", "local", c.local, "remote", c.remote, "by", by)
+		l.Info("rdma: connection closed", "local", c.local, "remote", c.rc.Remote, "by", by)
 		return
 	}
 	lvl := slog.LevelWarn
 	if errors.Is(err, ErrClosed) && !errors.Is(err, ErrPeerClosed) {
 		lvl = slog.LevelInfo // closed here
 	}
-	l.Log(context.Background(), lvl, "rdma: connection ended", "local", c.local, "remote", c.remote,
+	l.Log(context.Background(), lvl, "rdma: connection ended", "local", c.local, "remote", c.rc.Remote,
 		"peer_closed", errors.Is(err, ErrPeerClosed), "peer_lost", errors.Is(err, ErrPeerLost), "cause", err)
 }
 

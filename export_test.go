@@ -13,13 +13,13 @@ import (
 )
 
 // ConnPollerStats is the counters of the poller that serves c's CQ.
-func ConnPollerStats(c *Conn) poller.Stats { return c.unit.P.Stats() }
+func ConnPollerStats(c *Conn) poller.Stats { return c.rc.Unit.P.Stats() }
 
 // ConnPollerConfig is the configuration of the poller that serves c's CQ.
-func ConnPollerConfig(c *Conn) poller.Config { return c.unit.P.Config() }
+func ConnPollerConfig(c *Conn) poller.Config { return c.rc.Unit.P.Config() }
 
 // ConnPollerThread is the OS thread of c's poller, if it is locked.
-func ConnPollerThread(c *Conn) int { return c.unit.P.ThreadID() }
+func ConnPollerThread(c *Conn) int { return c.rc.Unit.P.ThreadID() }
 
 // EnginePollerThreads are the OS threads of x's pollers, one per CQ.
 func EnginePollerThreads(x *Engine) []int {
@@ -33,8 +33,8 @@ func EnginePollerThreads(x *Engine) []int {
 // StopPoller stops c's poller as an error would, then fails c as
 // engine.watch does when a poller stops on an error.
 func StopPoller(c *Conn, err error) {
-	c.unit.P.Close()
-	c.fail(err)
+	c.rc.Unit.P.Close()
+	c.rc.Fail(err)
 }
 
 // Control frame types, for tests that play a hostile peer.
@@ -50,42 +50,42 @@ const (
 
 // RequestsInFlight counts c's RequestRegion calls waiting for an answer.
 func RequestsInFlight(c *Conn) int {
-	n, _, _, _ := c.rg.Counts()
+	n, _, _, _ := c.rc.Regions.Counts()
 	return n
 }
 
 // SendControl writes a raw control frame to c's peer, as a hostile peer
 // could.
-func SendControl(c *Conn, typ byte, p []byte) error { return c.ctl.Write(typ, p) }
+func SendControl(c *Conn, typ byte, p []byte) error { return c.rc.Ctl.Write(typ, p) }
 
 // Granted is what c has granted to its peer's RequestRegion: bytes and
 // regions.
 func Granted(c *Conn) (bytes, regions int) {
-	_, bytes, regions, _ = c.rg.Counts()
+	_, bytes, regions, _ = c.rc.Regions.Counts()
 	return bytes, regions
 }
 
 // Exposed counts c's exposures.
 func Exposed(c *Conn) int {
-	_, _, _, n := c.rg.Counts()
+	_, _, _, n := c.rc.Regions.Counts()
 	return n
 }
 
 // Deafen makes c read the peer's control frames and drop them, as a hung
 // or hostile peer would: it answers nothing.
-func Deafen(c *Conn) { c.ctl.Deafen() }
+func Deafen(c *Conn) { c.rc.Ctl.Deafen() }
 
 // SlowControl makes c's control reader wait, before it serves the next
 // frame or the channel's end, until release is called.
 func SlowControl(c *Conn) (release func()) {
 	ch := make(chan struct{})
-	c.ctl.Slow(ch)
+	c.rc.Ctl.Slow(ch)
 	return sync.OnceFunc(func() { close(ch) })
 }
 
 // AwaitsVerdict reports whether c's completions wait for the control
 // channel's word on why the peer went.
-func AwaitsVerdict(c *Conn) bool { return c.vd.holding.Load() }
+func AwaitsVerdict(c *Conn) bool { return c.rc.AwaitsVerdict() }
 
 // PoolDrained is closed once the pool c shares with its engine (its
 // Listener's, or its own for a dialed Conn) is closed and every slab is
@@ -103,7 +103,7 @@ func SetSRQRefill(event, poll bool) (restore func()) { return ieng.SetRefillPath
 // SharedRecvStats reports c's shared receive queue.
 func SharedRecvStats(c *Conn) SRQStats {
 	for _, q := range c.eng.stats(false).SharedReceives {
-		if q.MessageSize == c.srq.Size() {
+		if q.MessageSize == c.rc.SRQ.Size() {
 			return q
 		}
 	}
@@ -113,7 +113,7 @@ func SharedRecvStats(c *Conn) SRQStats {
 // ForgeCredits gives c n credits its peer never gave, as a hostile
 // peer would take them.
 func ForgeCredits(c *Conn, n int) {
-	c.sq.ForgeCredits(n)
+	c.rc.SQ.ForgeCredits(n)
 }
 
 // InjectDeviceEvent makes c's device report ev, on soft.
@@ -129,22 +129,22 @@ func FailRecv(c *Conn, st verbs.WCStatus) error {
 	if err != nil {
 		return err
 	}
-	c.rq.Mutex().Lock()
-	c.rq.DeliverLocked(pb, &verbs.WorkCompletion{Status: st, QPN: 1})
+	c.rc.RQ.Mutex().Lock()
+	c.rc.RQ.DeliverLocked(pb, &verbs.WorkCompletion{Status: st, QPN: 1})
 	return nil
 }
 
 // CreditWord is c's credit word as its peer may reach it: the region the
 // hello announced.
 func CreditWord(c *Conn) RemoteRegion {
-	mr := c.cr.Word().MR()
+	mr := c.rc.Grants.Word().MR()
 	return RemoteRegion{Addr: mr.Addr(), Len: mr.Len(), RKey: mr.RKey()}
 }
 
 // HoldPost takes c's post lock, as a goroutine posting at that moment
 // would; posts meanwhile go to the combining queue. release lets go.
 func HoldPost(c *Conn) (release func()) {
-	release, _ = c.sq.HoldPost()
+	release, _ = c.rc.SQ.HoldPost()
 	return release
 }
 
@@ -152,26 +152,26 @@ func HoldPost(c *Conn) (release func()) {
 // the combining queue holds to the next holder, as a holder between its
 // unlock and its second look at the queue does (postUnlock).
 func HoldPostBare(c *Conn) (release func()) {
-	_, release = c.sq.HoldPost()
+	_, release = c.rc.SQ.HoldPost()
 	return release
 }
 
 // PeerCloseHeard reports whether c has heard its peer close.
-func PeerCloseHeard(c *Conn) bool { return c.life.PeerClosed() }
+func PeerCloseHeard(c *Conn) bool { return c.rc.Life.PeerClosed() }
 
 // CloseCalled reports whether c's Close has begun.
-func CloseCalled(c *Conn) bool { return c.life.CloseCalled() }
+func CloseCalled(c *Conn) bool { return c.rc.Life.CloseCalled() }
 
 // CreditIdleArmed reports whether c's idle give-back of credits
 // (idleCredits) still runs.
 func CreditIdleArmed(c *Conn) bool {
-	return c.sq.IdleArmed()
+	return c.rc.SQ.IdleArmed()
 }
 
 // SendRawControl writes b to c's control channel as it is, as a hostile
 // peer could: a frame header with any length, or bytes of no frame.
 func SendRawControl(c *Conn, b []byte) error {
-	return c.ctl.WriteRaw(b)
+	return c.rc.Ctl.WriteRaw(b)
 }
 
 // MaxCtrl is the largest control frame payload.
@@ -188,11 +188,11 @@ const MaxHandshakes = maxHandshakes
 // It first lets c close Done if Done may close now, as each of the
 // events that settle the end does.
 func EndSettled(c *Conn) bool {
-	return c.rq.Settled()
+	return c.rc.RQ.Settled()
 }
 
 // InlineSize is the most bytes c posts inline.
-func InlineSize(c *Conn) int { return c.inline }
+func InlineSize(c *Conn) int { return c.rc.Inline }
 
 // DebugFutures turns GORDMA_DEBUG=futures on until t ends and returns
 // a function that takes the reports made since its last call.

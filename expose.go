@@ -39,7 +39,7 @@ func (c *Conn) Expose(b Local, access Access) (RemoteRegion, error) {
 	if pb.Pool() != c.eng.Pool {
 		return RemoteRegion{}, fmt.Errorf("rdma: expose: %w: buffer from another connection's pool", ErrInvalid)
 	}
-	r, err := c.rg.Expose(pb, off, n, verbs.Access(access), 0, 0)
+	r, err := c.rc.Regions.Expose(pb, off, n, verbs.Access(access), 0, 0)
 	runtime.KeepAlive(b) // Expose took the reference: the handle may go now
 	return RemoteRegion(r), err
 }
@@ -56,7 +56,7 @@ func (c *Conn) Expose(b Local, access Access) (RemoteRegion, error) {
 // for room. On connections set up through rdma_cm, which have no control
 // channel to ask the peer, Revoke works as RevokeNow.
 func (c *Conn) Revoke(ctx context.Context, r RemoteRegion) error {
-	return c.rg.Revoke(ctx, rc.Region(r))
+	return c.rc.Regions.Revoke(ctx, rc.Region(r))
 }
 
 // RevokeNow ends an exposure at once, for emergencies: the memory is
@@ -65,4 +65,4 @@ func (c *Conn) Revoke(ctx context.Context, r RemoteRegion) error {
 // breaks the peer's connection (and so this one). The memory itself is
 // safe: it stays out of the pool until the deregistration is done. Use
 // Revoke to end an exposure without breaking the connection.
-func (c *Conn) RevokeNow(r RemoteRegion) error { return c.rg.RevokeNow(rc.Region(r)) }
+func (c *Conn) RevokeNow(r RemoteRegion) error { return c.rc.Regions.RevokeNow(rc.Region(r)) }

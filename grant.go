@@ -54,7 +54,7 @@ func (c *Conn) RequestRegion(ctx context.Context, size int, access Access, opts 
 			return RemoteRegion{}, err
 		}
 	}
-	r, err := c.rg.Request(ctx, size, verbs.Access(access), rr.life)
+	r, err := c.rc.Regions.Request(ctx, size, verbs.Access(access), rr.life)
 	return RemoteRegion(r), err
 }
 
@@ -63,5 +63,5 @@ func (c *Conn) RequestRegion(ctx context.Context, size int, access Access, opts 
 // ErrRegionRevoked); it waits, until ctx ends, for the accesses in
 // flight to complete and then tells the peer, which frees the memory.
 func (c *Conn) ReleaseRegion(ctx context.Context, r RemoteRegion) error {
-	return c.rg.Release(ctx, rc.Region(r))
+	return c.rc.Regions.Release(ctx, rc.Region(r))
 }

@@ -161,24 +161,24 @@ func bound(ctx context.Context, tc net.Conn, d time.Duration) (release func() bo
 // hello that describes it.
 func (c *conn) prepare() (rc.Hello, error) {
 	eng, cfg := c.eng, c.cfg
-	if err := c.qp.ToInit(verbs.InitAttr{Port: eng.Port.Port, Access: verbs.Access(RemoteRead | RemoteWrite | RemoteAtomic)}); err != nil {
+	if err := c.rc.QP.ToInit(verbs.InitAttr{Port: eng.Port.Port, Access: verbs.Access(RemoteRead | RemoteWrite | RemoteAtomic)}); err != nil {
 		return rc.Hello{}, err
 	}
-	if err := c.rq.PostReceives(); err != nil {
+	if err := c.rc.RQ.PostReceives(); err != nil {
 		return rc.Hello{}, err
 	}
-	if err := c.makeCreditWord(); err != nil {
+	if err := c.rc.MakeCreditWord(); err != nil {
 		return rc.Hello{}, err
 	}
-	gid, err := eng.GIDFor(addrIP(c.ctl.Conn().LocalAddr()))
+	gid, err := eng.GIDFor(addrIP(c.rc.Ctl.Conn().LocalAddr()))
 	if err != nil {
 		return rc.Hello{}, err
 	}
 	c.gidIndex = uint8(gid.Index)
-	me := rc.Hello{QPN: c.qp.QPN(), PSN: randPSN(), LID: eng.Port.LID, MTU: uint8(eng.Port.ActiveMTU), GID: gid.GID,
+	me := rc.Hello{QPN: c.rc.QP.QPN(), PSN: randPSN(), LID: eng.Port.LID, MTU: uint8(eng.Port.ActiveMTU), GID: gid.GID,
 		RecvDepth: uint32(c.recvCap()), MaxMsg: uint32(cfg.maxMsg), RecvWindow: uint32(c.api.RecvWindow())}
 	copy(me.Protocol[:], cfg.protocol)
-	if mr := c.cr.Word().MR(); mr != nil {
+	if mr := c.rc.Grants.Word().MR(); mr != nil {
 		me.CreditAddr, me.CreditRKey = mr.Addr(), mr.RKey()
 	}
 	if me.MTU == 0 {
@@ -193,33 +193,33 @@ func (c *conn) prepare() (rc.Hello, error) {
 // then the control channel starts.
 func (c *conn) connect(br *bufio.Reader, me, peer *rc.Hello, release func() bool) error {
 	eng := c.eng
-	c.peer = *peer
+	c.rc.Peer = *peer
 	// No credits yet: the first message asks for them (the send queue's ask).
 	mtu := verbs.MTU(min(me.MTU, peer.MTU))
-	if err := c.qp.ToRTR(verbs.RTRAttr{PathMTU: mtu, DestQPN: peer.QPN, RQPSN: peer.PSN,
+	if err := c.rc.QP.ToRTR(verbs.RTRAttr{PathMTU: mtu, DestQPN: peer.QPN, RQPSN: peer.PSN,
 		Dest: verbs.Address{Port: eng.Port.Port, LID: peer.LID, GID: peer.GID, SGIDIndex: c.gidIndex}, MinRNRTimer: 12}); err != nil {
 		return err
 	}
-	if err := c.qp.ToRTS(verbs.RTSAttr{SQPSN: me.PSN, Timeout: 14, RetryCount: 7, RNRRetry: 7}); err != nil {
+	if err := c.rc.QP.ToRTS(verbs.RTSAttr{SQPSN: me.PSN, Timeout: 14, RetryCount: 7, RNRRetry: 7}); err != nil {
 		return err
 	}
 	var ready [1]byte
-	if _, err := c.ctl.Conn().Write(ready[:]); err != nil {
+	if _, err := c.rc.Ctl.Conn().Write(ready[:]); err != nil {
 		return err
 	}
 	if _, err := io.ReadFull(br, ready[:]); err != nil {
 		return rc.HandshakeReadErr("ready", err, true)
 	}
 	if !release() {
-		return fmt.Errorf("rdma: handshake with %v: %w", c.remote, context.Canceled)
+		return fmt.Errorf("rdma: handshake with %v: %w", c.rc.Remote, context.Canceled)
 	}
 	c.logConnected()
-	go c.readControl(br)
+	go c.rc.ReadControl(br)
 	return nil
 }
 
 // abort tears down a connection whose handshake failed.
 func (c *conn) abort() {
-	c.ctl.End()
-	c.teardown()
+	c.rc.Ctl.End()
+	c.rc.Teardown()
 }

@@ -41,7 +41,7 @@ func (c *conn) iwarp() bool { return c.eng.Ctx.Info().Transport == "iWARP" }
 
 // awaitGo makes a listener's connection wait for the dialer's go before
 // it sends (Receiver.AwaitGo), for at most the handshake's bound.
-func (c *conn) awaitGo() { c.rq.AwaitGo(c.cfg.setup) }
+func (c *conn) awaitGo() { c.rc.RQ.AwaitGo(c.cfg.setup) }
 
 // sendGo sends the dialer's go: a zero-length SEND, before anything
 // else, when the listener is go-rdma's (it named a settle byte).
@@ -54,7 +54,7 @@ func (c *conn) sendGo() error {
 		return fmt.Errorf("rdma: the go on iWARP: %w", err)
 	}
 	defer pb.Release()
-	c.st.issued(verbs.OpSend, 0)
+	c.rc.Counters.Issued(verbs.OpSend, 0)
 	f := c.post(rc.Op{Kind: rc.OpSend, Buf: pb}, verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.SendSignaled})
 	if f.Resolved() {
 		if err := f.Err(); err != nil {
@@ -122,7 +122,7 @@ func (c *conn) settleIWARP(ctx context.Context, readDepth int) error {
 				n++
 			}
 		case <-ctx.Done():
-			return fmt.Errorf("rdma: peer %v: no answer to a settling READ after the rdma_cm connect: %w", c.remote, ctx.Err())
+			return fmt.Errorf("rdma: peer %v: no answer to a settling READ after the rdma_cm connect: %w", c.rc.Remote, ctx.Err())
 		}
 	}
 }
@@ -136,7 +136,7 @@ func (c *conn) readSettle() *Future {
 	}
 	defer pb.Release()
 	r := c.iw.peer
-	c.st.issued(verbs.OpRead, r.Len)
+	c.rc.Counters.Issued(verbs.OpRead, r.Len)
 	return c.post(rc.Op{Kind: rc.OpRead, Buf: pb, N: r.Len}, verbs.SendWR{Opcode: verbs.OpRead, Flags: verbs.SendSignaled, RemoteAddr: r.Addr, RKey: r.RKey})
 }
 
@@ -163,7 +163,7 @@ func (c *conn) offerSettleByte() (RemoteRegion, error) {
 
 // closeSettleByte deregisters the settle byte; the QP is closed.
 func (c *conn) closeSettleByte() error {
-	c.rq.StopGo()
+	c.rc.RQ.StopGo()
 	if c.iw.mr == nil {
 		return nil
 	}

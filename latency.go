@@ -2,8 +2,6 @@ package rdma
 
 import (
 	"math"
-	"math/bits"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-rdma/rdma/internal/rc"
@@ -17,10 +15,10 @@ import (
 const LatencySample = rc.LatencySample
 
 // LatencyBuckets is the number of buckets of a LatencyHistogram.
-const LatencyBuckets = 24
+const LatencyBuckets = rc.LatencyBuckets
 
 // latencyShift makes the bound of bucket 0: 1<<latencyShift ns, 1.024 µs.
-const latencyShift = 10
+const latencyShift = rc.LatencyShift
 
 // LatencyHistogram counts the latencies of sampled operations (see
 // LatencySample): from the call that issued the operation to its
@@ -90,31 +88,4 @@ func (h *LatencyHistogram) add(o LatencyHistogram) {
 		h.Buckets[i] += o.Buckets[i]
 	}
 	h.Sum += o.Sum
-}
-
-// latencyBucket is the bucket of a latency of d nanoseconds.
-func latencyBucket(d int64) int {
-	return min(bits.Len64(uint64(max(d, 0))>>latencyShift), LatencyBuckets-1)
-}
-
-// latencyCounters are the atomics behind a connection's LatencyHistogram.
-type latencyCounters struct {
-	buckets [LatencyBuckets]atomic.Uint64
-	sum     atomic.Uint64 // nanoseconds
-}
-
-// observe counts a latency of d nanoseconds.
-func (l *latencyCounters) observe(d int64) {
-	d = max(d, 0)
-	l.buckets[latencyBucket(d)].Add(1)
-	l.sum.Add(uint64(d))
-}
-
-func (l *latencyCounters) load() LatencyHistogram {
-	var h LatencyHistogram
-	for i := range h.Buckets {
-		h.Buckets[i] = l.buckets[i].Load()
-	}
-	h.Sum = time.Duration(l.sum.Load())
-	return h
 }

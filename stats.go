@@ -6,10 +6,10 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	ieng "github.com/go-rdma/rdma/internal/engine"
-
-	"github.com/go-rdma/rdma/internal/verbs"
+	"github.com/go-rdma/rdma/internal/rc"
 )
 
 // ConnStats are a connection's counters since it was made. Each field is
@@ -69,78 +69,32 @@ type ConnStats struct {
 	Latency LatencyHistogram
 }
 
-// connCounters are the atomic counters behind ConnStats.
-type connCounters struct {
-	sends, sendBytes, writes, writeBytes, reads, readBytes, atomics atomic.Uint64
-	completions                                                     atomic.Uint64
-	// Failed completions, by status, send-side and receive-side: the
-	// totals are their sums, so a failure costs one atomic add.
-	sendFail, recvFail [CompletionStatuses]atomic.Uint64
-	latency            latencyCounters
-}
-
 // Stats reads the connection's counters.
 func (c *Conn) Stats() ConnStats {
-	s, q := &c.st, c.sq.Counts()
-	msgs, bytes := c.rq.Counts()
+	s, q := c.rc.Counters.Load(), c.rc.SQ.Counts()
+	msgs, bytes := c.rc.RQ.Counts()
 	cs := ConnStats{
-		Sends: s.sends.Load(), SendBytes: s.sendBytes.Load(),
-		Writes: s.writes.Load(), WriteBytes: s.writeBytes.Load(),
-		Reads: s.reads.Load(), ReadBytes: s.readBytes.Load(),
-		Atomics: s.atomics.Load(),
+		Sends: s.Sends, SendBytes: s.SendBytes,
+		Writes: s.Writes, WriteBytes: s.WriteBytes,
+		Reads: s.Reads, ReadBytes: s.ReadBytes,
+		Atomics: s.Atomics,
 		Recvs:   msgs, RecvBytes: bytes,
-		Completions: s.completions.Load(),
+		Completions: s.Completions,
 		CreditWaits: q.CreditWaits, QueueWaits: q.QueueWaits,
 		QueueFull:    q.QueueFull,
-		CreditsOut:   c.cr.Out(),
-		Latency:      s.latency.load(),
-		CreditWrites: q.CreditWrites, ControlFrames: c.ctl.Frames(), Doorbells: q.Doorbells,
+		CreditsOut:   c.rc.Grants.Out(),
+		Latency:      LatencyHistogram{Buckets: s.Latency, Sum: time.Duration(s.LatencySum)},
+		CreditWrites: q.CreditWrites, ControlFrames: c.rc.Ctl.Frames(), Doorbells: q.Doorbells,
 	}
-	for i := range s.sendFail {
-		cs.SendFailures[i] = s.sendFail[i].Load()
+	for i := range s.SendFail {
+		cs.SendFailures[i] = s.SendFail[i]
 		cs.Failed += cs.SendFailures[i]
-		cs.RecvFailures[i] = s.recvFail[i].Load()
+		cs.RecvFailures[i] = s.RecvFail[i]
 		cs.RecvFailed += cs.RecvFailures[i]
 	}
 	cs.RetryExceeded = cs.SendFailures[StatusRetryExcErr]
 	cs.RNRRetryExceeded = cs.SendFailures[StatusRNRRetryExcErr]
 	return cs
-}
-
-// issued counts a work request the application issued.
-func (s *connCounters) issued(opc verbs.Opcode, n int) {
-	switch opc {
-	case verbs.OpSend, verbs.OpSendWithImm:
-		s.sends.Add(1)
-		s.sendBytes.Add(uint64(n))
-	case verbs.OpWrite, verbs.OpWriteWithImm:
-		s.writes.Add(1)
-		s.writeBytes.Add(uint64(n))
-	case verbs.OpRead:
-		s.reads.Add(1)
-		s.readBytes.Add(uint64(n))
-	case verbs.OpCompareSwap, verbs.OpFetchAdd:
-		s.atomics.Add(1)
-	}
-}
-
-// completed counts a send-side completion; a flush of an orderly close
-// is no failure.
-func (s *connCounters) completed(st verbs.WCStatus, orderly bool) {
-	switch {
-	case st == verbs.WCSuccess:
-		s.completions.Add(1)
-	case st != verbs.WCWRFlushErr || !orderly:
-		s.sendFail[completionStatus(st)].Add(1)
-	}
-}
-
-// recvFailed counts a failed receive completion; a flush of an orderly
-// close is no failure.
-func (s *connCounters) recvFailed(st verbs.WCStatus, orderly bool) {
-	if st != verbs.WCWRFlushErr || !orderly {
-		s.recvFail[completionStatus(st)].Add(1)
-	}
 }
 
 // EngineStats describe an engine: its connections and the sums of their
@@ -229,11 +183,11 @@ func (l *lifeCounters) stats() LifecycleStats {
 func (l *lifeCounters) ended(c *conn, err error) {
 	var ce *CompletionError
 	switch {
-	case !c.up.Load():
+	case !c.rc.Up.Load():
 		// A handshake that failed: dial or the listener counts it.
-	case c.life.Orderly() && c.life.CloseHeard():
+	case c.rc.Life.Orderly() && c.rc.Life.CloseHeard():
 		l.closedPeer.Add(1)
-	case c.life.Orderly():
+	case c.rc.Life.Orderly():
 		l.closedLocal.Add(1)
 	case errors.Is(err, ErrPeerClosed), errors.Is(err, ErrPeerLost):
 		l.peerGone.Add(1)
@@ -370,7 +324,7 @@ type closedStats struct {
 func (e *engine) retire(c *conn) {
 	e.retired.mu.Lock()
 	defer e.retired.mu.Unlock()
-	e.RemoveEndpoint(c.slot)
+	e.RemoveEndpoint(c.rc.Slot)
 	cs := c.api.Stats()
 	cs.CreditsOut = 0 // a gauge: nothing is given out by a closed connection
 	e.retired.st.add(cs)
@@ -382,12 +336,12 @@ func (e *engine) stats(conns bool) EngineStats {
 	st := EngineStats{Provider: e.Prov.Name(), Device: e.Name(), Port: e.Port.Port, Pool: PoolStats(e.Pool.Stats())}
 	e.retired.mu.Lock()
 	for _, ep := range e.Endpoints() {
-		c := (*conn)(ep.(*endpoint))
+		c := (*conn)(ep.(*rc.Conn).Shell().(*shell))
 		cs := c.api.Stats()
 		st.Conns++
 		st.Total.add(cs)
 		if conns {
-			st.Connections = append(st.Connections, ConnEntry{Local: addrString(c.local), Remote: addrString(c.remote), Stats: cs})
+			st.Connections = append(st.Connections, ConnEntry{Local: addrString(c.local), Remote: addrString(c.rc.Remote), Stats: cs})
 		}
 	}
 	st.Closed = e.retired.st
@@ -505,3 +459,7 @@ func addrString(a interface{ String() string }) string {
 	}
 	return a.String()
 }
+
+// The counters by status of rc.Counters are ConnStats' by
+// CompletionStatus: the compiler checks that their lengths agree.
+var _ [CompletionStatuses]uint64 = rc.CounterValues{}.SendFail

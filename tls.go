@@ -94,7 +94,7 @@ func WithAcceptCheck(check func(PeerInfo) error) ListenOption {
 // verified chains; ok is false without TLS, and on connections set up
 // through rdma_cm.
 func (c *Conn) ConnectionState() (state tls.ConnectionState, ok bool) {
-	tc, ok := c.ctl.Conn().(*tls.Conn)
+	tc, ok := c.rc.Ctl.Conn().(*tls.Conn)
 	if !ok {
 		return tls.ConnectionState{}, false
 	}

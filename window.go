@@ -34,7 +34,7 @@ func recvWindow(recvCap, rqDepth int) int { return max(0, recvCap-rc.ReturnBatch
 // messages this side may have sent that the peer's Recv has not taken
 // yet and still never wait for a receive. Zero when the peer did not say
 // (an rdma_cm peer that is not go-rdma, or of a version before v0.2.0).
-func (c *Conn) SendWindow() int { return int(c.peer.RecvWindow) }
+func (c *Conn) SendWindow() int { return int(c.rc.Peer.RecvWindow) }
 
 // Credited reports whether the connection sends a message only when the
 // peer has a receive for it (credits, the default): a sender that
@@ -43,4 +43,4 @@ func (c *Conn) SendWindow() int { return int(c.peer.RecvWindow) }
 // at most SendWindow messages unread by the peer, or a message may find
 // no receive, which the device retries (RNR) or, on iWARP, which has no
 // RNR retry, ends the connection.
-func (c *Conn) Credited() bool { return c.cm == nil }
+func (c *Conn) Credited() bool { return c.rc.CM == nil }

@@ -57,10 +57,10 @@ func TestRecvWindow(t *testing.T) {
 					t.Fatal(err)
 				}
 				f.Buffer().Release()
-				s.rq.Mutex().Lock()
-				o, h, k := s.cr.Counts()
+				s.rc.RQ.Mutex().Lock()
+				o, h, k := s.rc.Grants.Counts()
 				out, held, taken := int(o), int(h), int(k)
-				s.rq.Mutex().Unlock()
+				s.rc.RQ.Mutex().Unlock()
 				if out+held+taken != depth {
 					t.Fatalf("after %d messages: %d credits out, %d messages held, %d taken: want %d in all", i+1, out, held, taken, depth)
 				}

@@ -37,7 +37,7 @@ import (
 //
 // Each side's Owner queues its control jobs (Later) and the frames it
 // writes (WriteControl); steps of the rig run the jobs and deliver the
-// frames one at a time, in order, to the method the root's readControl
+// frames one at a time, in order, to the method Conn.ReadControl
 // calls. A credit WRITE (an OpWrite to the sender's credit word) lands
 // in the sender's word in a step, and completes in a later one
 // (Grants.CreditWritten). The sender's idle timer, the SRQ's retry and
@@ -1129,7 +1129,7 @@ func (c *propConn) runRecvJob() {
 }
 
 // deliverToRecv hands the oldest frame from the sender to the receiver,
-// as readControl does.
+// as Conn.ReadControl does.
 func (c *propConn) deliverToRecv() {
 	f := c.sside.out[0]
 	c.sside.out = c.sside.out[1:]
@@ -1191,7 +1191,7 @@ func (c *propConn) runSenderJob() {
 }
 
 // deliverToSender hands the oldest frame from the receiver to the
-// sender, as readControl does.
+// sender, as Conn.ReadControl does.
 func (c *propConn) deliverToSender() {
 	f := c.rside.out[0]
 	c.rside.out = c.rside.out[1:]

@@ -28,3 +28,7 @@ func (q *SendQueue) IdleArmed() bool {
 	defer q.postMu.Unlock()
 	return q.idleArmed
 }
+
+// AwaitsVerdict reports whether the connection's completions wait for
+// the control channel's word on why the peer went.
+func (c *Conn) AwaitsVerdict() bool { return c.vd.holding.Load() }

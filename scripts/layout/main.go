@@ -25,6 +25,7 @@ import (
 // records are the calls and fields that record an outstanding WR.
 var records = map[string]bool{
 	"ops.Add": true, "ops.Take": true, "life.AddInflight": true, "sent.push": true,
+	"Ops.Add": true, "Ops.Take": true, "Life.AddInflight": true,
 	"sent.popFront": true, "sent.popBack": true, "completed.Add": true, "heldOps.Store": true,
 }
 
@@ -41,10 +42,18 @@ var parts = map[string][]string{
 	"life": {"rc/life.go"},
 	"rq":   {"rc/receiver.go"},
 	"ctl":  {"rc/control.go"},
-	"vd":   {"verdict.go"},
+	"vd":   {"rc/verdict.go"},
 	"iw":   {"iwarp.go"},
 	"rg":   {"rc/regions.go"},
-	"ops":  {"completion.go", "rc/ops.go"},
+	"ops":  {"rc/ops.go"},
+	// The same parts as rc.Conn's fields name them.
+	"SQ":      {"rc/sendq.go", "rc/sendwait.go", "rc/combine.go", "rc/sendcredit.go", "rc/revoked.go"},
+	"Grants":  {"rc/grants.go"},
+	"Life":    {"rc/life.go"},
+	"RQ":      {"rc/receiver.go"},
+	"Ctl":     {"rc/control.go"},
+	"Regions": {"rc/regions.go"},
+	"Ops":     {"rc/ops.go"},
 }
 
 // mutators are the methods that write a field (atomics, locks excluded).

@@ -1,4 +1,4 @@
-package rdma
+package rc
 
 import (
 	"sync"
@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/go-rdma/rdma/internal/pool"
-	"github.com/go-rdma/rdma/internal/rc"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -39,7 +38,7 @@ type verdict struct {
 // heldWC is a completion waiting for the verdict: of an op of the
 // connection's table, or of a receive of the SRQ (pb).
 type heldWC struct {
-	o  rc.Op
+	o  Op
 	pb *pool.Buffer
 	wc verbs.WorkCompletion
 }
@@ -54,10 +53,10 @@ func peerQPFailed(st verbs.WCStatus) bool {
 // verdict when the connection waits for one, or starts waiting when the
 // completion says the peer's queue pair failed and the control channel
 // has not spoken yet. It reports whether it kept it. It runs on a poller.
-func (c *conn) holdForVerdict(o *rc.Op, pb *pool.Buffer, wc *verbs.WorkCompletion) bool {
+func (c *Conn) holdForVerdict(o *Op, pb *pool.Buffer, wc *verbs.WorkCompletion) bool {
 	if !c.vd.holding.Load() {
-		if wc.Status == verbs.WCSuccess || !peerQPFailed(wc.Status) || c.ctl.Conn() == nil || c.life.Err() != nil ||
-			c.life.CloseHeard() || !c.vd.holding.CompareAndSwap(false, true) {
+		if wc.Status == verbs.WCSuccess || !peerQPFailed(wc.Status) || c.Ctl.Conn() == nil || c.Life.Err() != nil ||
+			c.Life.CloseHeard() || !c.vd.holding.CompareAndSwap(false, true) {
 			return false
 		}
 		go c.awaitVerdict()
@@ -77,19 +76,19 @@ func (c *conn) holdForVerdict(o *rc.Op, pb *pool.Buffer, wc *verbs.WorkCompletio
 
 // awaitVerdict waits for the control channel's word, fails the
 // connection with it, and hands the held completions on in order.
-func (c *conn) awaitVerdict() {
+func (c *Conn) awaitVerdict() {
 	t := time.NewTimer(verdictBound)
 	select {
 	case <-c.ctx.Done(): // failed: an abort's reason, the socket's end, a close here
-	case <-c.ctl.Done():
-	case <-c.ctl.Heard(): // the peer closed in order
+	case <-c.Ctl.Done():
+	case <-c.Ctl.Heard(): // the peer closed in order
 	case <-t.C:
 	}
 	t.Stop()
-	if c.life.CloseHeard() {
-		c.fail(c.life.PeerClosedErr())
+	if c.Life.CloseHeard() {
+		c.Fail(c.Life.PeerClosedErr())
 	}
-	c.fail(c.life.PeerLostErr()) // nothing if it failed already
+	c.Fail(c.Life.PeerLostErr()) // nothing if it failed already
 	for {
 		c.vd.mu.Lock()
 		held := c.vd.held
@@ -103,7 +102,7 @@ func (c *conn) awaitVerdict() {
 		for i := range held {
 			h := &held[i]
 			if h.pb != nil {
-				c.rq.OnSharedRecv(h.pb, &h.wc)
+				c.RQ.OnSharedRecv(h.pb, &h.wc)
 			} else {
 				c.complete(&h.o, &h.wc)
 			}

@@ -1,4 +1,4 @@
-package rdma
+package rc
 
 import (
 	"errors"
@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/go-rdma/rdma/internal/ibv"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -37,19 +36,19 @@ func TestCompletionErrClass(t *testing.T) {
 		{verbs.WCRemInvReqErr, false, nil},
 		{verbs.WCLocProtErr, false, nil},
 	} {
-		c := &conn{remote: remote}
-		c.life.Init(remote)
+		c := &Conn{Remote: remote, shell: wcShell{}}
+		c.Life.Init(remote)
 		if tc.cm {
-			c.cm = &ibv.CMID{}
+			c.CM = fakeCM{}
 		}
 		err := c.completionErr(&verbs.WorkCompletion{Status: tc.status, Opcode: verbs.WCSend, WRID: 9})
 		for _, sentinel := range []error{ErrPeerLost, ErrPeerClosed} {
 			assert.Equal(t, tc.want == sentinel, errors.Is(err, sentinel), "%v (cm %v): %v is %v", tc.status, tc.cm, err, sentinel)
 		}
 		assert.True(t, strings.Contains(err.Error(), remote.String()), "%v: %v does not name the peer", tc.status, err)
-		var ce *CompletionError
+		var ce *verbs.WCError
 		require.True(t, errors.As(err, &ce), "%v: %v", tc.status, err)
-		assert.Equal(t, tc.status.String(), ce.Status)
+		assert.Equal(t, tc.status, ce.Status)
 	}
 }
 
@@ -59,12 +58,28 @@ func TestCompletionErrClass(t *testing.T) {
 func TestCompletionErrAfterPeerClose(t *testing.T) {
 	remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7471}
 	for _, st := range []verbs.WCStatus{verbs.WCWRFlushErr, verbs.WCRetryExcErr, verbs.WCRemOpErr, verbs.WCRemAccessErr} {
-		c := &conn{remote: remote}
-		c.life.Init(remote)
-		c.life.HearClose()
+		c := &Conn{Remote: remote, shell: wcShell{}}
+		c.Life.Init(remote)
+		c.Life.HearClose()
 		err := c.completionErr(&verbs.WorkCompletion{Status: st, Opcode: verbs.WCRecv, WRID: 9})
 		assert.Equal(t, "rdma: peer 127.0.0.1:7471: peer closed the connection", err.Error(), "%v", st)
 		assert.ErrorIs(t, err, ErrPeerClosed)
 		assert.NotErrorIs(t, err, ErrPeerLost)
 	}
 }
+
+// wcShell is a Shell whose completion errors are the verbs' own.
+type wcShell struct{}
+
+func (wcShell) Handle()       {}
+func (wcShell) Ended(error)   {}
+func (wcShell) Retire() error { return nil }
+func (wcShell) CompletionError(wc *verbs.WorkCompletion) error {
+	return &verbs.WCError{Status: wc.Status, Opcode: wc.Opcode, WRID: wc.WRID, QPN: wc.QPN}
+}
+
+// fakeCM is an rdma_cm connection that does nothing.
+type fakeCM struct{}
+
+func (fakeCM) Disconnect() error { return nil }
+func (fakeCM) Close() error      { return nil }
