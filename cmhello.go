@@ -70,7 +70,7 @@ type cmHello struct {
 // cmHelloFor is the hello of a connection of cfg: rdma_cm connections
 // keep their own receive queue of cfg.rqDepth receives.
 func cmHelloFor(cfg config) cmHello {
-	return cmHello{maxMsg: uint32(cfg.maxMsg), protocol: cfg.protocol, recvWindow: uint32(recvWindow(cfg.rqDepth, cfg.rqDepth))}
+	return cmHello{maxMsg: uint32(cfg.maxMsg), protocol: cfg.protocol, recvWindow: uint32(rc.RecvWindowFor(cfg.rqDepth, cfg.rqDepth))}
 }
 
 func (h cmHello) marshal() []byte {

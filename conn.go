@@ -2,11 +2,8 @@ package rdma
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"net"
-	"net/netip"
 	"runtime"
 
 	"github.com/go-rdma/rdma/internal/rc"
@@ -31,13 +28,12 @@ type Conn struct {
 // Conn, the API, embeds it; api is the Conn users hold, in the same
 // allocation.
 type conn struct {
-	api      Conn
-	rc       rc.Conn
-	eng      *engine
-	cfg      config // the connection's own settings (queue depths, sizes, limits)
-	local    net.Addr
-	gidIndex uint8
-	iw       iwarpSettle // the READ that settles an rdma_cm connection on iWARP (settleIWARP)
+	api   Conn
+	rc    rc.Conn
+	eng   *engine
+	cfg   config // the connection's own settings (queue depths, sizes, limits)
+	local net.Addr
+	iw    iwarpSettle // the READ that settles an rdma_cm connection on iWARP (settleIWARP)
 }
 
 // Dial connects to a Listener at address ("host:port") over network
@@ -77,7 +73,7 @@ func dial(ctx context.Context, eng *engine, cfg config, address string) (*Conn, 
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
-	if eng, err = engineFor(eng, cfg, addrIP(tc.LocalAddr())); err != nil {
+	if eng, err = engineFor(eng, cfg, rc.AddrIP(tc.LocalAddr())); err != nil {
 		tc.Close()
 		return nil, &net.OpError{Op: "dial", Net: network, Addr: tc.RemoteAddr(), Err: err}
 	}
@@ -100,21 +96,6 @@ func dial(ctx context.Context, eng *engine, cfg config, address string) (*Conn, 
 	return c.public(), nil
 }
 
-func addrIP(a net.Addr) netip.Addr {
-	if ta, ok := a.(*net.TCPAddr); ok {
-		if ip, ok := netip.AddrFromSlice(ta.IP); ok {
-			return ip.Unmap()
-		}
-	}
-	return netip.Addr{}
-}
-
-func randPSN() uint32 {
-	var b [4]byte
-	rand.Read(b[:])
-	return binary.BigEndian.Uint32(b[:]) & 0xffffff
-}
-
 // newConn makes a connection on eng with its QP created (in RESET) and
 // room reserved in a CQ for every WR it can have outstanding. On error
 // nothing is left behind.
@@ -122,7 +103,7 @@ func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*c
 	c := &conn{eng: eng, cfg: cfg, local: local}
 	c.api.conn = c
 	rcfg := rc.Config{SendDepth: cfg.sqDepth, RecvDepth: cfg.rqDepth, SendLimit: cfg.sendQueueLimit(), MaxMsg: cfg.maxMsg,
-		Handled: cfg.handler != nil, MaxExpose: cfg.maxExpose, RegionLife: cfg.regionLife, CM: cfg.cm, Setup: cfg.setup}
+		Handled: cfg.handler != nil, MaxExpose: cfg.maxExpose, RegionLife: cfg.regionLife, CM: cfg.cm, Setup: cfg.setup, Protocol: cfg.protocol}
 	if err := c.rc.Init(eng.Engine, rcfg, ctrl, remote, (*shell)(c)); err != nil {
 		return nil, err
 	}

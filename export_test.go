@@ -85,7 +85,7 @@ func SlowControl(c *Conn) (release func()) {
 
 // AwaitsVerdict reports whether c's completions wait for the control
 // channel's word on why the peer went.
-func AwaitsVerdict(c *Conn) bool { return c.rc.AwaitsVerdict() }
+func AwaitsVerdict(c *Conn) bool { return rc.AwaitsVerdict(&c.rc) }
 
 // PoolDrained is closed once the pool c shares with its engine (its
 // Listener's, or its own for a dialed Conn) is closed and every slab is

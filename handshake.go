@@ -4,13 +4,11 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"time"
 
 	"github.com/go-rdma/rdma/internal/rc"
-	"github.com/go-rdma/rdma/internal/verbs"
 )
 
 // The out-of-band handshake runs over the TCP connection that Dial opens
@@ -36,7 +34,7 @@ func dialHandshake(ctx context.Context, eng *engine, cfg config, tc net.Conn) (*
 		tc.Close()
 		return nil, err
 	}
-	me, err := c.prepare()
+	me, err := c.rc.Prepare()
 	if err == nil {
 		err = rc.WriteHello(tc, &me)
 	}
@@ -55,10 +53,10 @@ func dialHandshake(ctx context.Context, eng *engine, cfg config, tc net.Conn) (*
 		err = rc.SameProtocol(cfg.protocol, peer, true)
 	}
 	if err == nil {
-		err = c.connect(br, &me, peer, release)
+		err = c.rc.Connect(br, &me, peer, release)
 	}
 	if err != nil {
-		c.abort()
+		c.rc.AbortSetup()
 		return nil, err
 	}
 	return c, nil
@@ -108,10 +106,10 @@ func acceptConn(eng *engine, cfg config, tc net.Conn, br *bufio.Reader, peer *rc
 		tc.Close()
 		return nil, err
 	}
-	me, err := c.prepare()
+	me, err := c.rc.Prepare()
 	if err != nil {
 		rc.WriteRefusal(tc, err.Error())
-		c.abort()
+		c.rc.AbortSetup()
 		return nil, err
 	}
 	_, err = tc.Write([]byte{rc.AnswerAccept})
@@ -120,10 +118,10 @@ func acceptConn(eng *engine, cfg config, tc net.Conn, br *bufio.Reader, peer *rc
 	}
 	if err == nil {
 		waiting()
-		err = c.connect(br, &me, peer, release)
+		err = c.rc.Connect(br, &me, peer, release)
 	}
 	if err != nil {
-		c.abort()
+		c.rc.AbortSetup()
 		return nil, err
 	}
 	return c, nil
@@ -155,71 +153,4 @@ func bound(ctx context.Context, tc net.Conn, d time.Duration) (release func() bo
 		})
 		return ok
 	}
-}
-
-// prepare moves the new QP to INIT, posts its receives and returns the
-// hello that describes it.
-func (c *conn) prepare() (rc.Hello, error) {
-	eng, cfg := c.eng, c.cfg
-	if err := c.rc.QP.ToInit(verbs.InitAttr{Port: eng.Port.Port, Access: verbs.Access(RemoteRead | RemoteWrite | RemoteAtomic)}); err != nil {
-		return rc.Hello{}, err
-	}
-	if err := c.rc.RQ.PostReceives(); err != nil {
-		return rc.Hello{}, err
-	}
-	if err := c.rc.MakeCreditWord(); err != nil {
-		return rc.Hello{}, err
-	}
-	gid, err := eng.GIDFor(addrIP(c.rc.Ctl.Conn().LocalAddr()))
-	if err != nil {
-		return rc.Hello{}, err
-	}
-	c.gidIndex = uint8(gid.Index)
-	me := rc.Hello{QPN: c.rc.QP.QPN(), PSN: randPSN(), LID: eng.Port.LID, MTU: uint8(eng.Port.ActiveMTU), GID: gid.GID,
-		RecvDepth: uint32(c.recvCap()), MaxMsg: uint32(cfg.maxMsg), RecvWindow: uint32(c.api.RecvWindow())}
-	copy(me.Protocol[:], cfg.protocol)
-	if mr := c.rc.Grants.Word().MR(); mr != nil {
-		me.CreditAddr, me.CreditRKey = mr.Addr(), mr.RKey()
-	}
-	if me.MTU == 0 {
-		me.MTU = uint8(verbs.MTU1024)
-	}
-	copy(me.Provider[:], eng.Prov.Name())
-	return me, nil
-}
-
-// connect moves the QP to RTS towards peer, then both sides send one
-// ready byte, so neither sends before the other's receives are posted;
-// then the control channel starts.
-func (c *conn) connect(br *bufio.Reader, me, peer *rc.Hello, release func() bool) error {
-	eng := c.eng
-	c.rc.Peer = *peer
-	// No credits yet: the first message asks for them (the send queue's ask).
-	mtu := verbs.MTU(min(me.MTU, peer.MTU))
-	if err := c.rc.QP.ToRTR(verbs.RTRAttr{PathMTU: mtu, DestQPN: peer.QPN, RQPSN: peer.PSN,
-		Dest: verbs.Address{Port: eng.Port.Port, LID: peer.LID, GID: peer.GID, SGIDIndex: c.gidIndex}, MinRNRTimer: 12}); err != nil {
-		return err
-	}
-	if err := c.rc.QP.ToRTS(verbs.RTSAttr{SQPSN: me.PSN, Timeout: 14, RetryCount: 7, RNRRetry: 7}); err != nil {
-		return err
-	}
-	var ready [1]byte
-	if _, err := c.rc.Ctl.Conn().Write(ready[:]); err != nil {
-		return err
-	}
-	if _, err := io.ReadFull(br, ready[:]); err != nil {
-		return rc.HandshakeReadErr("ready", err, true)
-	}
-	if !release() {
-		return fmt.Errorf("rdma: handshake with %v: %w", c.rc.Remote, context.Canceled)
-	}
-	c.logConnected()
-	go c.rc.ReadControl(br)
-	return nil
-}
-
-// abort tears down a connection whose handshake failed.
-func (c *conn) abort() {
-	c.rc.Ctl.End()
-	c.rc.Teardown()
 }

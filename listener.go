@@ -82,7 +82,7 @@ func listen(eng *engine, cfg config, address string) (*Listener, error) {
 	if err != nil {
 		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
 	}
-	if eng, err = engineFor(eng, cfg, addrIP(ln.Addr())); err != nil {
+	if eng, err = engineFor(eng, cfg, rc.AddrIP(ln.Addr())); err != nil {
 		ln.Close()
 		return nil, &net.OpError{Op: "listen", Net: network, Addr: ln.Addr(), Err: err}
 	}

@@ -11,6 +11,9 @@ import (
 // API.
 type shell conn
 
+// Connected counts and logs a connection that is up.
+func (s *shell) Connected() { (*conn)(s).logConnected() }
+
 // Ended counts and logs the end of the connection, with its first
 // error.
 func (s *shell) Ended(err error) {

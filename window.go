@@ -1,7 +1,5 @@
 package rdma
 
-import "github.com/go-rdma/rdma/internal/rc"
-
 // This file holds what a protocol built on a Conn (the stream package,
 // or one of the user's own) needs to know of its flow control: its
 // queue depths and how many messages each side may have in flight
@@ -24,11 +22,7 @@ func (l *Listener) QueueDepth() (send, recv int) { return l.cfg.sqDepth, l.cfg.r
 // unread by the receiver's Recv never waits for a credit, and, on a
 // connection without credits (Credited), never sends into an empty
 // receive queue. It is told to the peer in the hello (SendWindow).
-func (c *Conn) RecvWindow() int { return recvWindow(c.recvCap(), c.cfg.rqDepth) }
-
-// recvWindow is RecvWindow for a connection that keeps recvCap
-// receives and returns them in batches (returnBatch).
-func recvWindow(recvCap, rqDepth int) int { return max(0, recvCap-rc.ReturnBatch(rqDepth)+1) }
+func (c *Conn) RecvWindow() int { return c.rc.RecvWindow() }
 
 // SendWindow is the peer's RecvWindow, as its hello said: how many
 // messages this side may have sent that the peer's Recv has not taken

@@ -20,7 +20,7 @@ import (
 // poller.
 func (c *Conn) Complete(wc *verbs.WorkCompletion) {
 	o, ok := c.Ops.Take(wc.WRID)
-	if !ok || c.holdForVerdict(&o, nil, wc) {
+	if !ok || c.vd.mayHold(wc) && c.holdForVerdict(&o, nil, wc) {
 		return
 	}
 	c.complete(&o, wc)
@@ -29,7 +29,7 @@ func (c *Conn) Complete(wc *verbs.WorkCompletion) {
 // Received hands a message that took a receive of the SRQ on the
 // connection's QP to its receive side. It runs on a poller.
 func (c *Conn) Received(pb *pool.Buffer, wc *verbs.WorkCompletion) {
-	if !c.holdForVerdict(nil, pb, wc) {
+	if !c.vd.mayHold(wc) || !c.holdForVerdict(nil, pb, wc) {
 		c.RQ.OnSharedRecv(pb, wc)
 	}
 }

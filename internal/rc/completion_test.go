@@ -72,6 +72,7 @@ func TestCompletionErrAfterPeerClose(t *testing.T) {
 type wcShell struct{}
 
 func (wcShell) Handle()       {}
+func (wcShell) Connected()    {}
 func (wcShell) Ended(error)   {}
 func (wcShell) Retire() error { return nil }
 func (wcShell) CompletionError(wc *verbs.WorkCompletion) error {

@@ -46,16 +46,17 @@ type Conn struct {
 	// own is told to the peer, and its end is the API's to log.
 	Up atomic.Bool
 
-	cfg     Config
-	shell   Shell
-	ctx     context.Context // ends when the connection fails or closes
-	cancel  context.CancelFunc
-	done    chan struct{} // Done: ended, and every message that arrived delivered
-	told    atomic.Bool   // the peer was told of a failure of our own (tellPeer)
-	telling sync.WaitGroup
-	tellMu  sync.Mutex // orders telling.Add before teardown's Wait
-	untold  bool       // teardown waits for the telling: start none; under tellMu
-	vd      verdict    // completions waiting for the control channel's word
+	cfg      Config
+	shell    Shell
+	gidIndex uint8           // the GID it speaks from (Prepare)
+	ctx      context.Context // ends when the connection fails or closes
+	cancel   context.CancelFunc
+	done     chan struct{} // Done: ended, and every message that arrived delivered
+	told     atomic.Bool   // the peer was told of a failure of our own (tellPeer)
+	telling  sync.WaitGroup
+	tellMu   sync.Mutex // orders telling.Add before teardown's Wait
+	untold   bool       // teardown waits for the telling: start none; under tellMu
+	vd       verdict    // completions waiting for the control channel's word
 
 	quiesceOnce sync.Once
 	closeOnce   sync.Once
@@ -72,15 +73,17 @@ type Config struct {
 	RegionLife           time.Duration
 	CM                   bool          // set up through rdma_cm: its own receives, no credits
 	Setup                time.Duration // the handshake's bound
+	Protocol             string        // the application protocol its hello names
 }
 
 // Shell is what the API layer does for a connection: count and log its
-// end, make the public error of a failed completion, run its
-// RecvHandler (Handle, on the engine's workers), and, at the teardown,
-// release what the API made for it and fold its counters into the
-// engine's (Retire).
+// start and its end, make the public error of a failed completion, run
+// its RecvHandler (Handle, on the engine's workers), and, at the
+// teardown, release what the API made for it and fold its counters
+// into the engine's (Retire).
 type Shell interface {
 	ieng.Handler
+	Connected()
 	Ended(err error)
 	CompletionError(wc *verbs.WorkCompletion) error
 	Retire() error

@@ -31,4 +31,4 @@ func (q *SendQueue) IdleArmed() bool {
 
 // AwaitsVerdict reports whether the connection's completions wait for
 // the control channel's word on why the peer went.
-func (c *Conn) AwaitsVerdict() bool { return c.vd.holding.Load() }
+func AwaitsVerdict(c *Conn) bool { return c.vd.holding.Load() }

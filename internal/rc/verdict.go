@@ -49,6 +49,14 @@ func peerQPFailed(st verbs.WCStatus) bool {
 	return st == verbs.WCRetryExcErr || st == verbs.WCRemOpErr || st == verbs.WCRemAbortErr
 }
 
+// mayHold reports whether wc may have to wait for the verdict
+// (holdForVerdict): it failed, or others wait. A completion that
+// succeeded while none waits, the common case, goes its way at the cost
+// of one atomic load.
+func (v *verdict) mayHold(wc *verbs.WorkCompletion) bool {
+	return wc.Status != verbs.WCSuccess || v.holding.Load()
+}
+
 // holdForVerdict keeps the completion of o (or of an SRQ receive, pb) for the
 // verdict when the connection waits for one, or starts waiting when the
 // completion says the peer's queue pair failed and the control channel
