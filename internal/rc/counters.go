@@ -3,6 +3,7 @@ package rc
 import (
 	"math/bits"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-rdma/rdma/internal/verbs"
 )
@@ -120,3 +121,14 @@ func statusIndex(st verbs.WCStatus) int { return int(min(st, verbs.WCGeneralErr)
 func LatencyBucket(d int64) int {
 	return min(bits.Len64(uint64(max(d, 0))>>LatencyShift), LatencyBuckets-1)
 }
+
+// LatencySample is how often an operation's latency is measured: every
+// LatencySample-th send-side operation a connection issues.
+const LatencySample = 64
+
+// Nanotime reads the monotonic clock, in nanoseconds since the process
+// began plus one, so that a sampled op's start is never zero.
+func Nanotime() int64 { return int64(time.Since(clockBase)) + 1 }
+
+// clockBase is the origin of Nanotime.
+var clockBase = time.Now()

@@ -77,26 +77,6 @@ func NeedCredits(wrs []verbs.SendWR) int {
 	return n
 }
 
-// roomLocked reports whether wrs fit the send queue and the credits,
-// and asks the peer for credits when they are what is short. Caller
-// holds postMu.
-func (q *SendQueue) roomLocked(wrs []verbs.SendWR) bool {
-	if q.sqFree < len(wrs) || q.held {
-		return false
-	}
-	need := NeedCredits(wrs)
-	if q.credits >= need {
-		return true
-	}
-	if q.pullLocked(); q.credits >= need {
-		return true
-	}
-	if !q.asked && q.inBand {
-		q.asked, q.askNow = true, true // postUnlock queues the ask
-	}
-	return false
-}
-
 // askCredits tells the peer how many credits the messages waiting need.
 // It runs on the control worker. Credits given back before it looks
 // (OnRecall, idleCredits) go in a frame ahead of the ask, even when

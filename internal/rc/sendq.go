@@ -118,21 +118,6 @@ func (q *SendQueue) SetQP(qp verbs.QP, inline int, kick, drv *poller.Poller) {
 	q.qp, q.inline, q.kick, q.drv = qp, inline, kick, drv
 }
 
-// ClearSent forgets the posted WRs of a connection whose QP is gone (no
-// completion can come for them: the teardown resolves them) and stops
-// the idle timer. Posts check closing under postMu, so none is half
-// done.
-func (q *SendQueue) ClearSent() {
-	q.postMu.Lock()
-	q.sentMu.Lock()
-	q.sent.head, q.sent.size = 0, 0
-	q.sentMu.Unlock()
-	if q.idleTimer != nil {
-		q.idleTimer.Stop()
-	}
-	q.unlockPost()
-}
-
 // ErrQueueFull: the connection holds its WithSendQueueLimit of
 // operations issued and not completed; the post failed at once.
 var ErrQueueFull = errors.New("send queue full")
@@ -175,6 +160,46 @@ func (q *queuedPost) free() {
 	clear(q.ops)
 	clear(q.wrs)
 	queuedPool.Put(q)
+}
+
+// Submit posts one operation: at once when postMu is free, else through
+// the combining queue. An operation that fails at once has its Future
+// resolved.
+func (q *SendQueue) Submit(wr verbs.SendWR, sge verbs.SGE, o Op) {
+	if !q.postMu.TryLock() {
+		// Near the send queue limit, or on a connection that is
+		// ending, wait for the lock: a post past the limit, or after
+		// the end, fails at once, and the queue stays bounded. An
+		// inline operation waits too: its bytes are copied at the
+		// post, and the caller may change them once the call returns.
+		if !q.life.Ending() && wr.Flags&verbs.SendInline == 0 && q.heldOps.Load()+int64(q.cq.n.Load()) < int64(q.limit/2) {
+			q.cq.leave(postReq{wr: wr, sge: sge, op: o})
+			if !q.postMu.TryLock() {
+				return // the holder posts it (unlockPost)
+			}
+			q.postUnlock() // the holder had let go: post it ourselves
+			return
+		}
+		q.postMu.Lock()
+	}
+	if q.cq.n.Load() > 0 {
+		// Those who came first go first.
+		q.cq.leave(postReq{wr: wr, sge: sge, op: o})
+		q.postUnlock()
+		return
+	}
+	q.sge[0] = sge
+	wr.SGL = q.sge[:]
+	if o.N == 0 {
+		wr.SGL = nil
+	}
+	q.wr[0], q.op[0] = wr, o
+	err := q.submitLocked(q.wr[:], q.op[:])
+	q.wr[0], q.op[0] = verbs.SendWR{}, Op{}
+	q.postUnlock()
+	if err != nil {
+		o.Resolve(err, 0, 0)
+	}
 }
 
 // submitLocked posts the chain now, or queues it behind the chains that
@@ -409,6 +434,104 @@ func (q *SendQueue) doorbellLocked(wrs []verbs.SendWR) (int, error) {
 	return q.qp.PostSend(wrs)
 }
 
+// TakeCovered takes the send WRs a completion of id covers off the sent
+// ring, and finishes the unsignaled ones before it: a send queue
+// completes in order, so they completed successfully, or they would
+// have produced a completion of their own. It returns how many WRs the
+// completion covers, its own included. It runs on a poller.
+func (q *SendQueue) TakeCovered(id uint64) int {
+	q.sentMu.Lock()
+	k := 1
+	for q.sent.len() > 0 {
+		x := q.sent.popFront()
+		if x == id {
+			break
+		}
+		if p, ok := q.ops.Take(x); ok {
+			q.owner.Finish(&p, nil)
+			k++
+		}
+	}
+	q.sentMu.Unlock()
+	return k
+}
+
+// SubmitChain posts a chain (a Batch) as one: what was left in the
+// combining queue first, as it was issued first, then the chain, now or
+// queued behind what waits for room. On error nothing of the chain is
+// posted or queued and the ops' buffers are dropped.
+func (q *SendQueue) SubmitChain(wrs []verbs.SendWR, ops []Op) error {
+	q.postMu.Lock()
+	q.postCombinedLocked()
+	err := q.submitLocked(wrs, ops)
+	q.postUnlock()
+	return err
+}
+
+// roomLocked reports whether wrs fit the send queue and the credits,
+// and asks the peer for credits when they are what is short. Caller
+// holds postMu.
+func (q *SendQueue) roomLocked(wrs []verbs.SendWR) bool {
+	if q.sqFree < len(wrs) || q.held {
+		return false
+	}
+	need := NeedCredits(wrs)
+	if q.credits >= need {
+		return true
+	}
+	if q.pullLocked(); q.credits >= need {
+		return true
+	}
+	if !q.asked && q.inBand {
+		q.asked, q.askNow = true, true // postUnlock queues the ask
+	}
+	return false
+}
+
+// stampLatency marks every LatencySample-th op the connection submits
+// with its start time (Op.Start); the others cost the counter check.
+// Caller holds postMu.
+func (q *SendQueue) stampLatency(ops []Op) {
+	for i := range ops {
+		q.latencySeq++
+		if q.latencySeq%LatencySample == 0 {
+			ops[i].Start = Nanotime()
+		}
+	}
+}
+
+// ring is a fixed-size FIFO of wr_ids; it never allocates after newRing.
+type ring struct {
+	buf        []uint64
+	head, size int
+}
+
+func newRing(n int) ring { return ring{buf: make([]uint64, n)} }
+
+func (r *ring) len() int { return r.size }
+
+func (r *ring) push(id uint64) {
+	if r.size == len(r.buf) {
+		// Credits bound the WRs in flight by the ring's size, so this
+		// means a bug, not load.
+		panic("rdma: send ring overflow")
+	}
+	r.buf[(r.head+r.size)%len(r.buf)] = id
+	r.size++
+}
+
+func (r *ring) popFront() uint64 {
+	id := r.buf[r.head]
+	r.head = (r.head + 1) % len(r.buf)
+	r.size--
+	return id
+}
+
+func (r *ring) popBack() uint64 {
+	r.size--
+	return r.buf[(r.head+r.size)%len(r.buf)]
+}
+
 // PostCredit posts a WRITE of the credits given so far into the peer's
 // credit word (the caller started it, CreditWord.StartWrite; its
 // completion ends it, Grants.CreditWritten), in its room beyond the send depth. It never waits for
@@ -470,54 +593,4 @@ func (q *SendQueue) PostBeacon() bool {
 		return false
 	}
 	return true
-}
-
-// TakeCovered takes the send WRs a completion of id covers off the sent
-// ring, and finishes the unsignaled ones before it: a send queue
-// completes in order, so they completed successfully, or they would
-// have produced a completion of their own. It returns how many WRs the
-// completion covers, its own included. It runs on a poller.
-func (q *SendQueue) TakeCovered(id uint64) int {
-	q.sentMu.Lock()
-	k := 1
-	for q.sent.len() > 0 {
-		x := q.sent.popFront()
-		if x == id {
-			break
-		}
-		if p, ok := q.ops.Take(x); ok {
-			q.owner.Finish(&p, nil)
-			k++
-		}
-	}
-	q.sentMu.Unlock()
-	return k
-}
-
-// SubmitChain posts a chain (a Batch) as one: what was left in the
-// combining queue first, as it was issued first, then the chain, now or
-// queued behind what waits for room. On error nothing of the chain is
-// posted or queued and the ops' buffers are dropped.
-func (q *SendQueue) SubmitChain(wrs []verbs.SendWR, ops []Op) error {
-	q.postMu.Lock()
-	q.postCombinedLocked()
-	err := q.submitLocked(wrs, ops)
-	q.postUnlock()
-	return err
-}
-
-// DetachCreditWord takes the credit word's registration away from the
-// send queue (a late look at the word, by the idle timer, then finds
-// none) and returns it, for the teardown to close; nil when there is
-// none. The QP is closed: no WRITE of either side's can touch the word
-// any more, and none of ours is being made (postCreditLocked holds
-// inflight).
-func (q *SendQueue) DetachCreditWord() verbs.MR {
-	if q.cw == nil {
-		return nil
-	}
-	q.postMu.Lock()
-	mr := q.cw.detach()
-	q.unlockPost()
-	return mr
 }

@@ -3,12 +3,16 @@ package rc
 import (
 	"context"
 	"time"
+
+	"github.com/go-rdma/rdma/internal/verbs"
 )
 
-// Waiting for the send queue: fences and a close wait for what was
-// issued before them (WaitSent, Quiesce); a listener on iWARP holds its
-// sends until its dialer's go (Hold, Release); a failed connection fails
-// what waits (FailPending).
+// Waiting for the send queue, and its end: fences and a close wait for
+// what was issued before them (WaitSent, Quiesce); a listener on iWARP
+// holds its sends until its dialer's go (Hold, Release); a failed
+// connection fails what waits (FailPending); the teardown forgets what
+// was posted (ClearSent) and takes the credit word back
+// (DetachCreditWord).
 
 // WaitSent waits, until ctx ends, for every send-side WR issued before
 // the call to complete: the queued ones are posted (or fail) first, then
@@ -136,4 +140,35 @@ func (q *SendQueue) failPendingLocked(err error) {
 	}
 	q.pendingWRs = 0
 	q.notifyLocked()
+}
+
+// ClearSent forgets the posted WRs of a connection whose QP is gone (no
+// completion can come for them: the teardown resolves them) and stops
+// the idle timer. Posts check closing under postMu, so none is half
+// done.
+func (q *SendQueue) ClearSent() {
+	q.postMu.Lock()
+	q.sentMu.Lock()
+	q.sent.head, q.sent.size = 0, 0
+	q.sentMu.Unlock()
+	if q.idleTimer != nil {
+		q.idleTimer.Stop()
+	}
+	q.unlockPost()
+}
+
+// DetachCreditWord takes the credit word's registration away from the
+// send queue (a late look at the word, by the idle timer, then finds
+// none) and returns it, for the teardown to close; nil when there is
+// none. The QP is closed: no WRITE of either side's can touch the word
+// any more, and none of ours is being made (postCreditLocked holds
+// inflight).
+func (q *SendQueue) DetachCreditWord() verbs.MR {
+	if q.cw == nil {
+		return nil
+	}
+	q.postMu.Lock()
+	mr := q.cw.detach()
+	q.unlockPost()
+	return mr
 }
