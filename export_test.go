@@ -46,6 +46,8 @@ const (
 	CtrlRevoked = rc.CtrlRevoked
 	CtrlAbort   = rc.CtrlAbort
 	CtrlDeny    = rc.CtrlDeny
+	CtrlPing    = rc.CtrlPing
+	CtrlPong    = rc.CtrlPong
 )
 
 // RequestsInFlight counts c's RequestRegion calls waiting for an answer.
@@ -53,6 +55,10 @@ func RequestsInFlight(c *Conn) int {
 	n, _, _, _ := c.rc.Regions.Counts()
 	return n
 }
+
+// CutControl closes c's control socket under it, as the kernel of a
+// killed process does: no close or abort frame goes out.
+func CutControl(c *Conn) { c.rc.Ctl.Conn().Close() }
 
 // SendControl writes a raw control frame to c's peer, as a hostile peer
 // could.

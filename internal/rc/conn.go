@@ -106,7 +106,7 @@ func (c *Conn) Init(eng *ieng.Engine, cfg Config, ctrl net.Conn, remote net.Addr
 	c.Eng, c.cfg, c.Remote, c.shell, c.done = eng, cfg, remote, shell, make(chan struct{})
 	c.Life.Init(remote)
 	c.RQ.Init(cfg.MaxMsg, !cfg.CM, cfg.Handled, c.done, &c.Life, &c.Ops, &c.Grants, &c.SQ, c, eng.Pool)
-	c.Ctl.Init(ctrl, MaxRegionRequests+6, &c.Life, c)
+	c.Ctl.Init(ctrl, MaxRegionRequests+8, &c.Life, c)
 	slot, err := eng.AddEndpoint(c)
 	if err != nil {
 		eng.Release()

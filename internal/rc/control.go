@@ -1,10 +1,12 @@
 package rc
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -30,8 +32,9 @@ type Control struct {
 	deaf         atomic.Bool                   // tests: play a peer that reads its control frames and drops them
 	slow         atomic.Pointer[chan struct{}] // tests: the reader waits for it to close before each frame
 
-	life  *Life
-	owner Owner
+	life    *Life
+	owner   Owner
+	pongDue atomic.Bool // a CtrlPong is queued: pings meanwhile share it
 }
 
 // writeBound is how long a frame may take to go out. Frames are tiny,
@@ -52,7 +55,9 @@ func (c *Control) Conn() net.Conn { return c.conn }
 
 // Write writes a frame, even on a failed connection (answers and the
 // close handshake still go out while the socket is open). A frame cut in
-// half would corrupt the channel, so a failed write fails the connection.
+// half would corrupt the channel, so a failed write fails the connection:
+// with the peer's end when its socket is gone (reset, or a broken pipe),
+// as the reader would have found it, else with the write's error.
 func (c *Control) Write(typ byte, p []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -62,7 +67,17 @@ func (c *Control) Write(typ byte, p []byte) error {
 		if c.life.Err() != nil {
 			return c.life.ClosedErr()
 		}
-		err = fmt.Errorf("rdma: control channel to %v: %w", c.life.remote, err)
+		if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+			// The peer's socket is gone: its end, as the reader would
+			// see it (a write may see it first).
+			c.life.SetPeerClosed()
+			err = fmt.Errorf("%w (%w)", c.life.PeerLostErr(), err)
+			if c.life.CloseHeard() {
+				err = c.life.PeerClosedErr()
+			}
+		} else {
+			err = fmt.Errorf("rdma: control channel to %v: %w", c.life.remote, err)
+		}
 		c.owner.Fail(err)
 		return err
 	}
@@ -103,6 +118,18 @@ func (c *Control) Later(job func()) {
 	if c.working.CompareAndSwap(false, true) {
 		c.workers.Add(1)
 		go c.work()
+	}
+}
+
+// Pong answers the peer's CtrlPing on the control worker. Pings that
+// come while an answer is queued share it, so a peer's pings cost at
+// most one queued job.
+func (c *Control) Pong() {
+	if c.pongDue.CompareAndSwap(false, true) {
+		c.Later(func() {
+			c.pongDue.Store(false)
+			c.Write(CtrlPong, nil)
+		})
 	}
 }
 

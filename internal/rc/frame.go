@@ -29,6 +29,8 @@ const (
 	CtrlBack     = 13 // the sender gives back the n u32 credits it held: its asks before are void, an ask follows if messages wait
 	CtrlRecall   = 14 // the receiver asks for the credits the sender has no message for (others wait)
 	CtrlAbort    = 15 // the sender failed for a reason of its own: reason text (Abort)
+	CtrlPing     = 16 // the sender asks whether this side's process lives: a CtrlPong answers (the verdict)
+	CtrlPong     = 17 // answer to CtrlPing
 	MaxCtrl      = 1024
 )
 

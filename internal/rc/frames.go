@@ -105,6 +105,18 @@ func (c *Conn) ReadControl(r *bufio.Reader) {
 			c.onPeerAbort(p)
 		case CtrlCloseAck:
 			c.Ctl.AckClose()
+		case CtrlPing:
+			if len(p) != 0 {
+				c.ProtocolErr("malformed ping")
+			} else {
+				c.Ctl.Pong()
+			}
+		case CtrlPong:
+			if len(p) != 0 {
+				c.ProtocolErr("malformed pong")
+			} else {
+				c.vd.onPong()
+			}
 		default:
 			c.ProtocolErr("unknown control frame %d", typ)
 		}

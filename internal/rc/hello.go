@@ -31,7 +31,7 @@ const (
 	// MagicBytes start a hello.
 	MagicBytes = "GO-RDMA\x00"
 	// Version is the handshake's version: a peer of another is refused.
-	Version   = 8
+	Version   = 9
 	maxReason = 512
 )
 
