@@ -382,7 +382,11 @@ func (e *engine) stats(conns bool) EngineStats {
 	st := EngineStats{Provider: e.Prov.Name(), Device: e.Name(), Port: e.Port.Port, Pool: PoolStats(e.Pool.Stats())}
 	e.retired.mu.Lock()
 	for _, ep := range e.Endpoints() {
-		c := (*conn)(ep.(*endpoint))
+		ce, ok := ep.(*endpoint)
+		if !ok {
+			continue // a PacketConn's: its counters are its own (PacketStats)
+		}
+		c := (*conn)(ce)
 		cs := c.api.Stats()
 		st.Conns++
 		st.Total.add(cs)

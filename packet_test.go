@@ -1,0 +1,417 @@
+package rdma_test
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-rdma/rdma"
+)
+
+// packetEngine opens an engine for opts, closed when the test ends, on
+// which ListenPacket works: a device without UD queue pairs skips the
+// test naming the feature, except under RDMA_TEST_REQUIRE_DEVICE=1,
+// where the default device is rxe (which has UD) and a skip would hide a
+// failure.
+func packetEngine(t *testing.T, opts []rdma.Option) *rdma.Engine {
+	t.Helper()
+	e, err := rdma.OpenEngine(engineOpts(opts)...)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		assert.NoError(t, e.Close())
+		assert.Zero(t, e.PoolStats().BuffersInUse, "buffers of the engine's pool in use after every PacketConn closed")
+	})
+	p, err := e.ListenPacket("rdma", "127.0.0.1:0")
+	if errors.Is(err, rdma.ErrNotSupported) && os.Getenv("RDMA_TEST_REQUIRE_DEVICE") != "1" {
+		t.Skipf("device %s lacks UD queue pairs: %v", e.Device(), err)
+	}
+	require.NoError(t, err)
+	require.NoError(t, p.Close())
+	return e
+}
+
+// listenPacket opens a PacketConn on e at 127.0.0.1, closed when the
+// test ends.
+func listenPacket(t *testing.T, e *rdma.Engine, opts ...rdma.ConnOption) *rdma.PacketConn {
+	t.Helper()
+	p, err := e.ListenPacket("rdma", "127.0.0.1:0", opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, p.Close()) })
+	return p
+}
+
+// readWithin reads one datagram, failing the test after 10 s.
+func readWithin(t *testing.T, p *rdma.PacketConn, b []byte) (int, net.Addr) {
+	t.Helper()
+	require.NoError(t, p.SetReadDeadline(time.Now().Add(10*time.Second)))
+	n, a, err := p.ReadFrom(b)
+	require.NoError(t, err)
+	return n, a
+}
+
+// Rule: a datagram WriteTo sends to a PacketConn's address arrives whole,
+// ReadFrom reports the sender's ip:port (its LocalAddr), and a reply to
+// that address reaches the sender, which sees the replier's address.
+func TestPacketPingPong(t *testing.T) {
+	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
+		e := packetEngine(t, opts)
+		a, b := listenPacket(t, e), listenPacket(t, e)
+		assert.Equal(t, "rdma", a.LocalAddr().Network())
+		buf := make([]byte, 8192)
+		for i := range 20 {
+			msg := []byte(fmt.Sprintf("ping %d", i))
+			n, err := a.WriteTo(msg, b.LocalAddr())
+			require.NoError(t, err)
+			require.Equal(t, len(msg), n)
+			n, from := readWithin(t, b, buf)
+			require.Equal(t, string(msg), string(buf[:n]))
+			require.Equal(t, a.LocalAddr().String(), from.String(), "sender reported")
+			_, err = b.WriteTo([]byte("pong"), from)
+			require.NoError(t, err)
+			n, from = readWithin(t, a, buf)
+			require.Equal(t, "pong", string(buf[:n]))
+			require.Equal(t, b.LocalAddr().String(), from.String())
+		}
+		st := a.PacketStats()
+		assert.Equal(t, uint64(20), st.Sent)
+		assert.Equal(t, uint64(20), st.Received)
+		assert.Equal(t, uint64(1), st.Resolved, "a asked b's side channel once")
+		assert.Zero(t, b.PacketStats().Resolved, "b learnt a from its request")
+	})
+}
+
+// Rule: the package-level ListenPacket takes Dial's options, the
+// provider among them; WriteTo takes a *net.UDPAddr and what
+// ResolvePacketAddr returns; a network other than "rdma" is refused.
+func TestPacketListenAndAddresses(t *testing.T) {
+	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
+		packetEngine(t, opts) // skips where the device lacks UD
+		a, err := rdma.ListenPacket("rdma", "127.0.0.1:0", opts...)
+		require.NoError(t, err)
+		defer a.Close()
+		b, err := rdma.ListenPacket("rdma", "127.0.0.1:0", opts...)
+		require.NoError(t, err)
+		defer b.Close()
+		ua, err := net.ResolveUDPAddr("udp", b.LocalAddr().String())
+		require.NoError(t, err)
+		pa, err := rdma.ResolvePacketAddr(b.LocalAddr().String())
+		require.NoError(t, err)
+		assert.Equal(t, b.LocalAddr().String(), pa.String())
+		buf := make([]byte, 64)
+		for _, to := range []net.Addr{ua, pa} {
+			_, err := a.WriteTo([]byte("x"), to)
+			require.NoError(t, err, "WriteTo %T", to)
+			n, from := readWithin(t, b, buf)
+			assert.Equal(t, "x", string(buf[:n]))
+			assert.Equal(t, a.LocalAddr().String(), from.String())
+		}
+		_, err = a.WriteTo([]byte("x"), &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1})
+		assert.ErrorIs(t, err, rdma.ErrInvalid)
+		_, err = rdma.ListenPacket("udp", "127.0.0.1:0", opts...)
+		assert.ErrorIs(t, err, rdma.ErrInvalid)
+		_, err = rdma.ListenPacket("rdma", "127.0.0.1:0", append(opts, rdma.WithRDMACM())...)
+		assert.ErrorIs(t, err, rdma.ErrInvalid)
+	})
+}
+
+// Rule: deadlines work as net.PacketConn's: a past one fails ReadFrom and
+// WriteTo at once with a timeout wrapping os.ErrDeadlineExceeded, one set
+// while ReadFrom waits ends the wait, and clearing it makes the
+// PacketConn usable again.
+func TestPacketDeadlines(t *testing.T) {
+	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
+		e := packetEngine(t, opts)
+		a, b := listenPacket(t, e), listenPacket(t, e)
+		buf := make([]byte, 64)
+
+		require.NoError(t, b.SetReadDeadline(time.Now().Add(-time.Second)))
+		start := time.Now()
+		_, _, err := b.ReadFrom(buf)
+		requireTimeout(t, err)
+		assert.Less(t, time.Since(start), time.Second, "a past deadline fails at once")
+
+		require.NoError(t, a.SetWriteDeadline(time.Now().Add(-time.Second)))
+		_, err = a.WriteTo([]byte("x"), b.LocalAddr())
+		requireTimeout(t, err)
+		require.NoError(t, a.SetWriteDeadline(time.Time{}))
+
+		// A deadline set while ReadFrom waits (or just before it
+		// starts: either way it must end the call) ends the wait.
+		require.NoError(t, b.SetReadDeadline(time.Time{}))
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := b.ReadFrom(buf)
+			done <- err
+		}()
+		require.NoError(t, b.SetReadDeadline(time.Now().Add(20*time.Millisecond)))
+		select {
+		case err := <-done:
+			requireTimeout(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("ReadFrom still blocked 10 s after its deadline")
+		}
+
+		require.NoError(t, b.SetDeadline(time.Time{}))
+		_, err = a.WriteTo([]byte("again"), b.LocalAddr())
+		require.NoError(t, err)
+		n, _ := readWithin(t, b, buf)
+		assert.Equal(t, "again", string(buf[:n]))
+	})
+}
+
+func requireTimeout(t *testing.T, err error) {
+	t.Helper()
+	require.Error(t, err)
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	var ne net.Error
+	require.ErrorAs(t, err, &ne)
+	require.True(t, ne.Timeout(), "Timeout() of %v", err)
+	var oe *net.OpError
+	require.ErrorAs(t, err, &oe)
+}
+
+// Rule: Close unblocks a ReadFrom that waits, with an error wrapping
+// net.ErrClosed, and later calls fail the same way; Close is idempotent.
+func TestPacketCloseUnblocks(t *testing.T) {
+	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
+		e := packetEngine(t, opts)
+		p, err := e.ListenPacket("rdma", "127.0.0.1:0")
+		require.NoError(t, err)
+		other := listenPacket(t, e)
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := p.ReadFrom(make([]byte, 64))
+			done <- err
+		}()
+		require.NoError(t, p.Close())
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, net.ErrClosed)
+			var oe *net.OpError
+			require.ErrorAs(t, err, &oe)
+			assert.Equal(t, "read", oe.Op)
+		case <-time.After(10 * time.Second):
+			t.Fatal("ReadFrom still blocked 10 s after Close")
+		}
+		_, err = p.WriteTo([]byte("x"), other.LocalAddr())
+		require.ErrorIs(t, err, net.ErrClosed)
+		_, _, err = p.ReadFrom(make([]byte, 1))
+		require.ErrorIs(t, err, net.ErrClosed)
+		require.NoError(t, p.Close())
+	})
+}
+
+// Rule: a datagram of exactly MaxDatagram bytes arrives whole; one byte
+// more fails at WriteTo with an error wrapping ErrInvalid that names the
+// MTU, and nothing is sent.
+func TestPacketMTU(t *testing.T) {
+	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
+		e := packetEngine(t, opts)
+		a, b := listenPacket(t, e), listenPacket(t, e)
+		mtu := a.MaxDatagram()
+		require.Contains(t, []int{256, 512, 1024, 2048, 4096}, mtu)
+		big := make([]byte, mtu+1)
+		for i := range big {
+			big[i] = byte(i * 7)
+		}
+		_, err := a.WriteTo(big, b.LocalAddr())
+		require.ErrorIs(t, err, rdma.ErrInvalid)
+		assert.Contains(t, err.Error(), fmt.Sprintf("%d-byte MTU", mtu))
+		assert.Zero(t, a.PacketStats().Sent)
+		n, err := a.WriteTo(big[:mtu], b.LocalAddr())
+		require.NoError(t, err)
+		require.Equal(t, mtu, n)
+		buf := make([]byte, mtu+100)
+		n, _ = readWithin(t, b, buf)
+		require.Equal(t, mtu, n)
+		assert.Equal(t, big[:mtu], buf[:n])
+		// A buffer shorter than the datagram gets its first bytes, as
+		// with UDP.
+		_, err = a.WriteTo(big[:mtu], b.LocalAddr())
+		require.NoError(t, err)
+		n, _ = readWithin(t, b, buf[:10])
+		assert.Equal(t, 10, n)
+		assert.Equal(t, big[:10], buf[:10])
+	})
+}
+
+// Rule: datagrams from several senders to one receiver each report their
+// own sender; the receiver's replies reach each sender.
+func TestPacketManySenders(t *testing.T) {
+	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
+		e := packetEngine(t, opts)
+		const senders, each = 4, 40 // 160: below the default receive depth, so none is dropped
+		recv := listenPacket(t, e)
+		var ps []*rdma.PacketConn
+		for range senders {
+			ps = append(ps, listenPacket(t, e))
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, senders)
+		for i, p := range ps {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range each {
+					if _, err := p.WriteTo([]byte(fmt.Sprintf("%d %d", i, j)), recv.LocalAddr()); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		next := make([]int, senders)
+		from := make([]net.Addr, senders)
+		buf := make([]byte, 64)
+		for range senders * each {
+			n, a := readWithin(t, recv, buf)
+			var i, j int
+			_, err := fmt.Sscanf(string(buf[:n]), "%d %d", &i, &j)
+			require.NoError(t, err)
+			require.Equal(t, ps[i].LocalAddr().String(), a.String(), "sender of %q", buf[:n])
+			require.Equal(t, next[i], j, "datagrams of sender %d out of order", i)
+			next[i]++
+			from[i] = a
+		}
+		for i, p := range ps {
+			_, err := recv.WriteTo([]byte("reply"), from[i])
+			require.NoError(t, err)
+			n, a := readWithin(t, p, buf)
+			assert.Equal(t, "reply", string(buf[:n]))
+			assert.Equal(t, recv.LocalAddr().String(), a.String())
+		}
+		st := recv.PacketStats()
+		assert.Equal(t, uint64(senders*each), st.Received)
+		assert.Zero(t, st.DroppedQueueFull)
+		assert.Equal(t, senders, st.Peers)
+	})
+}
+
+// Rule: a receiver that falls behind drops what does not fit its queue
+// (UD's rule) and counts it; what it reads afterwards is whole and in
+// order.
+func TestPacketQueueFull(t *testing.T) {
+	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
+		e := packetEngine(t, opts)
+		const depth, sent = 8, 12
+		a := listenPacket(t, e)
+		b := listenPacket(t, e, rdma.WithQueueDepth(16, depth))
+		for i := range sent {
+			_, err := a.WriteTo([]byte{byte(i)}, b.LocalAddr())
+			require.NoError(t, err)
+			// One at a time, each received before the next is sent:
+			// a receive is posted again for each, so only the queue
+			// for ReadFrom can drop them (a datagram that finds no
+			// receive posted is dropped by the device, uncounted).
+			require.Eventually(t, func() bool { return b.PacketStats().Received == uint64(i+1) }, 10*time.Second, 100*time.Microsecond,
+				"datagram %d not received: %+v", i, b.PacketStats())
+		}
+		st := b.PacketStats()
+		assert.Equal(t, uint64(sent-depth), st.DroppedQueueFull, "%+v", st)
+		buf := make([]byte, 16)
+		for i := range depth {
+			n, _ := readWithin(t, b, buf)
+			require.Equal(t, 1, n)
+			require.Equal(t, byte(i), buf[0], "the first datagrams stay queued; the later ones are dropped")
+		}
+		require.NoError(t, b.SetReadDeadline(time.Now().Add(-time.Second)))
+		_, _, err := b.ReadFrom(buf)
+		requireTimeout(t, err)
+	})
+}
+
+// Rule: the side channel survives a hostile peer: datagrams too short,
+// too long, of the wrong magic, answers nobody asked for, and requests
+// that claim a GID other than their sender's are ignored and counted;
+// the PacketConn goes on working.
+func TestPacketHostileSideChannel(t *testing.T) {
+	e := packetEngine(t, []rdma.Option{rdma.WithProvider(rdma.ProviderSoft)})
+	a, b := listenPacket(t, e), listenPacket(t, e)
+	u, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	defer u.Close()
+	to, err := net.ResolveUDPAddr("udp", b.LocalAddr().String())
+	require.NoError(t, err)
+	valid := func(kind byte, gid [16]byte) []byte {
+		m := make([]byte, 64)
+		copy(m, "RDUD")
+		m[4], m[5] = 1, kind
+		m[16+2], m[16+3] = 0x12, 0x34 // QPN 0x1234
+		copy(m[24:40], gid[:])
+		m[40+1] = 1  // LID 1
+		m[42] = 0x10 // MTU 4096
+		return m
+	}
+	self := [16]byte{10: 0xff, 11: 0xff, 12: 127, 15: 1} // 127.0.0.1, mapped
+	other := [16]byte{10: 0xff, 11: 0xff, 12: 10, 15: 9} // 10.0.0.9: not the sender's
+	hostile := [][]byte{
+		{},
+		[]byte("RDUD"),
+		make([]byte, 63),
+		make([]byte, 64),
+		append(valid(1, self), 0), // 65 bytes
+		valid(2, self),            // an answer to no request
+		valid(1, other),           // a GID not the sender's
+		valid(3, self),            // an unknown kind
+		[]byte(strings.Repeat("x", 2000)),
+	}
+	for _, m := range hostile {
+		_, err := u.WriteTo(m, to)
+		require.NoError(t, err)
+	}
+	bad := valid(1, self)
+	bad[16] = 0xff // QPN 0xff001234: more than 24 bits
+	_, err = u.WriteTo(bad, to)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return b.PacketStats().Ignored == uint64(len(hostile)+1) }, 10*time.Second, time.Millisecond,
+		"ignored: %+v", b.PacketStats())
+	// A valid request is answered with as many bytes as it had.
+	_, err = u.WriteTo(valid(1, self), to)
+	require.NoError(t, err)
+	require.NoError(t, u.SetReadDeadline(time.Now().Add(10*time.Second)))
+	ans := make([]byte, 200)
+	n, _, err := u.ReadFrom(ans)
+	require.NoError(t, err)
+	assert.Equal(t, 64, n, "the answer is as long as the request")
+	assert.Equal(t, "RDUD", string(ans[:4]))
+	assert.Equal(t, byte(2), ans[5])
+	buf := make([]byte, 64)
+	_, err = a.WriteTo([]byte("still here"), b.LocalAddr())
+	require.NoError(t, err)
+	n, from := readWithin(t, b, buf)
+	assert.Equal(t, "still here", string(buf[:n]))
+	assert.Equal(t, a.LocalAddr().String(), from.String())
+}
+
+// Rule: WriteTo to an address where no PacketConn listens fails with a
+// clear error, within the write deadline when one is set.
+func TestPacketResolveFails(t *testing.T) {
+	e := packetEngine(t, []rdma.Option{rdma.WithProvider(rdma.ProviderSoft)})
+	a := listenPacket(t, e)
+	u, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}) // answers nothing
+	require.NoError(t, err)
+	defer u.Close()
+	require.NoError(t, a.SetWriteDeadline(time.Now().Add(200*time.Millisecond)))
+	_, err = a.WriteTo([]byte("x"), u.LocalAddr())
+	requireTimeout(t, err)
+	assert.Contains(t, err.Error(), "no answer from its side channel")
+	require.NoError(t, a.SetWriteDeadline(time.Time{}))
+	_, err = a.WriteTo([]byte("x"), u.LocalAddr())
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, os.ErrDeadlineExceeded)
+	assert.Contains(t, err.Error(), "no datagram endpoint")
+	assert.Equal(t, uint64(1), a.PacketStats().ResolveFailed)
+}
