@@ -415,3 +415,101 @@ func TestPacketResolveFails(t *testing.T) {
 	assert.Contains(t, err.Error(), "no datagram endpoint")
 	assert.Equal(t, uint64(1), a.PacketStats().ResolveFailed)
 }
+
+// Rule: an engine with a PacketConn on it still reports its stats (the
+// PacketConn is not a connection), and an empty datagram is a datagram.
+func TestPacketEngineStatsAndEmpty(t *testing.T) {
+	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
+		e := packetEngine(t, opts)
+		a, b := listenPacket(t, e), listenPacket(t, e)
+		st := e.Stats()
+		assert.Zero(t, st.Conns)
+		_, err := a.WriteTo(nil, b.LocalAddr())
+		require.NoError(t, err)
+		n, from := readWithin(t, b, make([]byte, 8))
+		assert.Zero(t, n)
+		assert.Equal(t, a.LocalAddr().String(), from.String())
+	})
+}
+
+// Rule: ReadFrom and WriteTo may be called from many goroutines at once
+// (under -race): every datagram is read once, whole.
+func TestPacketConcurrent(t *testing.T) {
+	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
+		e := packetEngine(t, opts)
+		a, b := listenPacket(t, e), listenPacket(t, e)
+		const writers, each = 4, 50 // 200: below the receive depth
+		var seen sync.Map
+		var wg sync.WaitGroup
+		for w := range writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range each {
+					_, err := a.WriteTo([]byte(fmt.Sprintf("%d/%d", w, i)), b.LocalAddr())
+					assert.NoError(t, err)
+				}
+			}()
+		}
+		errs := make(chan error, writers)
+		for range writers {
+			go func() {
+				buf := make([]byte, 32)
+				for range each {
+					n, _, err := b.ReadFrom(buf)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if _, dup := seen.LoadOrStore(string(buf[:n]), true); dup {
+						errs <- fmt.Errorf("%q read twice", buf[:n])
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		wg.Wait()
+		require.NoError(t, b.SetReadDeadline(time.Now().Add(10*time.Second)))
+		for range writers {
+			require.NoError(t, <-errs)
+		}
+		for w := range writers {
+			for i := range each {
+				_, ok := seen.Load(fmt.Sprintf("%d/%d", w, i))
+				require.True(t, ok, "datagram %d/%d never read", w, i)
+			}
+		}
+	})
+}
+
+// Rule: on an iWARP device (siw), which has no UD queue pairs,
+// ListenPacket fails with ErrNotSupported naming the transport.
+func TestVerbsIWARPPacketNotSupported(t *testing.T) {
+	ip0, _ := siwAddrs(t)
+	_, err := rdma.ListenPacket("rdma", ip0+":0")
+	require.ErrorIs(t, err, rdma.ErrNotSupported)
+	assert.Contains(t, err.Error(), "iWARP")
+	assert.Contains(t, err.Error(), "UD")
+}
+
+// Rule: Close gives back every buffer: the receives posted, the
+// datagrams no ReadFrom took, the sends in flight (the engine's cleanup
+// checks its pool).
+func TestPacketCloseReleases(t *testing.T) {
+	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
+		e := packetEngine(t, opts)
+		a := listenPacket(t, e)
+		b, err := e.ListenPacket("rdma", "127.0.0.1:0")
+		require.NoError(t, err)
+		for i := range 5 {
+			_, err := a.WriteTo([]byte{byte(i)}, b.LocalAddr())
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return b.PacketStats().Received == uint64(i+1) }, 10*time.Second, 100*time.Microsecond)
+		}
+		require.Positive(t, e.PoolStats().BuffersInUse)
+		require.NoError(t, b.Close())
+		require.NoError(t, a.Close())
+		assert.Zero(t, e.PoolStats().BuffersInUse, "buffers in use after Close")
+	})
+}
