@@ -513,3 +513,63 @@ func TestPacketCloseReleases(t *testing.T) {
 		assert.Zero(t, e.PoolStats().BuffersInUse, "buffers in use after Close")
 	})
 }
+
+// BenchmarkPacketPingPong is a 64-byte round trip between two
+// PacketConns of one engine, beside the same over UDP sockets on
+// loopback (soft only: the figure the issue compares).
+func BenchmarkPacketPingPong(b *testing.B) {
+	msg := make([]byte, 64)
+	pingPong := func(b *testing.B, a, c net.PacketConn, to net.Addr) {
+		buf := make([]byte, 128)
+		done := make(chan error, 1)
+		go func() {
+			for range b.N {
+				n, from, err := c.ReadFrom(buf)
+				if err == nil {
+					_, err = c.WriteTo(buf[:n], from)
+				}
+				if err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		rb := make([]byte, 128)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for range b.N {
+			if _, err := a.WriteTo(msg, to); err != nil {
+				b.Fatal(err)
+			}
+			if _, _, err := a.ReadFrom(rb); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("rdma", func(b *testing.B) {
+		e, err := rdma.OpenEngine(rdma.WithProvider(rdma.ProviderSoft))
+		require.NoError(b, err)
+		defer e.Close()
+		a, err := e.ListenPacket("rdma", "127.0.0.1:0")
+		require.NoError(b, err)
+		defer a.Close()
+		c, err := e.ListenPacket("rdma", "127.0.0.1:0")
+		require.NoError(b, err)
+		defer c.Close()
+		pingPong(b, a, c, c.LocalAddr())
+	})
+	b.Run("udp", func(b *testing.B) {
+		a, err := net.ListenPacket("udp", "127.0.0.1:0")
+		require.NoError(b, err)
+		defer a.Close()
+		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+		require.NoError(b, err)
+		defer c.Close()
+		pingPong(b, a, c, c.LocalAddr())
+	})
+}
