@@ -151,12 +151,16 @@ type Endpoint struct {
 	drained   chan struct{}
 	drainOnce sync.Once
 
-	// Receives posted: recvs[i] is the buffer of receive i, nil when not
-	// posted. unposted counts the nil ones Close has not caused.
+	// Receives posted: recvs[i] is the payload buffer of receive i, nil
+	// when not posted; its GRH goes to grhs[i*GRHSize:], a second SGE,
+	// so that the payload starts its buffer (RecvFrom hands it out as
+	// it is) and the buffer is of the MTU's size class, not the next.
+	// unposted counts the nil ones Close has not caused.
 	rmu      sync.Mutex
 	recvs    []*pool.Buffer
+	grhs     *pool.Buffer
 	rwr      [1]verbs.RecvWR
-	rsge     [1]verbs.SGE
+	rsge     [2]verbs.SGE
 	unposted atomic.Int32
 
 	// Datagrams waiting for ReadFrom: a ring of RecvDepth.
@@ -187,7 +191,7 @@ type Endpoint struct {
 }
 
 type datagram struct {
-	pb   *pool.Buffer // the GRH, then the payload
+	pb   *pool.Buffer // the payload
 	addr *Addr
 }
 
@@ -275,7 +279,7 @@ func (e *Endpoint) open(cfg Config) error {
 	if eng.Cfg.PollMode == poller.Adaptive {
 		e.kick = e.unit.P
 	}
-	qc := verbs.QPCap{MaxSendWR: cfg.SendDepth, MaxRecvWR: cfg.RecvDepth, MaxSendSGE: 1, MaxRecvSGE: 1}
+	qc := verbs.QPCap{MaxSendWR: cfg.SendDepth, MaxRecvWR: cfg.RecvDepth, MaxSendSGE: 1, MaxRecvSGE: 2}
 	if e.qp, err = eng.PD.CreateQP(verbs.QPInit{Type: verbs.UD, SendCQ: e.unit.CQ, RecvCQ: e.unit.CQ, Cap: qc}); err != nil {
 		return fmt.Errorf("rdma: create UD QP: %w", err)
 	}
@@ -294,6 +298,10 @@ func (e *Endpoint) open(cfg Config) error {
 func (e *Endpoint) postRecvs() error {
 	e.rmu.Lock()
 	defer e.rmu.Unlock()
+	var err error
+	if e.grhs, err = e.eng.Pool.Get(len(e.recvs) * verbs.GRHSize); err != nil {
+		return err
+	}
 	for i := range e.recvs {
 		if err := e.postRecvLocked(i); err != nil {
 			return err
@@ -302,13 +310,15 @@ func (e *Endpoint) postRecvs() error {
 	return nil
 }
 
-// postRecvLocked posts receive i: a buffer of the MTU and the GRH.
+// postRecvLocked posts receive i: its GRH slot, then a buffer of the
+// MTU.
 func (e *Endpoint) postRecvLocked(i int) error {
-	pb, err := e.eng.Pool.GetReceive(verbs.GRHSize + e.mtu)
+	pb, err := e.eng.Pool.GetReceive(e.mtu)
 	if err != nil {
 		return err
 	}
-	e.rsge[0] = verbs.SGE{Addr: pb.Addr(), Length: uint32(pb.Len()), LKey: pb.LKey()}
+	e.rsge[0] = verbs.SGE{Addr: e.grhs.Addr() + uint64(i*verbs.GRHSize), Length: verbs.GRHSize, LKey: e.grhs.LKey()}
+	e.rsge[1] = verbs.SGE{Addr: pb.Addr(), Length: uint32(pb.Len()), LKey: pb.LKey()}
 	e.rwr[0] = verbs.RecvWR{ID: e.slot.Base() | recvBit | uint64(i), SGL: e.rsge[:]}
 	e.recvs[i] = pb
 	e.posted.Add(1)
@@ -393,7 +403,7 @@ func (e *Endpoint) ReadFrom(p []byte) (int, *Addr, error) {
 			return 0, nil, os.ErrDeadlineExceeded
 		}
 		if dg, ok := e.pop(); ok {
-			n := copy(p, dg.pb.Bytes()[verbs.GRHSize:])
+			n := copy(p, dg.pb.Bytes())
 			dg.pb.Release()
 			e.repost()
 			return n, dg.addr, nil
@@ -582,9 +592,11 @@ func (e *Endpoint) completeSend(i int, wc *verbs.WorkCompletion) {
 }
 
 func (e *Endpoint) completeRecv(i int, wc *verbs.WorkCompletion) {
+	var grh [verbs.GRHSize]byte
 	e.rmu.Lock()
 	pb := e.recvs[i]
 	e.recvs[i] = nil
+	copy(grh[:], e.grhs.Bytes()[i*verbs.GRHSize:]) // before the repost lets the device write it again
 	if !e.closed.Load() && wc.Status != verbs.WCWRFlushErr {
 		if e.postRecvLocked(i) != nil {
 			e.unposted.Add(1)
@@ -600,14 +612,14 @@ func (e *Endpoint) completeRecv(i int, wc *verbs.WorkCompletion) {
 		return
 	}
 	e.st.received.Add(1)
-	n := int(wc.ByteLen)
-	if n < verbs.GRHSize || n > pb.Len() || wc.Flags&verbs.WCWithGRH == 0 {
+	n := int(wc.ByteLen) - verbs.GRHSize
+	if n < 0 || n > pb.Len() || wc.Flags&verbs.WCWithGRH == 0 {
 		e.st.badHeader.Add(1)
 		pb.Release()
 		return
 	}
 	pb.Filled(n)
-	g, err := verbs.ParseGRH(pb.Bytes())
+	g, err := verbs.ParseGRH(grh[:])
 	if err != nil {
 		e.st.badHeader.Add(1)
 		pb.Release()
@@ -695,6 +707,9 @@ func (e *Endpoint) teardown() error {
 			break
 		}
 		dg.pb.Release()
+	}
+	if e.grhs != nil && flushed {
+		e.grhs.Release()
 	}
 	e.peers.clear()
 	e.rdl.stop()
