@@ -1,10 +1,12 @@
 package rdma
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"time"
 
@@ -169,25 +171,85 @@ func (p *PacketConn) ReadFrom(b []byte) (int, net.Addr, error) {
 // (or the peer's) fails with an error wrapping ErrInvalid that names the
 // MTU.
 func (p *PacketConn) WriteTo(b []byte, addr net.Addr) (int, error) {
-	var a *ud.Addr
-	switch t := addr.(type) {
-	case *PacketAddr:
-		if t != nil {
-			a = t.a
-		}
-	case *net.UDPAddr:
-		if t != nil {
-			a = ud.NewAddr(t.AddrPort())
-		}
-	}
-	if a == nil {
-		return 0, p.opError("write", addr, fmt.Errorf("%w: address %v of type %T (want *rdma.PacketAddr or *net.UDPAddr)", ErrInvalid, addr, addr))
+	a, err := packetAddr(addr)
+	if err != nil {
+		return 0, p.opError("write", addr, err)
 	}
 	n, err := p.ep.WriteTo(b, a)
 	if err != nil {
 		return n, p.opError("write", addr, err)
 	}
 	return n, nil
+}
+
+// Alloc returns n bytes of registered memory, zero to its capacity,
+// from the pool of the PacketConn's engine, for SendTo.
+func (p *PacketConn) Alloc(n int) (*Buffer, error) {
+	if p.ep.Closed() {
+		return nil, p.opError("alloc", nil, ErrClosed)
+	}
+	return p.eng.alloc(n)
+}
+
+// SendTo sends src (a Buffer of the PacketConn's engine, or a Slice of
+// one) as one datagram to addr without copying it, as Conn.Send does:
+// src must not change until the Future resolves, which it does once the
+// datagram has left (as with UDP, nothing says it arrived). Finding a new
+// peer's route and waiting for room in the send queue happen before
+// SendTo returns, bounded by the write deadline; a failure there, and a
+// datagram over the MTU, resolve the Future with the error at once.
+func (p *PacketConn) SendTo(src Local, addr net.Addr) *Future {
+	pb, off, n, err := local(src)
+	if err != nil {
+		return newResolved(p.opError("write", addr, err))
+	}
+	a, err := packetAddr(addr)
+	if err != nil {
+		return newResolved(p.opError("write", addr, err))
+	}
+	f := newFuture(nil)
+	if err := p.ep.SendBuffer(pb, off, n, a, (*sendToFuture)(f)); err != nil {
+		f.resolve(p.opError("write", addr, err), 0, 0, false, nil, 0)
+	}
+	runtime.KeepAlive(src) // the handle's cleanup must not run before the post took its reference
+	return f
+}
+
+// sendToFuture is a Future as the datagram endpoint sees it (ud.SendDone).
+type sendToFuture Future
+
+// SendDone resolves SendTo's Future.
+func (f *sendToFuture) SendDone(err error, n int) { (*Future)(f).resolve(err, n, 0, false, nil, 0) }
+
+// RecvFrom takes the next datagram without a copy: its payload in a
+// Buffer of the engine's pool, which the caller must Release, and its
+// sender, as ReadFrom reports it. It waits for a datagram, the read
+// deadline, Close, or the end of ctx.
+func (p *PacketConn) RecvFrom(ctx context.Context) (*Buffer, net.Addr, error) {
+	pb, a, err := p.ep.Take(ctx)
+	if err != nil {
+		return nil, nil, p.opError("read", nil, err)
+	}
+	if ext := a.Ext(); ext != nil {
+		return newBuffer(pb), ext, nil
+	}
+	return newBuffer(pb), &PacketAddr{a: a}, nil
+}
+
+// packetAddr is the datagram endpoint's address for addr, a *PacketAddr
+// or a *net.UDPAddr.
+func packetAddr(addr net.Addr) (*ud.Addr, error) {
+	switch t := addr.(type) {
+	case *PacketAddr:
+		if t != nil && t.a != nil {
+			return t.a, nil
+		}
+	case *net.UDPAddr:
+		if t != nil {
+			return ud.NewAddr(t.AddrPort()), nil
+		}
+	}
+	return nil, fmt.Errorf("%w: address %v of type %T (want *rdma.PacketAddr or *net.UDPAddr)", ErrInvalid, addr, addr)
 }
 
 // Close closes the PacketConn: blocked and later ReadFrom and WriteTo

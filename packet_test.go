@@ -1,6 +1,7 @@
 package rdma_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -608,4 +609,91 @@ func TestVerbsPacketTwoDevices(t *testing.T) {
 	}
 	assert.Zero(t, b.PacketStats().Ignored)
 	assert.Zero(t, a.PacketStats().Ignored)
+}
+
+// Rule: the zero-copy path: SendTo sends a registered Buffer (or a Slice
+// of one) and its Future resolves once the datagram has left; RecvFrom
+// hands the datagram over in a pool Buffer with its sender, which the
+// caller releases; a buffer of another engine, a datagram over the MTU
+// and an end of the context fail as the copying calls do.
+func TestPacketZeroCopy(t *testing.T) {
+	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
+		e := packetEngine(t, opts)
+		a, b := listenPacket(t, e), listenPacket(t, e)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		src, err := a.Alloc(a.MaxDatagram() + 1)
+		require.NoError(t, err)
+		defer src.Release()
+		for i := range src.Bytes() {
+			src.Bytes()[i] = byte(i * 13)
+		}
+		f := a.SendTo(src, b.LocalAddr())
+		require.ErrorIs(t, f.Wait(ctx), rdma.ErrInvalid, "a datagram over the MTU")
+		f.Release()
+		whole, err := src.Slice(0, a.MaxDatagram())
+		require.NoError(t, err)
+		part, err := src.Slice(5, 100)
+		require.NoError(t, err)
+		for _, l := range []rdma.Local{whole, part} {
+			f := a.SendTo(l, b.LocalAddr())
+			require.NoError(t, f.Wait(ctx))
+			f.Release()
+			got, from, err := b.RecvFrom(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, a.LocalAddr().String(), from.String())
+			want := src.Bytes()[:a.MaxDatagram()]
+			if got.Len() == 100 {
+				want = src.Bytes()[5:105]
+			}
+			assert.Equal(t, want, got.Bytes())
+			require.NoError(t, got.Release())
+		}
+		// A reply to the address RecvFrom reported, read by ReadFrom.
+		three, err := src.Slice(0, 3)
+		require.NoError(t, err)
+		f = b.SendTo(three, a.LocalAddr())
+		require.NoError(t, f.Wait(ctx))
+		n, from := readWithin(t, a, make([]byte, 8))
+		assert.Equal(t, 3, n)
+		assert.Equal(t, b.LocalAddr().String(), from.String())
+
+		other, err := rdma.OpenEngine(engineOpts(opts)...)
+		require.NoError(t, err)
+		defer other.Close()
+		foreign, err := other.Alloc(8)
+		require.NoError(t, err)
+		defer foreign.Release()
+		require.ErrorIs(t, a.SendTo(foreign, b.LocalAddr()).Wait(ctx), rdma.ErrInvalid, "a buffer of another engine")
+
+		short, cancelShort := context.WithCancel(ctx)
+		cancelShort()
+		_, _, err = b.RecvFrom(short)
+		require.ErrorIs(t, err, context.Canceled)
+		require.NoError(t, a.Close())
+		_, err = a.Alloc(8)
+		require.ErrorIs(t, err, net.ErrClosed)
+		require.ErrorIs(t, a.SendTo(src, b.LocalAddr()).Wait(ctx), net.ErrClosed)
+	})
+}
+
+// Rule: a WriteTo and the ReadFrom of its datagram allocate nothing on
+// soft once the peer is known: ReadFrom hands out the address it made
+// once for the peer.
+func TestPacketAllocs(t *testing.T) {
+	e := packetEngine(t, []rdma.Option{rdma.WithProvider(rdma.ProviderSoft)})
+	a, b := listenPacket(t, e), listenPacket(t, e)
+	msg, buf := make([]byte, 64), make([]byte, 128)
+	to := b.LocalAddr()
+	round := func() {
+		if _, err := a.WriteTo(msg, to); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := b.ReadFrom(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	round() // resolves b
+	allocs := testing.AllocsPerRun(200, round)
+	assert.Less(t, allocs, 0.5, "allocations per datagram written and read")
 }

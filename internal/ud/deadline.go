@@ -60,7 +60,7 @@ func (d *deadline) stop() {
 	}
 }
 
-func isClosed(c chan struct{}) bool {
+func isClosed(c <-chan struct{}) bool {
 	select {
 	case <-c:
 		return true

@@ -31,6 +31,7 @@
 package ud
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -196,8 +197,18 @@ type datagram struct {
 }
 
 type sendSlot struct {
-	pb *pool.Buffer
-	ah *ahRef
+	pb   *pool.Buffer
+	ah   *ahRef
+	own  bool     // pb is the endpoint's copy (WriteTo), else a reference to the caller's (SendBuffer)
+	n    int      // the datagram's length
+	done SendDone // nil for WriteTo
+}
+
+// SendDone is told when a datagram SendBuffer posted has left: err is
+// nil, or why it could not be sent (a flush when the endpoint closed).
+// It runs on the engine's poller and must not block.
+type SendDone interface {
+	SendDone(err error, n int)
 }
 
 // recvBit marks a receive's wr_id; the low bits are its index.
@@ -357,6 +368,9 @@ func (e *Endpoint) LocalAddr() *Addr { return e.local }
 // fill the MTU).
 func (e *Endpoint) MaxDatagram() int { return e.mtu }
 
+// Closed reports whether Close was called.
+func (e *Endpoint) Closed() bool { return e.closed.Load() }
+
 // QPN is the endpoint's UD QP number.
 func (e *Endpoint) QPN() uint32 { return e.qp.QPN() }
 
@@ -394,23 +408,53 @@ func (e *Endpoint) endErr() error {
 // ReadFrom takes the next datagram: it copies its payload into p (what
 // does not fit is lost, as with UDP) and reports its sender.
 func (e *Endpoint) ReadFrom(p []byte) (int, *Addr, error) {
+	dg, err := e.next(nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	n := copy(p, dg.pb.Bytes())
+	dg.pb.Release()
+	return n, dg.addr, nil
+}
+
+// Take takes the next datagram without a copy: its payload's buffer,
+// which the caller releases, and its sender. It waits for a datagram,
+// the read deadline, Close, or the end of ctx.
+func (e *Endpoint) Take(ctx context.Context) (*pool.Buffer, *Addr, error) {
+	dg, err := e.next(ctx.Done())
+	if err == errCanceled {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return dg.pb, dg.addr, nil
+}
+
+var errCanceled = errors.New("canceled")
+
+// next waits for the next datagram, the read deadline, Close, or cancel
+// (then it returns errCanceled).
+func (e *Endpoint) next(cancel <-chan struct{}) (datagram, error) {
 	for {
 		if err := e.endErr(); err != nil {
-			return 0, nil, err
+			return datagram{}, err
 		}
 		dl := e.rdl.wait()
 		if isClosed(dl) {
-			return 0, nil, os.ErrDeadlineExceeded
+			return datagram{}, os.ErrDeadlineExceeded
+		}
+		if isClosed(cancel) {
+			return datagram{}, errCanceled
 		}
 		if dg, ok := e.pop(); ok {
-			n := copy(p, dg.pb.Bytes())
-			dg.pb.Release()
 			e.repost()
-			return n, dg.addr, nil
+			return dg, nil
 		}
 		select {
 		case <-e.avail:
 		case <-dl:
+		case <-cancel:
 		case <-e.done:
 		case <-e.failed:
 		}
@@ -463,65 +507,101 @@ func tooLarge(n, mtu int, whose string) error {
 // WriteTo sends b as one datagram to a. It returns once b is copied into
 // registered memory and posted: as with UDP, nothing says it arrived.
 func (e *Endpoint) WriteTo(b []byte, a *Addr) (int, error) {
-	if err := e.endErr(); err != nil {
-		return 0, err
-	}
-	dl := e.wdl.wait()
-	if isClosed(dl) {
-		return 0, os.ErrDeadlineExceeded
-	}
-	if len(b) > e.mtu {
-		return 0, tooLarge(len(b), e.mtu, "this endpoint's port")
-	}
-	p, err := e.peerFor(a, dl)
+	p, err := e.admit(len(b), a)
 	if err != nil {
 		return 0, err
 	}
-	if len(b) > p.route.MTU {
-		return 0, tooLarge(len(b), p.route.MTU, "the peer "+a.String())
+	pb, err := e.eng.Pool.Get(max(len(b), 1))
+	if err == nil {
+		copy(pb.Bytes(), b)
+		if err = e.post(pb, 0, len(b), p, true, nil); err != nil {
+			pb.Release()
+		}
 	}
-	select {
-	case <-e.room:
-	case <-dl:
-		return 0, os.ErrDeadlineExceeded
-	case <-e.done:
-		return 0, verbs.ErrClosed
-	case <-e.failed:
-		return 0, e.failErr
-	}
-	if err := e.post(b, p); err != nil {
+	if err != nil {
 		e.room <- struct{}{}
 		return 0, err
 	}
 	return len(b), nil
 }
 
-// post copies b into a pool buffer and posts its send to p.
-func (e *Endpoint) post(b []byte, p *peer) error {
-	pb, err := e.eng.Pool.Get(max(len(b), 1))
+// SendBuffer sends n bytes of pb at off, memory of the engine's pool, as
+// one datagram to a, without a copy: pb is referenced until the send has
+// left, and done is told then. An error means nothing was posted and
+// done is not told.
+func (e *Endpoint) SendBuffer(pb *pool.Buffer, off, n int, a *Addr, done SendDone) error {
+	if pb.Pool() != e.eng.Pool {
+		return fmt.Errorf("%w: a buffer of another engine's pool", verbs.ErrInvalid)
+	}
+	p, err := e.admit(n, a)
 	if err != nil {
 		return err
 	}
-	copy(pb.Bytes(), b)
+	if err = pb.Ref(); err == nil {
+		if err = e.post(pb, off, n, p, false, done); err != nil {
+			pb.Unref()
+		}
+	}
+	if err != nil {
+		e.room <- struct{}{}
+		return err
+	}
+	return nil
+}
+
+// admit checks a datagram of n bytes to a, finds its peer (asking its
+// side channel if need be) and takes room in the send queue for it,
+// bounded by the write deadline.
+func (e *Endpoint) admit(n int, a *Addr) (*peer, error) {
+	if err := e.endErr(); err != nil {
+		return nil, err
+	}
+	dl := e.wdl.wait()
+	if isClosed(dl) {
+		return nil, os.ErrDeadlineExceeded
+	}
+	if n > e.mtu {
+		return nil, tooLarge(n, e.mtu, "this endpoint's port")
+	}
+	p, err := e.peerFor(a, dl)
+	if err != nil {
+		return nil, err
+	}
+	if n > p.route.MTU {
+		return nil, tooLarge(n, p.route.MTU, "the peer "+a.String())
+	}
+	select {
+	case <-e.room:
+		return p, nil
+	case <-dl:
+		return nil, os.ErrDeadlineExceeded
+	case <-e.done:
+		return nil, verbs.ErrClosed
+	case <-e.failed:
+		return nil, e.failErr
+	}
+}
+
+// post posts the send of n bytes of pb at off to p, in room admit took;
+// own says whether the send owns pb (else it holds a reference).
+func (e *Endpoint) post(pb *pool.Buffer, off, n int, p *peer, own bool, done SendDone) error {
 	ah, err := e.peers.ah(p)
 	if err != nil {
-		pb.Release()
 		return fmt.Errorf("rdma: address handle to %v: %w", p.route.GID, err)
 	}
 	e.smu.Lock()
 	if err := e.endErr(); err != nil {
 		e.smu.Unlock()
 		ah.release()
-		pb.Release()
 		return err
 	}
 	i := e.sfree[len(e.sfree)-1]
 	e.sfree = e.sfree[:len(e.sfree)-1]
-	e.sends[i] = sendSlot{pb: pb, ah: ah}
-	e.ssge[0] = verbs.SGE{Addr: pb.Addr(), Length: uint32(len(b)), LKey: pb.LKey()}
+	e.sends[i] = sendSlot{pb: pb, ah: ah, own: own, n: n, done: done}
+	e.ssge[0] = verbs.SGE{Addr: pb.Addr() + uint64(off), Length: uint32(n), LKey: pb.LKey()}
 	e.swr[0] = verbs.SendWR{ID: e.slot.Base() | uint64(i), Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
 		SGL: e.ssge[:], AH: ah.ah, RemoteQPN: p.route.QPN, RemoteQKey: p.route.QKey}
-	if len(b) == 0 {
+	if n == 0 {
 		e.swr[0].SGL = nil
 	}
 	e.posted.Add(1)
@@ -533,7 +613,6 @@ func (e *Endpoint) post(b []byte, p *peer) error {
 		e.posted.Add(-1)
 		e.smu.Unlock()
 		ah.release()
-		pb.Release()
 		return fmt.Errorf("rdma: post UD send: %w", err)
 	}
 	e.smu.Unlock()
@@ -583,11 +662,22 @@ func (e *Endpoint) completeSend(i int, wc *verbs.WorkCompletion) {
 	e.sends[i] = sendSlot{}
 	e.sfree = append(e.sfree, uint32(i))
 	e.smu.Unlock()
-	s.pb.Release()
+	if s.own {
+		s.pb.Release()
+	} else {
+		s.pb.Unref()
+	}
 	s.ah.release()
 	e.room <- struct{}{}
-	if err := wc.Err(); err != nil && wc.Status != verbs.WCWRFlushErr {
-		e.Fail(fmt.Errorf("rdma: UD send: %w", err))
+	var err error
+	if werr := wc.Err(); werr != nil {
+		err = fmt.Errorf("rdma: UD send: %w", werr)
+		if wc.Status != verbs.WCWRFlushErr {
+			e.Fail(err)
+		}
+	}
+	if s.done != nil {
+		s.done.SendDone(err, s.n)
 	}
 }
 
