@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"os"
 	"strings"
@@ -180,28 +181,38 @@ func requireTimeout(t *testing.T, err error) {
 	require.ErrorAs(t, err, &oe)
 }
 
-// Rule: Close unblocks a ReadFrom that waits, with an error wrapping
-// net.ErrClosed, and later calls fail the same way; Close is idempotent.
+// Rule: Close unblocks a ReadFrom that waits and a WriteTo that waits
+// for a peer's side channel, with an error wrapping net.ErrClosed, and
+// later calls fail the same way; Close is idempotent.
 func TestPacketCloseUnblocks(t *testing.T) {
 	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
 		e := packetEngine(t, opts)
 		p, err := e.ListenPacket("rdma", "127.0.0.1:0")
 		require.NoError(t, err)
 		other := listenPacket(t, e)
-		done := make(chan error, 1)
+		silent, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		require.NoError(t, err)
+		defer silent.Close()
+		done := make(chan error, 2)
 		go func() {
 			_, _, err := p.ReadFrom(make([]byte, 64))
 			done <- err
 		}()
+		go func() {
+			_, err := p.WriteTo([]byte("x"), silent.LocalAddr()) // waits ~3 s for an answer
+			done <- err
+		}()
 		require.NoError(t, p.Close())
-		select {
-		case err := <-done:
-			require.ErrorIs(t, err, net.ErrClosed)
-			var oe *net.OpError
-			require.ErrorAs(t, err, &oe)
-			assert.Equal(t, "read", oe.Op)
-		case <-time.After(10 * time.Second):
-			t.Fatal("ReadFrom still blocked 10 s after Close")
+		for range 2 {
+			select {
+			case err := <-done:
+				require.ErrorIs(t, err, net.ErrClosed)
+				var oe *net.OpError
+				require.ErrorAs(t, err, &oe)
+				assert.Contains(t, []string{"read", "write"}, oe.Op)
+			case <-time.After(10 * time.Second):
+				t.Fatal("ReadFrom or WriteTo still blocked 10 s after Close")
+			}
 		}
 		_, err = p.WriteTo([]byte("x"), other.LocalAddr())
 		require.ErrorIs(t, err, net.ErrClosed)
@@ -696,4 +707,41 @@ func TestPacketAllocs(t *testing.T) {
 	round() // resolves b
 	allocs := testing.AllocsPerRun(200, round)
 	assert.Less(t, allocs, 0.5, "allocations per datagram written and read")
+}
+
+func ExampleListenPacket() {
+	// Two PacketConns; usually in two processes on two hosts.
+	a, err := rdma.ListenPacket("rdma", "127.0.0.1:0", rdma.WithProvider("soft"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer a.Close()
+	b, err := rdma.ListenPacket("rdma", "127.0.0.1:0", rdma.WithProvider("soft"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+
+	// The first datagram to b asks b's side channel for its queue pair.
+	if _, err := a.WriteTo([]byte("ping"), b.LocalAddr()); err != nil {
+		log.Fatal(err)
+	}
+	buf := make([]byte, b.MaxDatagram())
+	n, from, err := b.ReadFrom(buf)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(string(buf[:n]), "from a:", from.String() == a.LocalAddr().String())
+	// A reply to the sender's address reaches it.
+	if _, err := b.WriteTo([]byte("pong"), from); err != nil {
+		log.Fatal(err)
+	}
+	n, _, err = a.ReadFrom(buf)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(string(buf[:n]), "up to", a.MaxDatagram(), "bytes a datagram")
+	// Output:
+	// ping from a: true
+	// pong up to 4096 bytes a datagram
 }
