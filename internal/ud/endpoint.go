@@ -62,6 +62,11 @@ const QKey uint32 = 0x52444d41
 const (
 	DefaultRecvDepth = 256
 	DefaultSendDepth = 128
+	// DefaultRefreshAfter: a peer that restarted on the same ip:port
+	// with a new queue pair is found again within about this long of
+	// traffic to it, for a 64-byte request and answer per peer this
+	// often.
+	DefaultRefreshAfter = 30 * time.Second
 )
 
 // Resolving an address: requests sent at most resolveTries times, the
@@ -85,6 +90,10 @@ type Config struct {
 	SendDepth int // datagrams in flight; 0: DefaultSendDepth
 	RecvDepth int // receives posted, and datagrams waiting for ReadFrom; 0: DefaultRecvDepth
 	MaxPeers  int // the peer cache's bound; 0: DefaultMaxPeers
+	// RefreshAfter is how old a peer's route may be before a WriteTo
+	// to it asks its side channel again, in the background, using the
+	// route it has meanwhile; 0: DefaultRefreshAfter.
+	RefreshAfter time.Duration
 	// Wrap makes the API's address for each address ReadFrom reports,
 	// once per peer (Addr.Ext); nil: none.
 	Wrap func(*Addr) net.Addr
@@ -129,6 +138,7 @@ type Endpoint struct {
 	local    *Addr
 	route    Route // this endpoint's, as its answers announce it
 	mtu      int
+	refresh  time.Duration // Config.RefreshAfter
 	qp       verbs.QP
 	unit     *engine.Unit
 	slot     engine.Slot
@@ -229,6 +239,9 @@ func Listen(eng *engine.Engine, bind netip.AddrPort, cfg Config) (*Endpoint, err
 	if cfg.MaxPeers <= 0 {
 		cfg.MaxPeers = DefaultMaxPeers
 	}
+	if cfg.RefreshAfter <= 0 {
+		cfg.RefreshAfter = DefaultRefreshAfter
+	}
 	if err := eng.CheckDepths(cfg.SendDepth, cfg.RecvDepth); err != nil {
 		return nil, err
 	}
@@ -246,7 +259,7 @@ func Listen(eng *engine.Engine, bind netip.AddrPort, cfg Config) (*Endpoint, err
 	}
 	la := udp.LocalAddr().(*net.UDPAddr).AddrPort()
 	e := &Endpoint{
-		eng: eng, udp: udp, local: NewAddr(la), mtu: mtu,
+		eng: eng, udp: udp, local: NewAddr(la), mtu: mtu, refresh: cfg.RefreshAfter,
 		checkGID: eng.Port.LinkLayer == "Ethernet" && gid.GID.IP() == la.Addr().Unmap(),
 		done:     make(chan struct{}), failed: make(chan struct{}), drained: make(chan struct{}),
 		recvs: make([]*pool.Buffer, cfg.RecvDepth), q: make([]datagram, cfg.RecvDepth), avail: make(chan struct{}, 1),
@@ -636,7 +649,10 @@ func (e *Endpoint) peerFor(a *Addr, dl <-chan struct{}) (*peer, error) {
 	if !a.ap.IsValid() || a.ap.Port() == 0 || a.ap.Addr().IsUnspecified() {
 		return nil, fmt.Errorf("%w: address %v: want ip:port", verbs.ErrInvalid, a.ap)
 	}
-	if p := e.peers.byAddrPort(a.ap); p != nil {
+	if p, stale := e.peers.byAddrPort(a.ap, e.refresh); p != nil {
+		if stale {
+			e.reask(a.ap)
+		}
 		return p, nil
 	}
 	return e.resolve(a.ap, dl)
@@ -743,9 +759,13 @@ func (e *Endpoint) Fail(err error) {
 // gives their buffers back.
 func (e *Endpoint) Close() error {
 	e.closeOnce.Do(func() {
+		// Under the locks of the posters and of the resolves, so that
+		// none posts or starts after.
 		e.rmu.Lock()
 		e.smu.Lock()
+		e.pmu.Lock()
 		e.closed.Store(true)
+		e.pmu.Unlock()
 		e.smu.Unlock()
 		e.rmu.Unlock()
 		close(e.done)

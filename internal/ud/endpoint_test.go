@@ -2,6 +2,7 @@ package ud
 
 import (
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,4 +85,42 @@ func TestWriteToBadAddress(t *testing.T) {
 		assert.Error(t, err, s)
 	}
 	assert.Zero(t, a.Stats().Resolved+a.Stats().ResolveFailed)
+}
+
+// Rule: a peer that restarts on the same ip:port with a new QP is found
+// again: a WriteTo to a route older than RefreshAfter asks the side
+// channel again in the background, and the datagrams after the answer
+// reach the new QP, which knows the writer from its request.
+func TestRestartedPeer(t *testing.T) {
+	e := softEngine(t)
+	a := listen(t, e, Config{RefreshAfter: time.Millisecond})
+	b, err := Listen(e, netip.MustParseAddrPort("127.0.0.1:0"), Config{})
+	require.NoError(t, err)
+	_, err = a.WriteTo([]byte("one"), b.LocalAddr())
+	require.NoError(t, err)
+	msg, _ := read(t, b)
+	require.Equal(t, "one", msg)
+	ap, old := b.LocalAddr().AddrPort(), b.QPN()
+	require.NoError(t, b.Close())
+	b2, err := Listen(e, ap, Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, b2.Close()) })
+	require.NotEqual(t, old, b2.QPN())
+	buf := make([]byte, 16)
+	end := time.Now().Add(10 * time.Second)
+	for {
+		// Until the answer, datagrams go to the old QP and are lost.
+		_, err := a.WriteTo([]byte("two"), NewAddr(ap))
+		require.NoError(t, err)
+		b2.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		n, from, err := b2.ReadFrom(buf)
+		if err == nil {
+			assert.Equal(t, "two", string(buf[:n]))
+			assert.Equal(t, a.LocalAddr().String(), from.String())
+			break
+		}
+		require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+		require.True(t, time.Now().Before(end), "the restarted peer never reached: %+v", a.Stats())
+	}
+	assert.GreaterOrEqual(t, a.Stats().Resolved, uint64(2))
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-rdma/rdma/internal/verbs"
 )
@@ -21,10 +22,11 @@ const DefaultMaxPeers = 1024
 // peer is one entry of the cache: a peer's address and route, and its
 // address handle once a datagram was written to it.
 type peer struct {
-	addr  *Addr // what ReadFrom reports for it
-	route Route
-	ah    *ahRef // nil until the first write; under peers.mu
-	elem  *list.Element
+	addr    *Addr // what ReadFrom reports for it
+	route   Route
+	ah      *ahRef // nil until the first write; under peers.mu
+	elem    *list.Element
+	learned time.Time // when its route was last announced; under peers.mu
 }
 
 // ahRef is an address handle with a count of its users: the cache entry
@@ -76,6 +78,7 @@ func (c *peers) learn(ap netip.AddrPort, r Route) *peer {
 	defer c.mu.Unlock()
 	if p := c.byRoute[r.key()]; p != nil && p.addr.ap == ap && p.route == r {
 		c.lru.MoveToFront(p.elem)
+		p.learned = time.Now()
 		return p
 	}
 	if ap.Port() != 0 {
@@ -86,7 +89,7 @@ func (c *peers) learn(ap netip.AddrPort, r Route) *peer {
 	if p := c.byRoute[r.key()]; p != nil {
 		c.removeLocked(p)
 	}
-	p := &peer{addr: c.newAddr(ap, r), route: r}
+	p := &peer{addr: c.newAddr(ap, r), route: r, learned: time.Now()}
 	p.elem = c.lru.PushFront(p)
 	if ap.Port() != 0 {
 		c.byAddr[ap] = p
@@ -99,15 +102,17 @@ func (c *peers) learn(ap netip.AddrPort, r Route) *peer {
 	return p
 }
 
-// byAddrPort is the peer at ap, or nil.
-func (c *peers) byAddrPort(ap netip.AddrPort) *peer {
+// byAddrPort is the peer at ap, or nil, and whether its route was
+// announced longer than maxAge ago.
+func (c *peers) byAddrPort(ap netip.AddrPort, maxAge time.Duration) (*peer, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.byAddr[ap]
-	if p != nil {
-		c.lru.MoveToFront(p.elem)
+	if p == nil {
+		return nil, false
 	}
-	return p
+	c.lru.MoveToFront(p.elem)
+	return p, time.Since(p.learned) > maxAge
 }
 
 // from is the peer a datagram from route k came from, or nil.

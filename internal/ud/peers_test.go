@@ -3,6 +3,7 @@ package ud
 import (
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,6 +20,11 @@ func peerRoute(i int) Route {
 	r := testRoute()
 	r.QPN = uint32(0x100 + i)
 	return r
+}
+
+func peerAt(c *peers, ap netip.AddrPort) *peer {
+	p, _ := c.byAddrPort(ap, time.Hour)
+	return p
 }
 
 func peerAddr(i int) netip.AddrPort {
@@ -38,14 +44,14 @@ func TestPeersBoundAndHandles(t *testing.T) {
 		require.NoError(t, err)
 		held = append(held, r) // a send in flight
 		if i == 3 {
-			assert.NotNil(t, c.byAddrPort(peerAddr(0)), "peer 0 used again: peer 1 is now the oldest")
+			assert.NotNil(t, peerAt(c, peerAddr(0)), "peer 0 used again: peer 1 is now the oldest")
 		}
 	}
 	assert.Equal(t, 4, c.lru.Len())
 	assert.Equal(t, uint64(2), c.evicted)
-	assert.Nil(t, c.byAddrPort(peerAddr(1)), "the least recently used went first")
-	assert.Nil(t, c.byAddrPort(peerAddr(2)))
-	assert.NotNil(t, c.byAddrPort(peerAddr(0)))
+	assert.Nil(t, peerAt(c, peerAddr(1)), "the least recently used went first")
+	assert.Nil(t, peerAt(c, peerAddr(2)))
+	assert.NotNil(t, peerAt(c, peerAddr(0)))
 	assert.NotNil(t, c.from(peerRoute(5).key()))
 	assert.Nil(t, c.from(peerRoute(1).key()))
 	assert.Equal(t, 6, open, "the evicted peers' handles stay open while their sends hold them")

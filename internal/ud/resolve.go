@@ -39,6 +39,10 @@ func (e *resolveError) Unwrap() error {
 // Close.
 func (e *Endpoint) resolve(ap netip.AddrPort, dl <-chan struct{}) (*peer, error) {
 	e.pmu.Lock()
+	if e.closed.Load() {
+		e.pmu.Unlock()
+		return nil, verbs.ErrClosed
+	}
 	c := e.pending[ap]
 	if c == nil {
 		if len(e.pending) >= maxResolving {
@@ -59,6 +63,21 @@ func (e *Endpoint) resolve(ap netip.AddrPort, dl <-chan struct{}) (*peer, error)
 	case <-e.done:
 		return nil, verbs.ErrClosed
 	}
+}
+
+// reask asks ap's side channel again, in the background, unless a
+// request is under way: its answer replaces the cached route. Nobody
+// waits for it; no answer leaves the route as it was.
+func (e *Endpoint) reask(ap netip.AddrPort) {
+	e.pmu.Lock()
+	defer e.pmu.Unlock()
+	if e.pending[ap] != nil || len(e.pending) >= maxResolving || e.closed.Load() {
+		return
+	}
+	c := &resolveCall{nonce: randUint64(), done: make(chan struct{})}
+	e.pending[ap] = c
+	e.wg.Add(1)
+	go e.ask(ap, c)
 }
 
 // ask sends c's request to ap until it is answered, resolveTries times at
