@@ -58,10 +58,15 @@ func (m *msg) put(b []byte) {
 	binary.BigEndian.PutUint16(b[42:44], uint16(m.route.MTU))
 }
 
+// privilegedQKey is a Q_Key's high bit: in a send it means "the QP's own
+// Q_Key", so no peer may announce one.
+const privilegedQKey = 1 << 31
+
 // parseMsg reads a message from a peer, which is untrusted: anything but
 // exactly msgSize bytes of a known kind, with a QPN a UD QP can have
-// (24 bits, not the special QPs 0 and 1 nor the multicast QPN), a unicast GID and an MTU that
-// is an IB MTU, is refused.
+// (24 bits, not the special QPs 0 and 1 nor the multicast QPN), a Q_Key
+// without the privileged bit, a unicast GID and an MTU that is an IB MTU,
+// is refused.
 func parseMsg(b []byte) (msg, error) {
 	if len(b) != msgSize || string(b[0:4]) != msgMagic || b[4] != msgVersion || (b[5] != kindReq && b[5] != kindAns) {
 		return msg{}, errBadMsg
@@ -72,7 +77,7 @@ func parseMsg(b []byte) (msg, error) {
 	m.route.GID = verbs.GID(b[24:40])
 	m.route.LID = binary.BigEndian.Uint16(b[40:42])
 	m.route.MTU = int(binary.BigEndian.Uint16(b[42:44]))
-	if m.route.QPN < 2 || m.route.QPN >= verbs.MulticastQPN || m.route.GID.IsZero() || m.route.GID.IsMulticast() ||
+	if m.route.QPN < 2 || m.route.QPN >= verbs.MulticastQPN || m.route.QKey&privilegedQKey != 0 || m.route.GID.IsZero() || m.route.GID.IsMulticast() ||
 		m.route.MTU == 0 || verbs.MTUFromBytes(m.route.MTU).Bytes() != m.route.MTU {
 		return msg{}, errBadMsg
 	}

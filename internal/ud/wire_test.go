@@ -30,8 +30,8 @@ func TestMsgRoundTrip(t *testing.T) {
 
 // Rule: a peer's message is refused unless it is exactly one message of
 // a known kind with a route that can be: every other length, kind,
-// version, magic, QPN past 24 bits (or 0, 1 and the multicast QPN), zero
-// or multicast GID, and MTU that is no IB MTU. Random bytes never parse
+// version, magic, QPN past 24 bits (or 0, 1 and the multicast QPN),
+// privileged Q_Key, zero or multicast GID, and MTU that is no IB MTU. Random bytes never parse
 // and never panic.
 func TestMsgHostile(t *testing.T) {
 	good := msg{kind: kindReq, nonce: 1, route: testRoute()}
@@ -47,19 +47,20 @@ func TestMsgHostile(t *testing.T) {
 		assert.ErrorIs(t, err, errBadMsg, "%d bytes", n)
 	}
 	mutate := map[string]func(m *msg, b []byte){
-		"magic":     func(_ *msg, b []byte) { b[0] = 'X' },
-		"version":   func(_ *msg, b []byte) { b[4] = 2 },
-		"kind 0":    func(_ *msg, b []byte) { b[5] = 0 },
-		"kind 3":    func(_ *msg, b []byte) { b[5] = 3 },
-		"QPN 0":     func(m *msg, _ []byte) { m.route.QPN = 0 },
-		"QPN 1":     func(m *msg, _ []byte) { m.route.QPN = 1 },
-		"QPN mcast": func(m *msg, _ []byte) { m.route.QPN = verbs.MulticastQPN },
-		"QPN 2^24":  func(m *msg, _ []byte) { m.route.QPN = 1 << 24 },
-		"GID zero":  func(m *msg, _ []byte) { m.route.GID = verbs.GID{} },
-		"GID mcast": func(m *msg, _ []byte) { m.route.GID = verbs.GIDFromIP(netip.MustParseAddr("239.1.1.1")) },
-		"MTU 0":     func(m *msg, _ []byte) { m.route.MTU = 0 },
-		"MTU 1500":  func(m *msg, _ []byte) { m.route.MTU = 1500 },
-		"MTU 8192":  func(m *msg, _ []byte) { m.route.MTU = 8192 },
+		"magic":            func(_ *msg, b []byte) { b[0] = 'X' },
+		"version":          func(_ *msg, b []byte) { b[4] = 2 },
+		"kind 0":           func(_ *msg, b []byte) { b[5] = 0 },
+		"kind 3":           func(_ *msg, b []byte) { b[5] = 3 },
+		"QPN 0":            func(m *msg, _ []byte) { m.route.QPN = 0 },
+		"QPN 1":            func(m *msg, _ []byte) { m.route.QPN = 1 },
+		"QPN mcast":        func(m *msg, _ []byte) { m.route.QPN = verbs.MulticastQPN },
+		"QPN 2^24":         func(m *msg, _ []byte) { m.route.QPN = 1 << 24 },
+		"Q_Key privileged": func(m *msg, _ []byte) { m.route.QKey |= privilegedQKey },
+		"GID zero":         func(m *msg, _ []byte) { m.route.GID = verbs.GID{} },
+		"GID mcast":        func(m *msg, _ []byte) { m.route.GID = verbs.GIDFromIP(netip.MustParseAddr("239.1.1.1")) },
+		"MTU 0":            func(m *msg, _ []byte) { m.route.MTU = 0 },
+		"MTU 1500":         func(m *msg, _ []byte) { m.route.MTU = 1500 },
+		"MTU 8192":         func(m *msg, _ []byte) { m.route.MTU = 8192 },
 	}
 	for name, f := range mutate {
 		m := good
