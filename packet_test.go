@@ -528,8 +528,9 @@ func TestPacketCloseReleases(t *testing.T) {
 }
 
 // BenchmarkPacketPingPong is a 64-byte round trip between two
-// PacketConns of one engine, beside the same over UDP sockets on
-// loopback (soft only: the figure the issue compares).
+// PacketConns of one engine on soft, beside the same over UDP sockets on
+// loopback; in the VM also between rxe0 and rxe1, beside UDP between
+// their addresses.
 func BenchmarkPacketPingPong(b *testing.B) {
 	msg := make([]byte, 64)
 	pingPong := func(b *testing.B, a, c net.PacketConn, to net.Addr) {
@@ -581,6 +582,30 @@ func BenchmarkPacketPingPong(b *testing.B) {
 		require.NoError(b, err)
 		defer a.Close()
 		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+		require.NoError(b, err)
+		defer c.Close()
+		pingPong(b, a, c, c.LocalAddr())
+	})
+	// In the VM: between rxe0 and rxe1, and UDP between the same two
+	// addresses (across the same veth pair).
+	ip0, ip1 := os.Getenv("RDMA_VM_IP0"), os.Getenv("RDMA_VM_IP1")
+	if ip0 == "" || ip1 == "" {
+		return
+	}
+	b.Run("rxe", func(b *testing.B) {
+		a, err := rdma.ListenPacket("rdma", ip0+":0", rdma.WithProvider(rdma.ProviderVerbs))
+		require.NoError(b, err)
+		defer a.Close()
+		c, err := rdma.ListenPacket("rdma", ip1+":0", rdma.WithProvider(rdma.ProviderVerbs))
+		require.NoError(b, err)
+		defer c.Close()
+		pingPong(b, a, c, c.LocalAddr())
+	})
+	b.Run("udp-veth", func(b *testing.B) {
+		a, err := net.ListenPacket("udp", ip0+":0")
+		require.NoError(b, err)
+		defer a.Close()
+		c, err := net.ListenPacket("udp", ip1+":0")
 		require.NoError(b, err)
 		defer c.Close()
 		pingPong(b, a, c, c.LocalAddr())
