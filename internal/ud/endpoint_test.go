@@ -1,6 +1,7 @@
 package ud
 
 import (
+	"net"
 	"net/netip"
 	"os"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/go-rdma/rdma/internal/engine"
 	"github.com/go-rdma/rdma/internal/soft"
+	"github.com/go-rdma/rdma/internal/verbs"
 )
 
 func softEngine(t *testing.T) *engine.Engine {
@@ -123,4 +125,102 @@ func TestRestartedPeer(t *testing.T) {
 		require.True(t, time.Now().Before(end), "the restarted peer never reached: %+v", a.Stats())
 	}
 	assert.GreaterOrEqual(t, a.Stats().Resolved, uint64(2))
+}
+
+// Rule: answers are rate-bounded: a flood of valid requests gets at
+// most the burst and the rate's worth of answers, the rest are ignored
+// and counted, and the requests, all from one address, hold one entry
+// of the cache however many routes they claim.
+func TestRequestFlood(t *testing.T) {
+	e := softEngine(t)
+	b := listen(t, e, Config{})
+	u, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
+	require.NoError(t, err)
+	defer u.Close()
+	to := net.UDPAddrFromAddrPort(b.LocalAddr().AddrPort())
+	const n, chunk = 300, 30
+	start := time.Now()
+	var m [msgSize]byte
+	for i := range n {
+		r := Route{GID: verbs.GIDFromIP(netip.MustParseAddr("127.0.0.1")), LID: 1, QPN: uint32(0x1000 + i), QKey: QKey, MTU: 4096}
+		(&msg{kind: kindReq, nonce: uint64(i), route: r}).put(m[:])
+		_, err := u.WriteTo(m[:], to)
+		require.NoError(t, err)
+		if (i+1)%chunk == 0 { // a chunk at a time, so that the socket's buffer drops none
+			require.Eventually(t, func() bool { st := b.Stats(); return st.Answered+st.Ignored == uint64(i+1) }, 10*time.Second, 100*time.Microsecond,
+				"%d requests sent: %+v", i+1, b.Stats())
+		}
+	}
+	elapsed := time.Since(start)
+	st := b.Stats()
+	assert.LessOrEqual(t, float64(st.Answered), answerBurst+answerRate*elapsed.Seconds()+1, "answered %d in %v", st.Answered, elapsed)
+	assert.Less(t, st.Answered, uint64(n), "no answer was held back")
+	assert.Equal(t, 1, st.Peers, "one sender, one entry")
+}
+
+// Rule: a sender that floods an endpoint's QP (an unknown QP here, not
+// a PacketConn) with datagrams nobody reads gets the receive depth of
+// them queued and the rest dropped and counted; the pool's buffers in use
+// stay bounded (the receives posted and the queue), and the datagrams
+// read afterwards are whole, from an address known by route.
+func TestDatagramFlood(t *testing.T) {
+	e := softEngine(t)
+	const depth = 16
+	b := listen(t, e, Config{RecvDepth: depth})
+	pd := e.PD
+	cq, err := e.Ctx.CreateCQ(64, nil)
+	require.NoError(t, err)
+	defer cq.Close()
+	qp, err := pd.CreateQP(verbs.QPInit{Type: verbs.UD, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 32, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+	defer qp.Close()
+	require.NoError(t, qp.ToInit(verbs.InitAttr{Port: 1, QKey: QKey}))
+	require.NoError(t, qp.ToRTR(verbs.RTRAttr{}))
+	require.NoError(t, qp.ToRTS(verbs.RTSAttr{}))
+	ah, err := pd.CreateAH(verbs.Address{Port: 1, LID: b.route.LID, GID: b.route.GID, HopLimit: 64})
+	require.NoError(t, err)
+	defer ah.Close()
+	src, err := e.Pool.Get(64)
+	require.NoError(t, err)
+	defer src.Release()
+	copy(src.Bytes(), "flood")
+	wcs := make([]verbs.WorkCompletion, 32)
+	const batches = 20
+	for k := range batches {
+		for range depth {
+			_, err := qp.PostSend([]verbs.SendWR{{Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{{Addr: src.Addr(), Length: 5, LKey: src.LKey()}},
+				AH: ah, RemoteQPN: b.QPN(), RemoteQKey: QKey}})
+			require.NoError(t, err)
+		}
+		for got := 0; got < depth; {
+			n, err := cq.Poll(wcs)
+			require.NoError(t, err)
+			for _, wc := range wcs[:n] {
+				require.NoError(t, wc.Err())
+			}
+			got += n
+		}
+		// A batch at a time, each received (its receives posted again)
+		// before the next comes: only the queue drops them, none
+		// finds no receive posted.
+		require.Eventually(t, func() bool { return b.Stats().Received == uint64((k+1)*depth) }, 10*time.Second, 100*time.Microsecond, "%+v", b.Stats())
+		// The receives, the queue, the GRH slots and src.
+		assert.LessOrEqual(t, e.Pool.Stats().BuffersInUse, 2*depth+2, "buffers in use")
+	}
+	st := b.Stats()
+	assert.Equal(t, uint64((batches-1)*depth), st.DroppedQueueFull, "%+v", st)
+	b.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	read := 0
+	for {
+		buf := make([]byte, 16)
+		n, from, err := b.ReadFrom(buf)
+		if err != nil {
+			require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+			break
+		}
+		read++
+		assert.Equal(t, "flood", string(buf[:n]))
+		assert.Equal(t, uint16(0), from.AddrPort().Port(), "an unknown sender reads by route")
+	}
+	assert.Equal(t, depth, read, "the queue holds the receive depth")
 }
