@@ -482,10 +482,12 @@ func (e *Endpoint) push(dg datagram) {
 		e.qmu.Unlock()
 		dg.pb.Release()
 		e.st.queueFull.Add(1)
+		e.st.received.Add(1)
 		return
 	}
 	e.q[(e.qhead+e.qlen)%len(e.q)] = dg
 	e.qlen++
+	e.st.received.Add(1)
 	e.qmu.Unlock()
 	select {
 	case e.avail <- struct{}{}:
@@ -717,18 +719,22 @@ func (e *Endpoint) completeRecv(i int, wc *verbs.WorkCompletion) {
 		}
 		return
 	}
-	e.st.received.Add(1)
+	// Received counts a datagram once it is dropped or queued (push),
+	// and before ReadFrom can take it, so that a count read says where
+	// each went.
 	n := int(wc.ByteLen) - verbs.GRHSize
 	if n < 0 || n > pb.Len() || wc.Flags&verbs.WCWithGRH == 0 {
-		e.st.badHeader.Add(1)
 		pb.Release()
+		e.st.badHeader.Add(1)
+		e.st.received.Add(1)
 		return
 	}
 	pb.Filled(n)
 	g, err := verbs.ParseGRH(grh[:])
 	if err != nil {
-		e.st.badHeader.Add(1)
 		pb.Release()
+		e.st.badHeader.Add(1)
+		e.st.received.Add(1)
 		return
 	}
 	k := routeKey{gid: g.SrcGID(), qpn: wc.SrcQP}
