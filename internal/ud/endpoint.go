@@ -14,7 +14,7 @@
 // answerer caches the requester's route before it answers, so the first
 // datagram the requester sends after the answer is already known by the
 // time it arrives, and ReadFrom reports it from the requester's ip:port.
-// Both are cached (peers.go) in one bounded cache.
+// Both are cached in one bounded cache (DefaultMaxPeers).
 //
 // A datagram from a sender no request announced (its entry was evicted,
 // or it is not a go-rdma endpoint) is reported from an address known by
