@@ -221,6 +221,65 @@ type sendToFuture Future
 // SendDone resolves SendTo's Future.
 func (f *sendToFuture) SendDone(err error, n int) { (*Future)(f).resolve(err, n, 0, false, nil, 0) }
 
+// PacketBatch collects datagrams to send without copies and posts them
+// in one call: one chain of work requests, one doorbell. It is reusable:
+// Post empties it. It is not safe for concurrent use.
+type PacketBatch struct {
+	p    *PacketConn
+	ds   []ud.Datagram
+	srcs []Local // kept reachable until Post: their handles own the memory
+	err  error
+}
+
+// NewBatch returns an empty batch for p.
+func (p *PacketConn) NewBatch() *PacketBatch { return &PacketBatch{p: p} }
+
+// Len is the number of datagrams in the batch.
+func (b *PacketBatch) Len() int { return len(b.ds) }
+
+// SendTo adds a datagram of src (a Buffer of the PacketConn's engine, or
+// a Slice of one) to addr. An invalid one makes Post fail.
+func (b *PacketBatch) SendTo(src Local, addr net.Addr) {
+	if b.err != nil {
+		return
+	}
+	pb, off, n, err := local(src)
+	if err == nil {
+		var a *ud.Addr
+		if a, err = packetAddr(addr); err == nil {
+			b.ds = append(b.ds, ud.Datagram{Buf: pb, Off: off, N: n, To: a})
+			b.srcs = append(b.srcs, src)
+			return
+		}
+	}
+	b.err = b.p.opError("write", addr, fmt.Errorf("datagram %d: %w", len(b.ds), err))
+}
+
+// Post sends the batch's datagrams, as SendTo would one by one, and
+// empties the batch. Its Future resolves once the last has left, with the
+// first error and the bytes sent (Len); src must not change until then.
+// A batch holds at most the send depth (WithQueueDepth); finding new
+// peers and waiting for room happen before Post returns, bounded by the
+// write deadline, and a failure there sends none.
+func (b *PacketBatch) Post() *Future {
+	defer b.reset()
+	if b.err != nil {
+		return newResolved(b.err)
+	}
+	f := newFuture(nil)
+	if err := b.p.ep.SendBatch(b.ds, (*sendToFuture)(f)); err != nil {
+		f.resolve(b.p.opError("write", nil, err), 0, 0, false, nil, 0)
+	}
+	runtime.KeepAlive(b.srcs) // the posts took their references
+	return f
+}
+
+func (b *PacketBatch) reset() {
+	clear(b.ds)
+	clear(b.srcs)
+	b.ds, b.srcs, b.err = b.ds[:0], b.srcs[:0], nil
+}
+
 // RecvFrom takes the next datagram without a copy: its payload in a
 // Buffer of the engine's pool, which the caller must Release, and its
 // sender, as ReadFrom reports it. It waits for a datagram, the read

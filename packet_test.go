@@ -770,3 +770,62 @@ func ExampleListenPacket() {
 	// ping from a: true
 	// pong up to 4096 bytes a datagram
 }
+
+// Rule: a batch posts its datagrams in one call, to several peers; its
+// Future resolves once all have left, with the bytes sent; the batch is
+// empty after Post and reusable; an invalid datagram fails the whole
+// batch and sends none; a batch over the send depth is refused.
+func TestPacketBatch(t *testing.T) {
+	eachProvider(t, func(t *testing.T, opts []rdma.Option) {
+		e := packetEngine(t, opts)
+		a := listenPacket(t, e, rdma.WithQueueDepth(8, 64))
+		b, c := listenPacket(t, e), listenPacket(t, e)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		src, err := a.Alloc(64)
+		require.NoError(t, err)
+		defer src.Release()
+		copy(src.Bytes(), "0123456789")
+		batch := a.NewBatch()
+		for round := range 2 {
+			for i := range 6 {
+				part, err := src.Slice(i, 1)
+				require.NoError(t, err)
+				to := b.LocalAddr()
+				if i%2 == 1 {
+					to = c.LocalAddr()
+				}
+				batch.SendTo(part, to)
+			}
+			require.Equal(t, 6, batch.Len())
+			f := batch.Post()
+			require.NoError(t, f.Wait(ctx), "round %d", round)
+			assert.Equal(t, 6, f.Len())
+			f.Release()
+			assert.Zero(t, batch.Len())
+			for i := range 6 {
+				to := b
+				if i%2 == 1 {
+					to = c
+				}
+				got, from, err := to.RecvFrom(ctx)
+				require.NoError(t, err)
+				assert.Equal(t, []byte{byte('0' + i)}, got.Bytes())
+				assert.Equal(t, a.LocalAddr().String(), from.String())
+				require.NoError(t, got.Release())
+			}
+		}
+		// One bad datagram: nothing is sent.
+		batch.SendTo(src, b.LocalAddr())
+		batch.SendTo(src, &net.TCPAddr{})
+		require.ErrorIs(t, batch.Post().Wait(ctx), rdma.ErrInvalid)
+		for range 9 {
+			batch.SendTo(src, b.LocalAddr())
+		}
+		require.ErrorIs(t, batch.Post().Wait(ctx), rdma.ErrInvalid, "9 datagrams, send depth 8")
+		assert.Equal(t, uint64(12), a.PacketStats().Sent)
+		require.NoError(t, b.SetReadDeadline(time.Now().Add(50*time.Millisecond)))
+		_, _, err = b.ReadFrom(make([]byte, 64))
+		requireTimeout(t, err)
+	})
+}

@@ -188,6 +188,8 @@ type Endpoint struct {
 	sfree []uint32
 	swr   [1]verbs.SendWR
 	ssge  [1]verbs.SGE
+	bwr   []verbs.SendWR // a batch's chain (SendBatch)
+	bsge  []verbs.SGE
 
 	rdl, wdl *deadline
 
@@ -568,10 +570,20 @@ func (e *Endpoint) SendBuffer(pb *pool.Buffer, off, n int, a *Addr, done SendDon
 // side channel if need be) and takes room in the send queue for it,
 // bounded by the write deadline.
 func (e *Endpoint) admit(n int, a *Addr) (*peer, error) {
+	dl := e.wdl.wait()
+	p, err := e.routeTo(n, a, dl)
+	if err != nil {
+		return nil, err
+	}
+	return p, e.takeRoom(dl)
+}
+
+// routeTo checks a datagram of n bytes to a and finds its peer, asking its
+// side channel if need be, bounded by the write deadline dl.
+func (e *Endpoint) routeTo(n int, a *Addr, dl <-chan struct{}) (*peer, error) {
 	if err := e.endErr(); err != nil {
 		return nil, err
 	}
-	dl := e.wdl.wait()
 	if isClosed(dl) {
 		return nil, os.ErrDeadlineExceeded
 	}
@@ -585,15 +597,21 @@ func (e *Endpoint) admit(n int, a *Addr) (*peer, error) {
 	if n > p.route.MTU {
 		return nil, tooLarge(n, p.route.MTU, "the peer "+a.String())
 	}
+	return p, nil
+}
+
+// takeRoom takes room for one datagram in the send queue, bounded by the
+// write deadline dl.
+func (e *Endpoint) takeRoom(dl <-chan struct{}) error {
 	select {
 	case <-e.room:
-		return p, nil
+		return nil
 	case <-dl:
-		return nil, os.ErrDeadlineExceeded
+		return os.ErrDeadlineExceeded
 	case <-e.done:
-		return nil, verbs.ErrClosed
+		return verbs.ErrClosed
 	case <-e.failed:
-		return nil, e.failErr
+		return e.failErr
 	}
 }
 
