@@ -84,6 +84,10 @@ type config struct {
 	// Who may connect (WithTLS, WithAcceptCheck).
 	tls         *tls.Config          // the handshake and control channel over TLS; nil: plain TCP
 	acceptCheck func(PeerInfo) error // a Listener's check of each peer
+
+	// WithQueueDepth was given: a PacketConn takes its depths, else
+	// defaults of its own.
+	depthSet bool
 }
 
 func defaultConfig() config {
@@ -233,13 +237,15 @@ func WithPollerCPUs(cpus ...int) EngineOption {
 // in flight to it (its credits, default 64): receives of the engine's
 // shared receive queue that the connection may hold at once, taken
 // messages included (see WithSharedReceives). Connections set up through
-// rdma_cm post that many receives of their own.
+// rdma_cm post that many receives of their own. A PacketConn takes them
+// as its datagrams in flight (default 128) and its receives posted
+// (default 256), which is also how many datagrams may wait for ReadFrom.
 func WithQueueDepth(send, recv int) ConnOption {
 	return connOpt(func(c *config) error {
 		if send < 1 || send > 16384 || recv < 1 || recv > 16384 {
 			return fmt.Errorf("rdma: %w: queue depth %d/%d (want 1..16384)", ErrInvalid, send, recv)
 		}
-		c.sqDepth, c.rqDepth = send, recv
+		c.sqDepth, c.rqDepth, c.depthSet = send, recv, true
 		return nil
 	})
 }

@@ -336,7 +336,11 @@ func (e *engine) stats(conns bool) EngineStats {
 	st := EngineStats{Provider: e.Prov.Name(), Device: e.Name(), Port: e.Port.Port, Pool: PoolStats(e.Pool.Stats())}
 	e.retired.mu.Lock()
 	for _, ep := range e.Endpoints() {
-		c := (*conn)(ep.(*rc.Conn).Shell().(*shell))
+		rcc, ok := ep.(*rc.Conn)
+		if !ok {
+			continue // a PacketConn's: its counters are its own (PacketStats)
+		}
+		c := (*conn)(rcc.Shell().(*shell))
 		cs := c.api.Stats()
 		st.Conns++
 		st.Total.add(cs)

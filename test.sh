@@ -131,10 +131,10 @@ specs+=("cmd/rdmaperf=cmd_rdmaperf.test@Verbs")
 # cmd/rdmacat's tests run the command; the guest cannot build it.
 go build -o "$bindir/rdmacat" ./cmd/rdmacat
 # The purego binding (CGO_ENABLED=0): internal/ibv and the conformance
-# suite in full, rdma_cm included, and the root package's basic paths and
-# rdma_cm tests on it (siwtests.sh runs its rdma_cm tests on siw too).
+# suite in full, rdma_cm included, and the root package's basic paths,
+# PacketConn and rdma_cm tests on it (siwtests.sh runs its rdma_cm tests on siw too).
 PUREGO_PKGS=(internal/ibv internal/conformance .)
-PUREGO_ROOT_TESTS='^(TestSendRecv|TestOneSided|TestWriteInline|TestBatch|TestPeerCloseErrors|TestDialErrors|TestVerbsRDMACM.*)$'
+PUREGO_ROOT_TESTS='^(TestSendRecv|TestOneSided|TestWriteInline|TestBatch|TestPeerCloseErrors|TestDialErrors|TestVerbsRDMACM.*|TestPacket.*|TestVerbsPacket.*)$'
 pspecs=()
 for p in "${PUREGO_PKGS[@]}"; do
   b=purego_$(echo "$p" | tr /. _r).test

@@ -1,0 +1,858 @@
+// Package ud is the datagram endpoint: a UD queue pair on an engine
+// (internal/engine), the receives it keeps posted from the engine's
+// pool, the datagrams waiting for ReadFrom, and the UDP side channel
+// that maps a peer's ip:port to its UD QP number and Q_Key.
+//
+// # Addresses
+//
+// An endpoint's address is the ip:port of a UDP socket it binds beside
+// its QP, as rsockets does for its datagram sockets. To write to an
+// ip:port it has not met, the endpoint sends that socket a request (a
+// random nonce and its own route) and takes the answer with the same
+// nonce from the same address; the answer carries the peer's QP number,
+// Q_Key, GID, LID and MTU. A request announces its sender too: the
+// answerer caches the requester's route before it answers, so the first
+// datagram the requester sends after the answer is already known by the
+// time it arrives, and ReadFrom reports it from the requester's ip:port.
+// Both are cached in one bounded cache (DefaultMaxPeers).
+//
+// A datagram from a sender no request announced (its entry was evicted,
+// or it is not a go-rdma endpoint) is reported from an address known by
+// route only: the GRH's source IP, port 0, and the sender's QP number,
+// which WriteTo accepts, so a reply reaches it all the same.
+//
+// The side channel is as trustworthy as UDP: a peer's messages are
+// checked for size and form, answers that match no request of ours are
+// dropped, answers are rate-bounded and never larger than the request,
+// and where GIDs are IP addresses (RoCE, and the soft provider on the
+// address it listens on) a peer can announce only a GID of the address
+// it sends from. A host that can spoof UDP source addresses can
+// misdirect datagrams, as it can for UDP itself.
+package ud
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-rdma/rdma/internal/engine"
+	"github.com/go-rdma/rdma/internal/poller"
+	"github.com/go-rdma/rdma/internal/pool"
+	"github.com/go-rdma/rdma/internal/verbs"
+)
+
+// QKey is the Q_Key of every endpoint: a constant of the library's,
+// rather than one derived from the port or chosen at random, because a
+// Q_Key is no secret on RoCE (every datagram carries it in the clear) and
+// a constant lets a reply go to a sender known only from its datagram
+// (its GRH and source QPN) without asking it for its Q_Key. Its high bit
+// is clear: a Q_Key with the high bit set is privileged ("use the QP's
+// own") in a send. It is "RDMA" in ASCII.
+const QKey uint32 = 0x52444d41
+
+// Defaults of Config.
+const (
+	DefaultRecvDepth = 256
+	DefaultSendDepth = 128
+	// DefaultRefreshAfter: a peer that restarted on the same ip:port
+	// with a new queue pair is found again within about this long of
+	// traffic to it, for a 64-byte request and answer per peer this
+	// often.
+	DefaultRefreshAfter = 30 * time.Second
+)
+
+// Resolving an address: requests sent at most resolveTries times, the
+// first wait resolveWait, doubling up to a second (about 3 s in all);
+// at most maxResolving addresses resolved at once.
+const (
+	resolveTries = 6
+	resolveWait  = 50 * time.Millisecond
+	maxResolving = 256
+)
+
+// Answers to requests: at most answerRate a second, in bursts of
+// answerBurst.
+const (
+	answerRate  = 1000
+	answerBurst = 100
+)
+
+// Config is an endpoint's settings.
+type Config struct {
+	SendDepth int // datagrams in flight; 0: DefaultSendDepth
+	RecvDepth int // receives posted, and datagrams waiting for ReadFrom; 0: DefaultRecvDepth
+	MaxPeers  int // the peer cache's bound; 0: DefaultMaxPeers
+	// RefreshAfter is how old a peer's route may be before a WriteTo
+	// to it asks its side channel again, in the background, using the
+	// route it has meanwhile; 0: DefaultRefreshAfter.
+	RefreshAfter time.Duration
+	// Wrap makes the API's address for each address ReadFrom reports,
+	// once per peer (Addr.Ext); nil: none.
+	Wrap func(*Addr) net.Addr
+}
+
+// Stats are an endpoint's counters.
+type Stats struct {
+	Sent     uint64 // datagrams posted
+	Received uint64 // datagrams received, including those dropped below
+	// DroppedQueueFull counts datagrams that arrived while RecvDepth
+	// datagrams already waited for ReadFrom.
+	DroppedQueueFull uint64
+	// DroppedBadHeader counts receives whose GRH did not parse.
+	DroppedBadHeader uint64
+	// NotReposted counts receives that could not be posted again at
+	// once (the pool at its limit): until ReadFrom posts them, fewer
+	// receives are posted, and datagrams that find none are dropped by
+	// the device, uncounted.
+	NotReposted uint64
+	// RecvErrors counts receives that completed with an error other
+	// than a flush.
+	RecvErrors uint64
+	// Resolved and ResolveFailed count addresses asked of their side
+	// channel, answered and not.
+	Resolved      uint64
+	ResolveFailed uint64
+	// Answered counts requests answered; Ignored side-channel messages
+	// that were malformed, unsolicited, or past the answer rate.
+	Answered uint64
+	Ignored  uint64
+	// Peers is the number of peers cached; Evicted how many left the
+	// cache for its bound.
+	Peers   int
+	Evicted uint64
+}
+
+// Endpoint is a UD queue pair with its receives, its side channel and
+// its peer cache.
+type Endpoint struct {
+	eng      *engine.Engine
+	udp      *net.UDPConn
+	local    *Addr
+	route    Route // this endpoint's, as its answers announce it
+	mtu      int
+	refresh  time.Duration // Config.RefreshAfter
+	qp       verbs.QP
+	unit     *engine.Unit
+	slot     engine.Slot
+	slotted  bool // slot is the endpoint's
+	cqNeed   int
+	kick     *poller.Poller // an Adaptive poller to kick after a post
+	peers    *peers
+	checkGID bool // peers' GIDs must be the IP they send from
+
+	done      chan struct{} // closed by Close
+	failed    chan struct{} // closed by Fail
+	failOnce  sync.Once
+	failErr   error // set before failed closes
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+
+	// WRs posted and not completed; drained closes when Close has moved
+	// the QP to ERR and the last has completed.
+	posted    atomic.Int64
+	drained   chan struct{}
+	drainOnce sync.Once
+
+	// Receives posted: recvs[i] is the payload buffer of receive i, nil
+	// when not posted; its GRH goes to grhs[i*GRHSize:], a second SGE,
+	// so that the payload starts its buffer (RecvFrom hands it out as
+	// it is) and the buffer is of the MTU's size class, not the next.
+	// unposted counts the nil ones Close has not caused.
+	rmu      sync.Mutex
+	recvs    []*pool.Buffer
+	grhs     *pool.Buffer
+	rwr      [1]verbs.RecvWR
+	rsge     [2]verbs.SGE
+	unposted atomic.Int32
+
+	// Datagrams waiting for ReadFrom: a ring of RecvDepth.
+	qmu   sync.Mutex
+	q     []datagram
+	qhead int
+	qlen  int
+	avail chan struct{} // a datagram may be waiting
+
+	// Sends: a token in room per free slot of sends.
+	room  chan struct{}
+	smu   sync.Mutex
+	sends []sendSlot
+	sfree []uint32
+	swr   [1]verbs.SendWR
+	ssge  [1]verbs.SGE
+	bwr   []verbs.SendWR // a batch's chain (SendBatch)
+	bsge  []verbs.SGE
+
+	rdl, wdl *deadline
+
+	pmu     sync.Mutex
+	pending map[netip.AddrPort]*resolveCall
+	wg      sync.WaitGroup // the side channel's reader, the resolves
+
+	st struct {
+		sent, received, queueFull, badHeader, notReposted, recvErrors atomic.Uint64
+		resolved, resolveFailed, answered, ignored                    atomic.Uint64
+	}
+}
+
+type datagram struct {
+	pb   *pool.Buffer // the payload
+	addr *Addr
+}
+
+type sendSlot struct {
+	pb   *pool.Buffer
+	ah   *ahRef
+	own  bool     // pb is the endpoint's copy (WriteTo), else a reference to the caller's (SendBuffer)
+	n    int      // the datagram's length
+	done SendDone // nil for WriteTo
+}
+
+// SendDone is told when a datagram SendBuffer posted has left: err is
+// nil, or why it could not be sent (a flush when the endpoint closed).
+// It runs on the engine's poller and must not block.
+type SendDone interface {
+	SendDone(err error, n int)
+}
+
+// recvBit marks a receive's wr_id; the low bits are its index.
+const recvBit = 1 << 31
+
+// Listen opens an endpoint on eng bound to the UDP address bind. The
+// caller holds a reference to eng for the endpoint's life.
+func Listen(eng *engine.Engine, bind netip.AddrPort, cfg Config) (*Endpoint, error) {
+	if err := eng.Lacks(verbs.FeatureUD); err != nil {
+		return nil, err
+	}
+	if cfg.SendDepth <= 0 {
+		cfg.SendDepth = DefaultSendDepth
+	}
+	if cfg.RecvDepth <= 0 {
+		cfg.RecvDepth = DefaultRecvDepth
+	}
+	if cfg.MaxPeers <= 0 {
+		cfg.MaxPeers = DefaultMaxPeers
+	}
+	if cfg.RefreshAfter <= 0 {
+		cfg.RefreshAfter = DefaultRefreshAfter
+	}
+	if err := eng.CheckDepths(cfg.SendDepth, cfg.RecvDepth); err != nil {
+		return nil, err
+	}
+	gid, err := eng.GIDFor(bind.Addr())
+	if err != nil {
+		return nil, err
+	}
+	mtu := eng.Port.ActiveMTU.Bytes()
+	if mtu == 0 {
+		mtu = verbs.MTU1024.Bytes() // the port does not say: the least RoCE has
+	}
+	udp, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(bind))
+	if err != nil {
+		return nil, err
+	}
+	la := udp.LocalAddr().(*net.UDPAddr).AddrPort()
+	e := &Endpoint{
+		eng: eng, udp: udp, local: NewAddr(la), mtu: mtu, refresh: cfg.RefreshAfter,
+		checkGID: eng.Port.LinkLayer == "Ethernet" && gid.GID.IP() == la.Addr().Unmap(),
+		done:     make(chan struct{}), failed: make(chan struct{}), drained: make(chan struct{}),
+		recvs: make([]*pool.Buffer, cfg.RecvDepth), q: make([]datagram, cfg.RecvDepth), avail: make(chan struct{}, 1),
+		room: make(chan struct{}, cfg.SendDepth), sends: make([]sendSlot, cfg.SendDepth),
+		rdl: newDeadline(), wdl: newDeadline(), pending: map[netip.AddrPort]*resolveCall{},
+	}
+	for i := cfg.SendDepth - 1; i >= 0; i-- {
+		e.sfree = append(e.sfree, uint32(i))
+		e.room <- struct{}{}
+	}
+	e.peers = newPeers(cfg.MaxPeers, func(r Route) (verbs.AH, error) {
+		return eng.PD.CreateAH(verbs.Address{Port: eng.Port.Port, LID: r.LID, GID: r.GID, SGIDIndex: uint8(gid.Index), HopLimit: 64})
+	}, cfg.Wrap)
+	if err := e.open(cfg); err != nil {
+		e.teardown()
+		return nil, err
+	}
+	e.route = Route{GID: gid.GID, LID: eng.Port.LID, QPN: e.qp.QPN(), QKey: QKey, MTU: mtu}
+	if err := e.postRecvs(); err != nil {
+		e.teardown()
+		return nil, err
+	}
+	e.wg.Add(1)
+	go e.serveSide()
+	return e, nil
+}
+
+// open makes the QP, in RTS, with its slot and CQ room.
+func (e *Endpoint) open(cfg Config) error {
+	eng := e.eng
+	var err error
+	if e.slot, err = eng.AddEndpoint(e); err != nil {
+		return err
+	}
+	e.slotted = true
+	e.cqNeed = cfg.SendDepth + cfg.RecvDepth
+	if e.unit, err = eng.Reserve(e, e.cqNeed); err != nil {
+		e.unit = nil
+		return err
+	}
+	if eng.Cfg.PollMode == poller.Adaptive {
+		e.kick = e.unit.P
+	}
+	qc := verbs.QPCap{MaxSendWR: cfg.SendDepth, MaxRecvWR: cfg.RecvDepth, MaxSendSGE: 1, MaxRecvSGE: 2}
+	if e.qp, err = eng.PD.CreateQP(verbs.QPInit{Type: verbs.UD, SendCQ: e.unit.CQ, RecvCQ: e.unit.CQ, Cap: qc}); err != nil {
+		return fmt.Errorf("rdma: create UD QP: %w", err)
+	}
+	if err = e.qp.ToInit(verbs.InitAttr{Port: eng.Port.Port, QKey: QKey}); err == nil {
+		if err = e.qp.ToRTR(verbs.RTRAttr{}); err == nil {
+			err = e.qp.ToRTS(verbs.RTSAttr{SQPSN: uint32(randUint64()) & 0xffffff})
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("rdma: UD QP %#x to RTS: %w", e.qp.QPN(), err)
+	}
+	return nil
+}
+
+// postRecvs posts every receive.
+func (e *Endpoint) postRecvs() error {
+	e.rmu.Lock()
+	defer e.rmu.Unlock()
+	var err error
+	if e.grhs, err = e.eng.Pool.Get(len(e.recvs) * verbs.GRHSize); err != nil {
+		return err
+	}
+	for i := range e.recvs {
+		if err := e.postRecvLocked(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// postRecvLocked posts receive i: its GRH slot, then a buffer of the
+// MTU.
+func (e *Endpoint) postRecvLocked(i int) error {
+	pb, err := e.eng.Pool.GetReceive(e.mtu)
+	if err != nil {
+		return err
+	}
+	e.rsge[0] = verbs.SGE{Addr: e.grhs.Addr() + uint64(i*verbs.GRHSize), Length: verbs.GRHSize, LKey: e.grhs.LKey()}
+	e.rsge[1] = verbs.SGE{Addr: pb.Addr(), Length: uint32(pb.Len()), LKey: pb.LKey()}
+	e.rwr[0] = verbs.RecvWR{ID: e.slot.Base() | recvBit | uint64(i), SGL: e.rsge[:]}
+	e.recvs[i] = pb
+	e.posted.Add(1)
+	if _, err := e.qp.PostRecv(e.rwr[:]); err != nil {
+		e.recvs[i] = nil
+		e.posted.Add(-1)
+		pb.Release()
+		return fmt.Errorf("rdma: post UD receive: %w", err)
+	}
+	return nil
+}
+
+// repost posts again the receives that could not be (NotReposted).
+func (e *Endpoint) repost() {
+	if e.unposted.Load() == 0 {
+		return
+	}
+	e.rmu.Lock()
+	defer e.rmu.Unlock()
+	for i, pb := range e.recvs {
+		if pb != nil || e.closed.Load() {
+			continue
+		}
+		if e.postRecvLocked(i) != nil {
+			return
+		}
+		e.unposted.Add(-1)
+	}
+}
+
+// LocalAddr is the endpoint's address: its side channel's ip:port.
+func (e *Endpoint) LocalAddr() *Addr { return e.local }
+
+// MaxDatagram is the largest datagram the endpoint sends or receives:
+// the port's active MTU (a UD message is one packet, and its payload may
+// fill the MTU).
+func (e *Endpoint) MaxDatagram() int { return e.mtu }
+
+// Closed reports whether Close was called.
+func (e *Endpoint) Closed() bool { return e.closed.Load() }
+
+// QPN is the endpoint's UD QP number.
+func (e *Endpoint) QPN() uint32 { return e.qp.QPN() }
+
+// Stats reads the endpoint's counters.
+func (e *Endpoint) Stats() Stats {
+	s := &e.st
+	e.peers.mu.Lock()
+	n, ev := e.peers.lru.Len(), e.peers.evicted
+	e.peers.mu.Unlock()
+	return Stats{Sent: s.sent.Load(), Received: s.received.Load(), DroppedQueueFull: s.queueFull.Load(),
+		DroppedBadHeader: s.badHeader.Load(), NotReposted: s.notReposted.Load(), RecvErrors: s.recvErrors.Load(),
+		Resolved: s.resolved.Load(), ResolveFailed: s.resolveFailed.Load(), Answered: s.answered.Load(),
+		Ignored: s.ignored.Load(), Peers: n, Evicted: ev}
+}
+
+// SetReadDeadline sets the deadline of ReadFrom calls, pending ones too.
+func (e *Endpoint) SetReadDeadline(t time.Time) { e.rdl.set(t) }
+
+// SetWriteDeadline sets the deadline of WriteTo calls, pending ones too.
+func (e *Endpoint) SetWriteDeadline(t time.Time) { e.wdl.set(t) }
+
+// endErr is why the endpoint can do no more, or nil.
+func (e *Endpoint) endErr() error {
+	if e.closed.Load() {
+		return verbs.ErrClosed
+	}
+	select {
+	case <-e.failed:
+		return e.failErr
+	default:
+		return nil
+	}
+}
+
+// ReadFrom takes the next datagram: it copies its payload into p (what
+// does not fit is lost, as with UDP) and reports its sender.
+func (e *Endpoint) ReadFrom(p []byte) (int, *Addr, error) {
+	dg, err := e.next(nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	n := copy(p, dg.pb.Bytes())
+	dg.pb.Release()
+	return n, dg.addr, nil
+}
+
+// Take takes the next datagram without a copy: its payload's buffer,
+// which the caller releases, and its sender. It waits for a datagram,
+// the read deadline, Close, or the end of ctx.
+func (e *Endpoint) Take(ctx context.Context) (*pool.Buffer, *Addr, error) {
+	dg, err := e.next(ctx.Done())
+	if err == errCanceled {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return dg.pb, dg.addr, nil
+}
+
+var errCanceled = errors.New("canceled")
+
+// next waits for the next datagram, the read deadline, Close, or cancel
+// (then it returns errCanceled).
+func (e *Endpoint) next(cancel <-chan struct{}) (datagram, error) {
+	for {
+		if err := e.endErr(); err != nil {
+			return datagram{}, err
+		}
+		dl := e.rdl.wait()
+		if isClosed(dl) {
+			return datagram{}, os.ErrDeadlineExceeded
+		}
+		if isClosed(cancel) {
+			return datagram{}, errCanceled
+		}
+		if dg, ok := e.pop(); ok {
+			e.repost()
+			return dg, nil
+		}
+		select {
+		case <-e.avail:
+		case <-dl:
+		case <-cancel:
+		case <-e.done:
+		case <-e.failed:
+		}
+	}
+}
+
+// push queues a received datagram for ReadFrom, or drops it when
+// RecvDepth wait already.
+func (e *Endpoint) push(dg datagram) {
+	e.qmu.Lock()
+	if e.qlen == len(e.q) || e.closed.Load() {
+		e.qmu.Unlock()
+		dg.pb.Release()
+		e.st.queueFull.Add(1)
+		e.st.received.Add(1)
+		return
+	}
+	e.q[(e.qhead+e.qlen)%len(e.q)] = dg
+	e.qlen++
+	e.st.received.Add(1)
+	e.qmu.Unlock()
+	select {
+	case e.avail <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Endpoint) pop() (datagram, bool) {
+	e.qmu.Lock()
+	defer e.qmu.Unlock()
+	if e.qlen == 0 {
+		return datagram{}, false
+	}
+	dg := e.q[e.qhead]
+	e.q[e.qhead] = datagram{}
+	e.qhead = (e.qhead + 1) % len(e.q)
+	e.qlen--
+	if e.qlen > 0 {
+		select { // another reader may take the next
+		case e.avail <- struct{}{}:
+		default:
+		}
+	}
+	return dg, true
+}
+
+// TooLargeError is a datagram larger than the path MTU allows.
+func tooLarge(n, mtu int, whose string) error {
+	return fmt.Errorf("%w: datagram of %d bytes exceeds the %d-byte MTU of %s (a UD datagram is one packet)", verbs.ErrInvalid, n, mtu, whose)
+}
+
+// WriteTo sends b as one datagram to a. It returns once b is copied into
+// registered memory and posted: as with UDP, nothing says it arrived.
+func (e *Endpoint) WriteTo(b []byte, a *Addr) (int, error) {
+	p, err := e.admit(len(b), a)
+	if err != nil {
+		return 0, err
+	}
+	pb, err := e.eng.Pool.Get(max(len(b), 1))
+	if err == nil {
+		copy(pb.Bytes(), b)
+		if err = e.post(pb, 0, len(b), p, true, nil); err != nil {
+			pb.Release()
+		}
+	}
+	if err != nil {
+		e.room <- struct{}{}
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// SendBuffer sends n bytes of pb at off, memory of the engine's pool, as
+// one datagram to a, without a copy: pb is referenced until the send has
+// left, and done is told then. An error means nothing was posted and
+// done is not told.
+func (e *Endpoint) SendBuffer(pb *pool.Buffer, off, n int, a *Addr, done SendDone) error {
+	if pb.Pool() != e.eng.Pool {
+		return fmt.Errorf("%w: a buffer of another engine's pool", verbs.ErrInvalid)
+	}
+	p, err := e.admit(n, a)
+	if err != nil {
+		return err
+	}
+	if err = pb.Ref(); err == nil {
+		if err = e.post(pb, off, n, p, false, done); err != nil {
+			pb.Unref()
+		}
+	}
+	if err != nil {
+		e.room <- struct{}{}
+		return err
+	}
+	return nil
+}
+
+// admit checks a datagram of n bytes to a, finds its peer (asking its
+// side channel if need be) and takes room in the send queue for it,
+// bounded by the write deadline.
+func (e *Endpoint) admit(n int, a *Addr) (*peer, error) {
+	dl := e.wdl.wait()
+	p, err := e.routeTo(n, a, dl)
+	if err != nil {
+		return nil, err
+	}
+	return p, e.takeRoom(dl)
+}
+
+// routeTo checks a datagram of n bytes to a and finds its peer, asking its
+// side channel if need be, bounded by the write deadline dl.
+func (e *Endpoint) routeTo(n int, a *Addr, dl <-chan struct{}) (*peer, error) {
+	if err := e.endErr(); err != nil {
+		return nil, err
+	}
+	if isClosed(dl) {
+		return nil, os.ErrDeadlineExceeded
+	}
+	if n > e.mtu {
+		return nil, tooLarge(n, e.mtu, "this endpoint's port")
+	}
+	p, err := e.peerFor(a, dl)
+	if err != nil {
+		return nil, err
+	}
+	if n > p.route.MTU {
+		return nil, tooLarge(n, p.route.MTU, "the peer "+a.String())
+	}
+	return p, nil
+}
+
+// takeRoom takes room for one datagram in the send queue, bounded by the
+// write deadline dl.
+func (e *Endpoint) takeRoom(dl <-chan struct{}) error {
+	select {
+	case <-e.room:
+		return nil
+	case <-dl:
+		return os.ErrDeadlineExceeded
+	case <-e.done:
+		return verbs.ErrClosed
+	case <-e.failed:
+		return e.failErr
+	}
+}
+
+// post posts the send of n bytes of pb at off to p, in room admit took;
+// own says whether the send owns pb (else it holds a reference).
+func (e *Endpoint) post(pb *pool.Buffer, off, n int, p *peer, own bool, done SendDone) error {
+	ah, err := e.peers.ah(p)
+	if err != nil {
+		return fmt.Errorf("rdma: address handle to %v: %w", p.route.GID, err)
+	}
+	e.smu.Lock()
+	if err := e.endErr(); err != nil {
+		e.smu.Unlock()
+		ah.release()
+		return err
+	}
+	i := e.sfree[len(e.sfree)-1]
+	e.sfree = e.sfree[:len(e.sfree)-1]
+	e.sends[i] = sendSlot{pb: pb, ah: ah, own: own, n: n, done: done}
+	e.ssge[0] = verbs.SGE{Addr: pb.Addr() + uint64(off), Length: uint32(n), LKey: pb.LKey()}
+	e.swr[0] = verbs.SendWR{ID: e.slot.Base() | uint64(i), Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
+		SGL: e.ssge[:], AH: ah.ah, RemoteQPN: p.route.QPN, RemoteQKey: p.route.QKey}
+	if n == 0 {
+		e.swr[0].SGL = nil
+	}
+	e.posted.Add(1)
+	_, err = e.qp.PostSend(e.swr[:])
+	e.swr[0] = verbs.SendWR{}
+	if err != nil {
+		e.sends[i] = sendSlot{}
+		e.sfree = append(e.sfree, i)
+		e.posted.Add(-1)
+		e.smu.Unlock()
+		ah.release()
+		return fmt.Errorf("rdma: post UD send: %w", err)
+	}
+	e.smu.Unlock()
+	e.st.sent.Add(1)
+	if e.kick != nil {
+		e.kick.Kick()
+	}
+	return nil
+}
+
+// peerFor finds the peer a names: by the route a datagram brought, else
+// by ip:port in the cache, else by asking the address's side channel
+// (bounded by the write deadline dl).
+func (e *Endpoint) peerFor(a *Addr, dl <-chan struct{}) (*peer, error) {
+	if a.hasRoute() {
+		if p := e.peers.from(a.route.key()); p != nil {
+			return p, nil
+		}
+		return e.peers.learn(a.ap, a.route), nil
+	}
+	if !a.ap.IsValid() || a.ap.Port() == 0 || a.ap.Addr().IsUnspecified() {
+		return nil, fmt.Errorf("%w: address %v: want ip:port", verbs.ErrInvalid, a.ap)
+	}
+	if p, stale := e.peers.byAddrPort(a.ap, e.refresh); p != nil {
+		if stale {
+			e.reask(a.ap)
+		}
+		return p, nil
+	}
+	return e.resolve(a.ap, dl)
+}
+
+// Complete handles the completion of a receive or a send; it runs on the
+// engine's poller.
+func (e *Endpoint) Complete(wc *verbs.WorkCompletion) {
+	i := int(wc.WRID & (recvBit - 1))
+	if wc.WRID&recvBit != 0 {
+		e.completeRecv(i, wc)
+	} else {
+		e.completeSend(i, wc)
+	}
+	if e.posted.Add(-1) == 0 && e.closed.Load() {
+		e.drainOnce.Do(func() { close(e.drained) })
+	}
+}
+
+func (e *Endpoint) completeSend(i int, wc *verbs.WorkCompletion) {
+	e.smu.Lock()
+	s := e.sends[i]
+	e.sends[i] = sendSlot{}
+	e.sfree = append(e.sfree, uint32(i))
+	e.smu.Unlock()
+	if s.own {
+		s.pb.Release()
+	} else {
+		s.pb.Unref()
+	}
+	s.ah.release()
+	e.room <- struct{}{}
+	var err error
+	if werr := wc.Err(); werr != nil {
+		err = fmt.Errorf("rdma: UD send: %w", werr)
+		if wc.Status != verbs.WCWRFlushErr {
+			e.Fail(err)
+		}
+	}
+	if s.done != nil {
+		s.done.SendDone(err, s.n)
+	}
+}
+
+func (e *Endpoint) completeRecv(i int, wc *verbs.WorkCompletion) {
+	var grh [verbs.GRHSize]byte
+	e.rmu.Lock()
+	pb := e.recvs[i]
+	e.recvs[i] = nil
+	copy(grh[:], e.grhs.Bytes()[i*verbs.GRHSize:]) // before the repost lets the device write it again
+	if !e.closed.Load() && wc.Status != verbs.WCWRFlushErr {
+		if e.postRecvLocked(i) != nil {
+			e.unposted.Add(1)
+			e.st.notReposted.Add(1)
+		}
+	}
+	e.rmu.Unlock()
+	if err := wc.Err(); err != nil {
+		pb.Release()
+		if wc.Status != verbs.WCWRFlushErr {
+			e.st.recvErrors.Add(1)
+		}
+		return
+	}
+	// Received counts a datagram once it is dropped or queued (push),
+	// and before ReadFrom can take it, so that a count read says where
+	// each went.
+	n := int(wc.ByteLen) - verbs.GRHSize
+	if n < 0 || n > pb.Len() || wc.Flags&verbs.WCWithGRH == 0 {
+		pb.Release()
+		e.st.badHeader.Add(1)
+		e.st.received.Add(1)
+		return
+	}
+	pb.Filled(n)
+	g, err := verbs.ParseGRH(grh[:])
+	if err != nil {
+		pb.Release()
+		e.st.badHeader.Add(1)
+		e.st.received.Add(1)
+		return
+	}
+	k := routeKey{gid: g.SrcGID(), qpn: wc.SrcQP}
+	var addr *Addr
+	if p := e.peers.from(k); p != nil {
+		addr = p.addr
+	} else {
+		addr = e.peers.newAddr(netip.AddrPortFrom(g.Src.Unmap(), 0), Route{GID: k.gid, LID: wc.SLID, QPN: k.qpn, QKey: QKey, MTU: e.mtu})
+	}
+	e.push(datagram{pb: pb, addr: addr})
+}
+
+// Received is for receives of a shared receive queue, which a UD
+// endpoint does not use.
+func (e *Endpoint) Received(pb *pool.Buffer, _ *verbs.WorkCompletion) { pb.Release() }
+
+// Fail ends the endpoint's traffic with err: its port went down, its
+// poller stopped, or a send failed.
+func (e *Endpoint) Fail(err error) {
+	e.failOnce.Do(func() {
+		e.failErr = err
+		close(e.failed)
+	})
+}
+
+// Close closes the endpoint: pending and later calls fail with an error
+// wrapping verbs.ErrClosed. It waits for the QP's WRs to flush, then
+// gives their buffers back.
+func (e *Endpoint) Close() error {
+	e.closeOnce.Do(func() {
+		// Under the locks of the posters and of the resolves, so that
+		// none posts or starts after.
+		e.rmu.Lock()
+		e.smu.Lock()
+		e.pmu.Lock()
+		e.closed.Store(true)
+		e.pmu.Unlock()
+		e.smu.Unlock()
+		e.rmu.Unlock()
+		close(e.done)
+		e.closeErr = e.teardown()
+	})
+	return e.closeErr
+}
+
+// drainWait bounds Close's wait for the QP's WRs to flush. A device that
+// never flushes them leaves their buffers unreleased rather than reused
+// while it may still write to them.
+const drainWait = 5 * time.Second
+
+// teardown releases what Listen made, in reverse.
+func (e *Endpoint) teardown() error {
+	e.closed.Store(true)
+	var errs []error
+	errs = append(errs, e.udp.Close())
+	e.wg.Wait()
+	flushed := true
+	if e.qp != nil {
+		if e.posted.Load() > 0 {
+			e.qp.ToError()
+			if e.posted.Load() == 0 {
+				e.drainOnce.Do(func() { close(e.drained) })
+			}
+			t := time.NewTimer(drainWait)
+			select {
+			case <-e.drained:
+			case <-t.C:
+				flushed = false
+				errs = append(errs, fmt.Errorf("rdma: UD QP %#x: %d WRs not flushed after %v", e.qp.QPN(), e.posted.Load(), drainWait))
+			}
+			t.Stop()
+		}
+		if flushed {
+			errs = append(errs, e.qp.Close())
+		}
+	}
+	if e.unit != nil && flushed {
+		e.eng.Unreserve(e, e.unit, e.cqNeed)
+	}
+	if e.slotted {
+		e.eng.RemoveEndpoint(e.slot)
+	}
+	for {
+		dg, ok := e.pop()
+		if !ok {
+			break
+		}
+		dg.pb.Release()
+	}
+	if e.grhs != nil && flushed {
+		e.grhs.Release()
+	}
+	e.peers.clear()
+	e.rdl.stop()
+	e.wdl.stop()
+	return errors.Join(errs...)
+}
+
+func randUint64() uint64 {
+	var b [8]byte
+	rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:])
+}
