@@ -23,14 +23,7 @@ func TestAccessErrorOfDeadPeer(t *testing.T) {
 	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dst, err := s.Alloc(64)
-	require.NoError(t, err)
-	defer dst.Release()
-	region, err := s.Expose(dst, rdma.RemoteWrite)
-	require.NoError(t, err)
-	src, err := c.Alloc(64)
-	require.NoError(t, err)
-	defer src.Release()
+	src, region := writableRegion(t, c, s)
 	require.NoError(t, c.Write(src, region).Wait(ctx))
 
 	rdma.Deafen(s) // a dying process answers nothing
@@ -39,7 +32,7 @@ func TestAccessErrorOfDeadPeer(t *testing.T) {
 	require.Eventually(t, func() bool { return rdma.AwaitsVerdict(c) }, 20*time.Second, time.Millisecond,
 		"the refused WRITE did not wait for the control channel's word")
 	rdma.CutControl(s)
-	err = w.Wait(ctx)
+	err := w.Wait(ctx)
 	require.ErrorIs(t, err, rdma.ErrPeerLost)
 	assert.ErrorIs(t, err, rdma.ErrRemoteAccess, "the completion stays in the chain")
 	<-c.Done()
@@ -53,16 +46,9 @@ func TestAccessErrorOfLivePeer(t *testing.T) {
 	c, s := rdmatest.Pair(t, rdma.WithProvider(rdma.ProviderSoft))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dst, err := s.Alloc(64)
-	require.NoError(t, err)
-	defer dst.Release()
-	region, err := s.Expose(dst, rdma.RemoteWrite)
-	require.NoError(t, err)
-	src, err := c.Alloc(64)
-	require.NoError(t, err)
-	defer src.Release()
+	src, region := writableRegion(t, c, s)
 	region.RKey ^= 0xff
-	err = c.Write(src, region).Wait(ctx)
+	err := c.Write(src, region).Wait(ctx)
 	require.ErrorIs(t, err, rdma.ErrRemoteAccess)
 	assert.NotErrorIs(t, err, rdma.ErrPeerLost)
 	assert.NotErrorIs(t, c.Err(), rdma.ErrPeerLost)
@@ -110,4 +96,19 @@ func TestControlWriteToDeadPeer(t *testing.T) {
 	require.Error(t, err, "writes to a closed socket kept succeeding")
 	assert.ErrorIs(t, err, rdma.ErrPeerLost)
 	assert.ErrorIs(t, c.Err(), rdma.ErrPeerLost)
+}
+
+// writableRegion is 64 bytes of s's memory exposed for c's WRITEs, and
+// 64 bytes of c's to write from; both go back at the test's end.
+func writableRegion(t *testing.T, c, s *rdma.Conn) (*rdma.Buffer, rdma.RemoteRegion) {
+	t.Helper()
+	dst, err := s.Alloc(64)
+	require.NoError(t, err)
+	t.Cleanup(func() { dst.Release() })
+	region, err := s.Expose(dst, rdma.RemoteWrite)
+	require.NoError(t, err)
+	src, err := c.Alloc(64)
+	require.NoError(t, err)
+	t.Cleanup(func() { src.Release() })
+	return src, region
 }
