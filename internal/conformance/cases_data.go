@@ -181,6 +181,7 @@ func caseWriteRead(e *Env) {
 	e.PostSend(qa, verbs.SendWR{ID: 1, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled,
 		SGL: []verbs.SGE{SGE(loc, 100, 700), SGE(loc, 2000, 300)}, RemoteAddr: rem.Addr() + 12345, RKey: rem.RKey()})
 	e.CheckOK(e.Wait1(e.A.CQ, "WRITE 1000 bytes"), 1, verbs.WCWrite, "WRITE completion")
+	e.Placed(qa, e.A.CQ, rem)
 	if diff := DiffBytes(rb[12345:13345], d1); diff != "" {
 		e.Errorf("WRITE of 1000 bytes at offset 12345: %s", diff)
 	}
@@ -193,6 +194,7 @@ func caseWriteRead(e *Env) {
 	e.PostSend(qa, verbs.SendWR{ID: 2, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled,
 		SGL: []verbs.SGE{SGE(loc, 8192, 9000)}, RemoteAddr: rem.Addr() + 20003, RKey: rem.RKey()})
 	e.CheckOK(e.Wait1(e.A.CQ, "WRITE 9000 bytes"), 2, verbs.WCWrite, "WRITE completion")
+	e.Placed(qa, e.A.CQ, rem)
 	if diff := DiffBytes(rb[20003:29003], d2); diff != "" {
 		e.Errorf("WRITE of 9000 bytes at offset 20003: %s", diff)
 	}
@@ -520,6 +522,7 @@ func caseUnsignaled(e *Env) {
 		RemoteAddr: rem.Addr() + 12000, RKey: rem.RKey()})
 	e.CheckOK(e.Wait1(e.A.CQ, "marker WRITE"), 200, verbs.WCWrite, "next completion must be the marker (no completion for unsignaled WRs)")
 	e.ExpectEmpty(e.A.CQ, "sender CQ")
+	e.Placed(qa, e.A.CQ, rem)
 	for i, d := range datas {
 		off := i*1024 + 3
 		if diff := DiffBytes(rem.Bytes()[off:off+300], d); diff != "" {

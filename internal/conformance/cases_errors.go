@@ -360,6 +360,7 @@ func caseBadChain(e *Env) {
 		e.CheckOK(wcs[i], id, verbs.WCWrite, fmt.Sprintf("completion %d", i))
 	}
 	e.ExpectEmpty(e.A.CQ, "sender CQ after the marker")
+	e.Placed(qa, e.A.CQ, rem)
 	rb := rem.Bytes()
 	for i := range 5 {
 		off := 1024*i + 8

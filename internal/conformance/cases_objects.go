@@ -251,6 +251,7 @@ func caseBusy(e *Env) {
 	e.PostSend(qa, verbs.SendWR{ID: 1, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{SGE(src, 100, 512)},
 		RemoteAddr: rem.Addr() + 1000, RKey: rem.RKey()})
 	e.CheckOK(e.Wait1(cq, "WRITE after the refused closes"), 1, verbs.WCWrite, "WRITE from the MR whose PD refused to close")
+	e.Placed(qa, cq, rem)
 	if diff := DiffBytes(rem.Bytes()[1000:1512], data); diff != "" {
 		e.Errorf("WRITE after the refused closes: %s", diff)
 	}

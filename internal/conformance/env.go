@@ -552,6 +552,25 @@ func (e *Env) Wait1(cq verbs.CQ, what string) verbs.WorkCompletion {
 	return e.WaitN(cq, 1, what)[0]
 }
 
+// Placed returns once the WRITEs qp (on side A) has completed are in
+// rem's memory at the peer. On InfiniBand and RoCE a WRITE completes when
+// the responder has acknowledged it, so that is already so; iWARP does not
+// acknowledge WRITEs (a WRITE completes once sent, see
+// verbs.FeatureRemoteWriteError), and there a 1-byte READ from rem, which
+// the responder answers only after placing the WRITEs before it on the
+// stream, shows it. cq is qp's send CQ; rem must allow remote reads.
+func (e *Env) Placed(qp verbs.QP, cq verbs.CQ, rem verbs.MR) {
+	e.Helper()
+	if e.Lacks(verbs.FeatureRemoteWriteError) == nil {
+		return
+	}
+	sink := e.MapReg(e.A, 64, verbs.AccessLocalWrite, 0)
+	const id = 0x91ace0
+	e.PostSend(qp, verbs.SendWR{ID: id, Opcode: verbs.OpRead, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{SGE(sink, 0, 1)}, RemoteAddr: rem.Addr(), RKey: rem.RKey()})
+	e.CheckOK(e.Wait1(cq, "the READ that shows earlier WRITEs placed"), id, verbs.WCRead, "READ after WRITEs")
+}
+
 // ExpectEmpty polls cq once and reports anything it holds. Cases call it
 // after a completion that, by queue order, comes after everything that
 // might wrongly be there.
