@@ -47,7 +47,9 @@ func (b *Batch) addSend(opc verbs.Opcode, src Local, imm uint32) {
 	if b.err != nil {
 		return
 	}
-	o, wr, err := b.c.sendRequest(opc, src, imm)
+	var o rc.Op
+	var wr verbs.SendWR
+	err := b.c.sendRequest(&o, &wr, opc, src, imm)
 	b.add(err, o, wr)
 	runtime.KeepAlive(src) // add took the reference: the handle may go now
 }
@@ -56,7 +58,9 @@ func (b *Batch) addRDMA(kind rc.OpKind, opc verbs.Opcode, l Local, r RemoteRegio
 	if b.err != nil {
 		return
 	}
-	o, wr, err := b.c.rdmaRequest(kind, opc, l, r, imm)
+	var o rc.Op
+	var wr verbs.SendWR
+	err := b.c.rdmaRequest(&o, &wr, kind, opc, l, r, imm)
 	b.add(err, o, wr)
 	runtime.KeepAlive(l) // add took the reference: the handle may go now
 }

@@ -55,7 +55,7 @@ func (c *conn) sendGo() error {
 	}
 	defer pb.Release()
 	c.rc.Counters.Issued(verbs.OpSend, 0)
-	f := c.post(rc.Op{Kind: rc.OpSend, Buf: pb}, verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.SendSignaled})
+	f := c.post(&rc.Op{Kind: rc.OpSend, Buf: pb}, &verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.SendSignaled})
 	if f.Resolved() {
 		if err := f.Err(); err != nil {
 			return err
@@ -137,7 +137,7 @@ func (c *conn) readSettle() *Future {
 	defer pb.Release()
 	r := c.iw.peer
 	c.rc.Counters.Issued(verbs.OpRead, r.Len)
-	return c.post(rc.Op{Kind: rc.OpRead, Buf: pb, N: r.Len}, verbs.SendWR{Opcode: verbs.OpRead, Flags: verbs.SendSignaled, RemoteAddr: r.Addr, RKey: r.RKey})
+	return c.post(&rc.Op{Kind: rc.OpRead, Buf: pb, N: r.Len}, &verbs.SendWR{Opcode: verbs.OpRead, Flags: verbs.SendSignaled, RemoteAddr: r.Addr, RKey: r.RKey})
 }
 
 // offerSettleByte registers, on a listener's connection on iWARP, the

@@ -1152,8 +1152,8 @@ func (c *propConn) deliverToRecv() {
 func (c *propConn) post(n int) {
 	f := propFuture{c}
 	if n == 1 {
-		c.ssq.Submit(verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.SendSignaled}, verbs.SGE{},
-			Op{Kind: OpSend, Fut: f, Signaled: true})
+		c.ssq.Submit(&verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.SendSignaled}, verbs.SGE{},
+			&Op{Kind: OpSend, Fut: f, Signaled: true})
 		return
 	}
 	wrs := make([]verbs.SendWR, n)

@@ -165,7 +165,8 @@ func (q *queuedPost) free() {
 // Submit posts one operation: at once when postMu is free, else through
 // the combining queue. An operation that fails at once has its Future
 // resolved.
-func (q *SendQueue) Submit(wr verbs.SendWR, sge verbs.SGE, o Op) {
+// wr and o are read, not kept: the caller's may live on its stack.
+func (q *SendQueue) Submit(wr *verbs.SendWR, sge verbs.SGE, o *Op) {
 	if !q.postMu.TryLock() {
 		// Near the send queue limit, or on a connection that is
 		// ending, wait for the lock: a post past the limit, or after
@@ -173,7 +174,7 @@ func (q *SendQueue) Submit(wr verbs.SendWR, sge verbs.SGE, o Op) {
 		// inline operation waits too: its bytes are copied at the
 		// post, and the caller may change them once the call returns.
 		if !q.life.Ending() && wr.Flags&verbs.SendInline == 0 && q.heldOps.Load()+int64(q.cq.n.Load()) < int64(q.limit/2) {
-			q.cq.leave(postReq{wr: wr, sge: sge, op: o})
+			q.cq.leave(postReq{wr: *wr, sge: sge, op: *o})
 			if !q.postMu.TryLock() {
 				return // the holder posts it (unlockPost)
 			}
@@ -184,16 +185,16 @@ func (q *SendQueue) Submit(wr verbs.SendWR, sge verbs.SGE, o Op) {
 	}
 	if q.cq.n.Load() > 0 {
 		// Those who came first go first.
-		q.cq.leave(postReq{wr: wr, sge: sge, op: o})
+		q.cq.leave(postReq{wr: *wr, sge: sge, op: *o})
 		q.postUnlock()
 		return
 	}
 	q.sge[0] = sge
-	wr.SGL = q.sge[:]
+	q.wr[0], q.op[0] = *wr, *o
+	q.wr[0].SGL = q.sge[:]
 	if o.N == 0 {
-		wr.SGL = nil
+		q.wr[0].SGL = nil
 	}
-	q.wr[0], q.op[0] = wr, o
 	err := q.submitLocked(q.wr[:], q.op[:])
 	q.wr[0], q.op[0] = verbs.SendWR{}, Op{}
 	q.postUnlock()

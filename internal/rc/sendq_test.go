@@ -125,7 +125,7 @@ func sendOpOf(opc verbs.Opcode) (verbs.SendWR, Op, *fakeFuture) {
 // issue submits one operation as Conn.post does, and returns its Future.
 func issue(q *sendQueue, opc verbs.Opcode) *fakeFuture {
 	wr, o, f := sendOpOf(opc)
-	q.Submit(wr, verbs.SGE{}, o)
+	q.Submit(&wr, verbs.SGE{}, &o)
 	return f
 }
 
