@@ -103,7 +103,7 @@ func newConn(eng *engine, cfg config, ctrl net.Conn, local, remote net.Addr) (*c
 	c := &conn{eng: eng, cfg: cfg, local: local}
 	c.api.conn = c
 	rcfg := rc.Config{SendDepth: cfg.sqDepth, RecvDepth: cfg.rqDepth, SendLimit: cfg.sendQueueLimit(), MaxMsg: cfg.maxMsg,
-		Handled: cfg.handler != nil, MaxExpose: cfg.maxExpose, RegionLife: cfg.regionLife, CM: cfg.cm, Setup: cfg.setup, Protocol: cfg.protocol}
+		Handled: cfg.handler != nil, MaxExpose: cfg.maxExpose, RegionLife: cfg.regionLife, CM: cfg.cm, UC: cfg.transport == UC, Setup: cfg.setup, Protocol: cfg.protocol}
 	if err := c.rc.Init(eng.Engine, rcfg, ctrl, remote, (*shell)(c)); err != nil {
 		return nil, err
 	}
@@ -263,6 +263,9 @@ func (c *conn) rdmaOp(kind rc.OpKind, opc verbs.Opcode, l Local, r RemoteRegion,
 // and its WR, unsignaled, as sendRequest does: for the Conn's operations
 // and a Batch's alike.
 func (c *conn) rdmaRequest(o *rc.Op, wr *verbs.SendWR, kind rc.OpKind, opc verbs.Opcode, l Local, r RemoteRegion, imm uint32) error {
+	if err := c.refuseOnUC(opc); err != nil {
+		return err
+	}
 	if opc == verbs.OpWriteWithImm {
 		if err := c.eng.Lacks(verbs.FeatureImmediate); err != nil {
 			return fmt.Errorf("rdma: %v: %w", opc, err)
@@ -298,6 +301,9 @@ func (c *Conn) FetchAdd(r RemoteRegion, delta uint64) *Future {
 }
 
 func (c *conn) atomic(opc verbs.Opcode, r RemoteRegion, cmpAdd, swap uint64) *Future {
+	if err := c.refuseOnUC(opc); err != nil {
+		return newResolved(err)
+	}
 	if err := c.eng.Lacks(verbs.FeatureAtomics); err != nil {
 		return newResolved(fmt.Errorf("rdma: %v: %w", opc, err))
 	}

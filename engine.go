@@ -145,8 +145,13 @@ func openEngine(cfg config, prov verbs.Provider, dev string) (*engine, error) {
 
 // check refuses a configuration the device cannot serve, at Dial or
 // Listen rather than at every handshake: queue depths past the device's
-// queue pairs or CQs (see also config.check).
-func (e *engine) check(cfg config) error { return e.CheckDepths(cfg.sqDepth, cfg.rqDepth) }
+// queue pairs or CQs (see also config.check), or a transport it lacks.
+func (e *engine) check(cfg config) error {
+	if err := e.checkTransport(cfg); err != nil {
+		return err
+	}
+	return e.CheckDepths(cfg.sqDepth, cfg.rqDepth)
+}
 
 // check refuses, before anything is opened, a configuration no
 // connection could work with: queue depths that do not fit one CQ, or a

@@ -49,6 +49,11 @@ func TestVerbsIWARPNotSupported(t *testing.T) {
 	require.ErrorIs(t, err, rdma.ErrNotSupported, "Dial from siw0's address without WithRDMACM")
 	assert.Contains(t, err.Error(), "rdma_cm")
 
+	// iWARP has no UC, and rdma_cm connections are RC.
+	_, err = rdma.Listen("rdma", ip1+":0", rdma.WithRDMACM(), rdma.WithTransport(rdma.UC))
+	require.ErrorIs(t, err, rdma.ErrNotSupported, "Listen WithTransport(UC) on siw")
+	assert.Contains(t, err.Error(), "UC")
+
 	ln, err := rdma.Listen("rdma", ip1+":0", rdma.WithRDMACM())
 	require.NoError(t, err)
 	defer ln.Close()

@@ -53,6 +53,9 @@ func dialHandshake(ctx context.Context, eng *engine, cfg config, tc net.Conn) (*
 		err = rc.SameProtocol(cfg.protocol, peer, true)
 	}
 	if err == nil {
+		err = rc.SameTransport(cfg.transport == UC, peer, true)
+	}
+	if err == nil {
 		err = c.rc.Connect(br, &me, peer, release)
 	}
 	if err != nil {
@@ -86,6 +89,9 @@ func readPeerHello(eng *engine, cfg *config, tc net.Conn, br *bufio.Reader) (*rc
 	}
 	if err == nil {
 		err = rc.SameProtocol(cfg.protocol, peer, false)
+	}
+	if err == nil {
+		err = rc.SameTransport(cfg.transport == UC, peer, false)
 	}
 	if err != nil {
 		rc.WriteRefusal(tc, err.Error())

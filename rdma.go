@@ -72,6 +72,7 @@ type config struct {
 	maxExpose      int           // bytes a peer may RequestRegion in total
 	regionLife     time.Duration // longest life of a region granted to RequestRegion
 	cm             bool          // set connections up through rdma_cm
+	transport      Transport     // RC or UC (WithTransport)
 	threadLock     poller.ThreadLock
 	cpus           []int         // pollers' CPUs, sorted, no duplicates (poller.CheckCPUs)
 	spin           time.Duration // Adaptive pollers' spin; 0: the provider's default

@@ -134,7 +134,7 @@ go build -o "$bindir/rdmacat" ./cmd/rdmacat
 # suite in full, rdma_cm included, and the root package's basic paths,
 # PacketConn and rdma_cm tests on it (siwtests.sh runs its rdma_cm tests on siw too).
 PUREGO_PKGS=(internal/ibv internal/conformance .)
-PUREGO_ROOT_TESTS='^(TestSendRecv|TestOneSided|TestWriteInline|TestBatch|TestPeerCloseErrors|TestDialErrors|TestVerbsRDMACM.*|TestPacket.*|TestVerbsPacket.*)$'
+PUREGO_ROOT_TESTS='^(TestSendRecv|TestOneSided|TestUC|TestUCOverrun|TestWriteInline|TestBatch|TestPeerCloseErrors|TestDialErrors|TestVerbsRDMACM.*|TestPacket.*|TestVerbsPacket.*)$'
 pspecs=()
 for p in "${PUREGO_PKGS[@]}"; do
   b=purego_$(echo "$p" | tr /. _r).test

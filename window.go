@@ -36,5 +36,6 @@ func (c *Conn) SendWindow() int { return int(c.rc.Peer.RecvWindow) }
 // through rdma_cm (WithRDMACM) have no credits: there a protocol keeps
 // at most SendWindow messages unread by the peer, or a message may find
 // no receive, which the device retries (RNR) or, on iWARP, which has no
-// RNR retry, ends the connection.
-func (c *Conn) Credited() bool { return c.rc.CM == nil }
+// RNR retry, ends the connection. UC connections (WithTransport) have
+// none either, and there such a message is dropped.
+func (c *Conn) Credited() bool { return c.rc.CM == nil && c.cfg.transport != UC }

@@ -94,9 +94,22 @@ var forceHeaderMode atomic.Bool
 
 // newStream starts the stream protocol on c with a receive ring of
 // ringSize bytes. It owns c from here on and closes it on failure.
+// checkTransport refuses an unreliable transport: a stream's bytes
+// must all arrive, in order.
+func checkTransport(t rdma.Transport) error {
+	if t != rdma.RC {
+		return fmt.Errorf("rdma: stream: %w: a stream needs a reliable connection (RC), not %v (rdma.WithTransport)", rdma.ErrNotSupported, t)
+	}
+	return nil
+}
+
 func newStream(c *rdma.Conn, ringSize int) (*Conn, error) {
 	send, recv := c.QueueDepth()
-	if err := checkDepths(send, recv); err != nil {
+	err := checkTransport(c.Transport())
+	if err == nil {
+		err = checkDepths(send, recv)
+	}
+	if err != nil {
 		c.Close()
 		return nil, err
 	}

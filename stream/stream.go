@@ -261,7 +261,11 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 	if err != nil {
 		return nil, err
 	}
-	if err := checkDepths(l.QueueDepth()); err != nil {
+	err = checkTransport(l.Transport())
+	if err == nil {
+		err = checkDepths(l.QueueDepth())
+	}
+	if err != nil {
 		l.Close()
 		return nil, &net.OpError{Op: "listen", Net: network, Addr: l.Addr(), Err: err}
 	}

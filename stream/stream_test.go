@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/net/nettest"
 
 	"github.com/go-rdma/rdma"
@@ -251,4 +253,28 @@ func exchangeRandom(t *testing.T, a, b net.Conn, size, maxWrite, maxRead int, se
 	for err := range errs {
 		t.Fatal(err)
 	}
+}
+
+// Rule: a stream needs a reliable connection: Listen and Dial with
+// rdma.WithTransport(rdma.UC) fail with ErrNotSupported naming it.
+func TestStreamRefusesUC(t *testing.T) {
+	_, err := stream.Listen("rdma", "127.0.0.1:0", rdma.WithProvider("soft"), rdma.WithTransport(rdma.UC))
+	require.ErrorIs(t, err, rdma.ErrNotSupported)
+	assert.Contains(t, err.Error(), "UC")
+
+	// A UC listener of the async API that names the stream's protocol,
+	// so that only the transport can refuse the dial.
+	ln, err := rdma.Listen("rdma", "127.0.0.1:0", rdma.WithProvider("soft"), rdma.WithTransport(rdma.UC), rdma.WithProtocol(stream.Protocol))
+	require.NoError(t, err)
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	go func() {
+		if c, err := ln.Accept(ctx); err == nil {
+			c.Close()
+		}
+	}()
+	_, err = stream.Dial(ctx, "rdma", ln.Addr().String(), rdma.WithProvider("soft"), rdma.WithTransport(rdma.UC))
+	require.ErrorIs(t, err, rdma.ErrNotSupported)
+	assert.Contains(t, err.Error(), "UC")
 }

@@ -74,6 +74,11 @@ type Config struct {
 	CM                   bool          // set up through rdma_cm: its own receives, no credits
 	Setup                time.Duration // the handshake's bound
 	Protocol             string        // the application protocol its hello names
+	// UC: the unreliable connected transport. Its own receives and no
+	// credits, as through rdma_cm: a message the peer loses, or one
+	// that finds no receive, is dropped there, and a credit spent on it
+	// would never come back. No READ and no atomics.
+	UC bool
 }
 
 // Shell is what the API layer does for a connection: count and log its
@@ -105,7 +110,9 @@ func (c *Conn) Init(eng *ieng.Engine, cfg Config, ctrl net.Conn, remote net.Addr
 	}
 	c.Eng, c.cfg, c.Remote, c.shell, c.done = eng, cfg, remote, shell, make(chan struct{})
 	c.Life.Init(remote)
-	c.RQ.Init(cfg.MaxMsg, !cfg.CM, cfg.Handled, c.done, &c.Life, &c.Ops, &c.Grants, &c.SQ, c, eng.Pool)
+	shared := !cfg.CM && !cfg.UC // receives from the engine's SRQ, counted by credits
+	credits := ctrl != nil && !cfg.UC
+	c.RQ.Init(cfg.MaxMsg, shared, cfg.Handled, c.done, &c.Life, &c.Ops, &c.Grants, &c.SQ, c, eng.Pool)
 	c.Ctl.Init(ctrl, MaxRegionRequests+8, &c.Life, c)
 	slot, err := eng.AddEndpoint(c)
 	if err != nil {
@@ -116,9 +123,12 @@ func (c *Conn) Init(eng *ieng.Engine, cfg Config, ctrl net.Conn, remote net.Addr
 	c.Ops.Init(slot.Base())
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.Regions.Init(c.ctx, &c.Life, &c.Ctl, &c.SQ, c, eng.Pool, eng.PD, cfg.MaxExpose, cfg.RegionLife)
-	c.Grants.Init(cfg.RecvDepth, c.RQ.Mutex(), c.RQ.RecvCounter(), &c.Life, &c.SQ, &c.Peer, ctrl != nil, c)
-	c.SQ.Init(cfg.SendDepth, cfg.SendLimit, &c.Ops, &c.Life, c.Grants.Word(), &c.Peer, ctrl != nil, c)
-	if !cfg.CM {
+	c.Grants.Init(cfg.RecvDepth, c.RQ.Mutex(), c.RQ.RecvCounter(), &c.Life, &c.SQ, &c.Peer, credits, c)
+	c.SQ.Init(cfg.SendDepth, cfg.SendLimit, &c.Ops, &c.Life, c.Grants.Word(), &c.Peer, credits, c)
+	if !credits {
+		c.SQ.UnlimitedCredits()
+	}
+	if shared {
 		// go-rdma's handshake receives through the shared receive
 		// queue (its credits count its receives); rdma_cm
 		// connections post their own.
@@ -137,7 +147,7 @@ func (c *Conn) Init(eng *ieng.Engine, cfg Config, ctrl net.Conn, remote net.Addr
 			c.Drv = c.Unit.P
 		}
 		qc := verbs.QPCap{MaxSendWR: cfg.SendDepth, MaxRecvWR: cfg.RecvDepth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
-		init := verbs.QPInit{Type: verbs.RC, SendCQ: c.Unit.CQ, RecvCQ: c.Unit.CQ, Cap: qc}
+		init := verbs.QPInit{Type: c.QPType(), SendCQ: c.Unit.CQ, RecvCQ: c.Unit.CQ, Cap: qc}
 		if c.SRQ != nil {
 			init.SRQ = c.SRQ.Q()
 			init.Cap.MaxSendWR += ControlWRs
@@ -167,6 +177,14 @@ func (c *Conn) Init(eng *ieng.Engine, cfg Config, ctrl net.Conn, remote net.Addr
 	c.SQ.SetQP(c.QP, c.Inline, kick, c.Drv)
 	c.RQ.SetQP(c.QP, c.Unit.P, cfg.RecvDepth)
 	return nil
+}
+
+// QPType is the transport of the connection's QP: RC, or UC (Config.UC).
+func (c *Conn) QPType() verbs.QPType {
+	if c.cfg.UC {
+		return verbs.UC
+	}
+	return verbs.RC
 }
 
 // cqNeed is the room the connection reserves in its CQ: a completion for

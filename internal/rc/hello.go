@@ -31,7 +31,7 @@ const (
 	// MagicBytes start a hello.
 	MagicBytes = "GO-RDMA\x00"
 	// Version is the handshake's version: a peer of another is refused.
-	Version   = 9
+	Version   = 10
 	maxReason = 512
 )
 
@@ -62,7 +62,7 @@ type Hello struct {
 	PSN       uint32
 	LID       uint16
 	MTU       uint8
-	Flags     uint8
+	Flags     uint8 // HelloUC
 	GID       verbs.GID
 	RecvDepth uint32 // the sender's credit cap: the most messages it takes in flight
 	MaxMsg    uint32 // largest SEND the sender accepts
@@ -196,6 +196,30 @@ func otherAnswer(r *bufio.Reader) error {
 // MaxProtocol is the longest application protocol name the hello carries
 // (rdma.WithProtocol).
 const MaxProtocol = 32
+
+// HelloUC in Hello.Flags: the sender's QP is UC (the unreliable
+// connected transport), not RC.
+const HelloUC = 1 << 0
+
+// SameTransport refuses a peer whose QP is of another transport than
+// ours (uc: UC, else RC): an RC QP and a UC QP cannot talk. dialing says
+// which side this is, for the error's words.
+func SameTransport(uc bool, peer *Hello, dialing bool) error {
+	theirs := peer.Flags&HelloUC != 0
+	if theirs == uc {
+		return nil
+	}
+	name := func(uc bool) string {
+		if uc {
+			return "UC"
+		}
+		return "RC"
+	}
+	if dialing {
+		return fmt.Errorf("rdma: %w: this dialer's transport is %s, the listener's %s (WithTransport)", ErrRefused, name(uc), name(theirs))
+	}
+	return fmt.Errorf("rdma: %w: the dialer's transport is %s, this listener's %s (WithTransport)", ErrRefused, name(theirs), name(uc))
+}
 
 // SameProtocol refuses a peer whose Hello names another protocol than
 // ours; dialing says which side this is, for the error's words.

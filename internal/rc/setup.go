@@ -24,7 +24,11 @@ import (
 // credit word and returns the hello that describes it.
 func (c *Conn) Prepare() (Hello, error) {
 	eng, cfg := c.Eng, c.cfg
-	if err := c.QP.ToInit(verbs.InitAttr{Port: eng.Port.Port, Access: verbs.AccessRemoteRead | verbs.AccessRemoteWrite | verbs.AccessRemoteAtomic}); err != nil {
+	access := verbs.AccessRemoteRead | verbs.AccessRemoteWrite | verbs.AccessRemoteAtomic
+	if cfg.UC {
+		access = verbs.AccessRemoteWrite // UC carries no READ and no atomics
+	}
+	if err := c.QP.ToInit(verbs.InitAttr{Port: eng.Port.Port, Access: access}); err != nil {
 		return Hello{}, err
 	}
 	if err := c.RQ.PostReceives(); err != nil {
@@ -41,6 +45,9 @@ func (c *Conn) Prepare() (Hello, error) {
 	me := Hello{QPN: c.QP.QPN(), PSN: randPSN(), LID: eng.Port.LID, MTU: uint8(eng.Port.ActiveMTU), GID: gid.GID,
 		RecvDepth: uint32(c.RecvCap()), MaxMsg: uint32(cfg.MaxMsg), RecvWindow: uint32(c.RecvWindow())}
 	copy(me.Protocol[:], cfg.Protocol)
+	if cfg.UC {
+		me.Flags |= HelloUC
+	}
 	if mr := c.Grants.Word().MR(); mr != nil {
 		me.CreditAddr, me.CreditRKey = mr.Addr(), mr.RKey()
 	}
@@ -62,11 +69,18 @@ func (c *Conn) Connect(br *bufio.Reader, me, peer *Hello, release func() bool) e
 	c.Peer = *peer
 	// No credits yet: the first message asks for them (the send queue's ask).
 	mtu := verbs.MTU(min(me.MTU, peer.MTU))
-	if err := c.QP.ToRTR(verbs.RTRAttr{PathMTU: mtu, DestQPN: peer.QPN, RQPSN: peer.PSN,
-		Dest: verbs.Address{Port: eng.Port.Port, LID: peer.LID, GID: peer.GID, SGIDIndex: c.gidIndex}, MinRNRTimer: 12}); err != nil {
+	rtr := verbs.RTRAttr{PathMTU: mtu, DestQPN: peer.QPN, RQPSN: peer.PSN,
+		Dest: verbs.Address{Port: eng.Port.Port, LID: peer.LID, GID: peer.GID, SGIDIndex: c.gidIndex}}
+	rts := verbs.RTSAttr{SQPSN: me.PSN}
+	if !c.cfg.UC {
+		// Acknowledgements, retries and RNR NAKs are RC's alone.
+		rtr.MinRNRTimer = 12
+		rts.Timeout, rts.RetryCount, rts.RNRRetry = 14, 7, 7
+	}
+	if err := c.QP.ToRTR(rtr); err != nil {
 		return err
 	}
-	if err := c.QP.ToRTS(verbs.RTSAttr{SQPSN: me.PSN, Timeout: 14, RetryCount: 7, RNRRetry: 7}); err != nil {
+	if err := c.QP.ToRTS(rts); err != nil {
 		return err
 	}
 	var ready [1]byte
