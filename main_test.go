@@ -24,6 +24,7 @@ func TestMain(m *testing.M) {
 		"hold":   holdChild,
 		"burst":  burstChild,
 		"nolib":  noLibChild,
+		"echo":   echoChild,
 	})
 	// A Buffer a test never releases fails the run (exit 99) and is
 	// reported with the place that allocated it.

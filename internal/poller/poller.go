@@ -270,6 +270,10 @@ type Poller struct {
 	kmu     sync.Mutex
 	kctx    context.Context // the wait's context; Kick cancels it
 	kcancel context.CancelFunc
+	// directEvents: the CQ's events are handled where they are raised
+	// (a DirectChannel, the soft provider), so a parked poller never
+	// waits for a completion, and Kick has nothing to hasten.
+	directEvents bool
 
 	// Drive (drive.go): mu serializes polling and the handler between the
 	// poller's goroutine and a driver; ended is set, under mu, when the
@@ -346,6 +350,7 @@ func New(cq verbs.CQ, ch verbs.CompChannel, h Handler, cfg Config) (*Poller, err
 	}
 	if d, ok := ch.(verbs.DirectChannel); ok && cfg.Mode != Busy {
 		d.SetDirect(p.direct)
+		p.directEvents = true
 	}
 	p.standby = time.AfterFunc(time.Hour, p.standbyExpired)
 	p.standby.Stop()
@@ -435,6 +440,9 @@ func (p *Poller) Err() error {
 // again, and the completion's event wakes it. Kick costs two atomic
 // operations while the poller is not parked. Busy pollers ignore it.
 func (p *Poller) Kick() {
+	if p.directEvents {
+		return
+	}
 	if p.cfg.Mode == Adaptive && p.parked.Load() && spinners.Load() >= spinLimit.Load() {
 		p.st.kicksSkipped.Add(1)
 		return
