@@ -159,6 +159,7 @@ func Run(o Options) (Result, error) {
 	roots.AddCert(cert)
 	h3 := &http3.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: roots},
+		QUICConfig:      quicConfig(cpc),
 		Dial: func(ctx context.Context, addr string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
 			ua, err := net.ResolveUDPAddr("udp", addr)
 			if err != nil {
@@ -213,6 +214,19 @@ func listen(o Options, addr string) (net.PacketConn, string, error) {
 	return pc, fmt.Sprintf("rdma (%s, %d)", pc.Provider(), pc.MaxDatagram()), nil
 }
 
+// quicConfig is the QUIC configuration of a side. quic-go finds a UDP
+// socket's path MTU (DPLPMTUD, which needs the DF bit), not a
+// PacketConn's: it would send packets of 1280 bytes. An rdma.PacketConn
+// knows its path MTU, so its packets start at the largest quic-go sends
+// (1452 bytes) where they fit.
+func quicConfig(pc net.PacketConn) *quic.Config {
+	c := &quic.Config{}
+	if p, ok := pc.(*rdma.PacketConn); ok {
+		c.InitialPacketSize = uint16(min(p.MaxDatagram(), 1452))
+	}
+	return c
+}
+
 // server is an HTTP/3 server on a PacketConn.
 type server struct {
 	tr   *quic.Transport
@@ -230,7 +244,7 @@ func serve(pc net.PacketConn) (*server, *x509.Certificate, error) {
 	}
 	tr := &quic.Transport{Conn: pc}
 	tc := http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}})
-	ln, err := tr.ListenEarly(tc, &quic.Config{})
+	ln, err := tr.ListenEarly(tc, quicConfig(pc))
 	if err != nil {
 		tr.Close()
 		return nil, nil, err
