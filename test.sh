@@ -10,9 +10,11 @@
 #      RDMA_TEST_REQUIRE_DEVICE=1 so a skip is a failure, then in the same
 #      VM the purego binding's (test binaries built with CGO_ENABLED=0):
 #      internal/ibv, the conformance suite and a smoke and the rdma_cm
-#      tests of the root package; then the conformance suite and the
-#      rdma_cm tests, of both bindings, on siw (soft-iWARP; a conformance
-#      case may skip there only for a feature siw lacks);
+#      tests of the root package; then cmd/examples/http3's HTTP/3 over
+#      rxe datagrams (with the veths' MTU raised for it, then restored);
+#      then the conformance suite and the rdma_cm tests, of both bindings,
+#      on siw (soft-iWARP; a conformance case may skip there only for a
+#      feature siw lacks);
 #   4. an RC test between two VMs.
 # As root on a fresh Debian 12 machine it installs what is missing (apt
 # packages and the Debian kernel image for the VM).
@@ -30,11 +32,11 @@ step "static checks"
 bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 [ -z "$bad" ] || { echo "gofmt would change:"; echo "$bad"; exit 1; }
 go vet ./...
-# metrics/promrdma, cmd/examples/raftkv and cmd/examples/antspool are
-# modules of their own (they require client_golang, hashicorp/raft and
-# ants, which the library's users need not get), so ./... above does not
-# reach them.
-nested=(metrics/promrdma cmd/examples/raftkv cmd/examples/antspool)
+# metrics/promrdma, cmd/examples/raftkv, cmd/examples/antspool and
+# cmd/examples/http3 are modules of their own (they require
+# client_golang, hashicorp/raft, ants and quic-go, which the library's
+# users need not get), so ./... above does not reach them.
+nested=(metrics/promrdma cmd/examples/raftkv cmd/examples/antspool cmd/examples/http3)
 for m in "${nested[@]}"; do (cd "$m" && go vet ./...); done
 CGO_ENABLED=0 go build ./...
 CGO_ENABLED=0 go vet ./...
@@ -142,6 +144,10 @@ for p in "${PUREGO_PKGS[@]}"; do
   pspecs+=("$p=$b")
 done
 
+# cmd/examples/http3 is a module of its own: its test binary is built
+# there. test/vm/http3tests.sh runs it with the veths' MTU raised.
+(cd cmd/examples/http3 && go test -c -o "$bindir/cmd_examples_http3.test" .)
+
 # The tests run in their package directories (for testdata). The guest sees
 # the host's root read-only but has its own /tmp, so ship a copy of the
 # tracked sources with the binaries rather than rely on this checkout's path.
@@ -156,14 +162,17 @@ RDMACAT_BIN=\$PWD/rdmacat bash ../gotests.sh \$PWD/src ${specs[*]} || r=1
 echo '=== the purego binding (CGO_ENABLED=0)'
 bash ../gotests.sh \$PWD/src ${pspecs[*]:0:2} || r=1
 GOTEST_FLAGS='-test.run=$PUREGO_ROOT_TESTS' bash ../gotests.sh \$PWD/src ${pspecs[2]} || r=1
+echo '=== HTTP/3 over rxe datagrams (cmd/examples/http3)'
+bash ../http3tests.sh \$PWD/src cmd_examples_http3.test || r=1
 echo '=== siw'
 bash ../siwtests.sh \$PWD/src || r=1
 echo '=== a fresh program, built without rdma-core headers'
 bash ../apptests.sh || r=1
 exit \$r"
-test/vm/run.sh -t 1800 -f "$bindir" -f test/vm/gotests.sh -f test/vm/siwtests.sh -f test/vm/apptests.sh -c "$job" | tee "$out" || rc=$?
+test/vm/run.sh -t 1800 -f "$bindir" -f test/vm/gotests.sh -f test/vm/http3tests.sh -f test/vm/siwtests.sh -f test/vm/apptests.sh -c "$job" | tee "$out" || rc=$?
 # One VM-SUMMARY line per gotests.sh run: the cgo binding's, then the
-# purego binding's two; siwtests.sh prints a SIW-SUMMARY.
+# purego binding's two; http3tests.sh prints an HTTP3-SUMMARY (and
+# renames its gotests.sh runs' lines), siwtests.sh a SIW-SUMMARY.
 summary() { sed -n "s/.*VM-SUMMARY: .*$1=\([0-9]*\).*/\1/p" "$out" | sed -n "$2"; }
 n=$(summary verbs_tests_passed 1p)
 vm_all=$(summary all_tests_passed p | awk '{s += $1} END {print s + 0}')
@@ -177,6 +186,8 @@ echo "tests passed on the rxe device: ${n:-0} with the cgo binding, ${np:-0} wit
 [ "${siw:-0}" -gt 0 ] || { echo "no test ran on siw"; exit 1; }
 apps=$(sed -n 's/.*APP-SUMMARY: passed=\([0-9]*\).*/\1/p' "$out" | tail -1)
 [ "${apps:-0}" = 6 ] || { echo "the fresh program: ${apps:-0} of 6 checks passed in the VM (test/vm/apptests.sh)"; exit 1; }
+h3=$(sed -n 's/.*HTTP3-SUMMARY: passed=\([0-9]*\).*/\1/p' "$out" | tail -1)
+[ "${h3:-0}" = 2 ] || { echo "HTTP/3 over rxe: ${h3:-0} of 2 tests passed in the VM (test/vm/http3tests.sh)"; exit 1; }
 
 step "two hosts: RC on rxe and the soft provider over TCP, between two VMs"
 cp "$bindir/internal_ibv.test" "$work/ibv.test"
@@ -190,4 +201,4 @@ n2=$(grep -cE -- '--- PASS: (TestVerbsTwoHostRC|TestTwoHostSoft|TestTwoHostVerbs
 
 step "done in $(( $(date +%s) - T0 ))s"
 echo "rxe: $n tests passed on the rxe device in one VM (and $np with the purego binding); siw: ${siw:-0} passed (${siw_fskips:-0} conformance cases skipped for a feature siw lacks, docs/providers.md); two VMs: RC on rxe, the async API on rxe and on soft over TCP passed on both sides"
-echo "$((host_passed + ${vm_all:-0} + ${siw:-0} + apps + n2)) passed, 0 failed"
+echo "$((host_passed + ${vm_all:-0} + ${siw:-0} + apps + h3 + n2)) passed, 0 failed"
