@@ -108,6 +108,10 @@ type Stats struct {
 	DroppedQueueFull uint64
 	// DroppedBadHeader counts receives whose GRH did not parse.
 	DroppedBadHeader uint64
+	// DroppedMulticast counts datagrams to a multicast group that were
+	// not for this endpoint: to another port, without the port, or to a
+	// group it has not joined (multicast.go).
+	DroppedMulticast uint64
 	// NotReposted counts receives that could not be posted again at
 	// once (the pool at its limit): until ReadFrom posts them, fewer
 	// receives are posted, and datagrams that find none are dropped by
@@ -146,7 +150,8 @@ type Endpoint struct {
 	cqNeed   int
 	kick     *poller.Poller // an Adaptive poller to kick after a post
 	peers    *peers
-	checkGID bool // peers' GIDs must be the IP they send from
+	mc       groups // multicast.go
+	checkGID bool   // peers' GIDs must be the IP they send from
 
 	done      chan struct{} // closed by Close
 	failed    chan struct{} // closed by Fail
@@ -198,8 +203,8 @@ type Endpoint struct {
 	wg      sync.WaitGroup // the side channel's reader, the resolves
 
 	st struct {
-		sent, received, queueFull, badHeader, notReposted, recvErrors atomic.Uint64
-		resolved, resolveFailed, answered, ignored                    atomic.Uint64
+		sent, received, queueFull, badHeader, notReposted, recvErrors, droppedMcast atomic.Uint64
+		resolved, resolveFailed, answered, ignored                                  atomic.Uint64
 	}
 }
 
@@ -257,9 +262,15 @@ func Listen(eng *engine.Engine, bind netip.AddrPort, cfg Config) (*Endpoint, err
 		e.sfree = append(e.sfree, uint32(i))
 		e.room <- struct{}{}
 	}
-	e.peers = newPeers(cfg.MaxPeers, func(r Route) (verbs.AH, error) {
+	mkAH := func(r Route) (verbs.AH, error) {
 		return eng.PD.CreateAH(verbs.Address{Port: eng.Port.Port, LID: r.LID, GID: r.GID, SGIDIndex: uint8(gid.Index), HopLimit: 64})
-	}, cfg.Wrap)
+	}
+	e.peers = newPeers(cfg.MaxPeers, mkAH, cfg.Wrap)
+	e.mc.sendTo = newPeers(maxSendGroups, mkAH, nil)
+	e.mc.max = MaxGroups
+	if m := eng.Attr.MaxMcastGrp; m > 0 && m < MaxGroups {
+		e.mc.max = m
+	}
 	if err := e.open(cfg); err != nil {
 		e.teardown()
 		return nil, err
@@ -381,7 +392,7 @@ func (e *Endpoint) Stats() Stats {
 	n, ev := e.peers.lru.Len(), e.peers.evicted
 	e.peers.mu.Unlock()
 	return Stats{Sent: s.sent.Load(), Received: s.received.Load(), DroppedQueueFull: s.queueFull.Load(),
-		DroppedBadHeader: s.badHeader.Load(), NotReposted: s.notReposted.Load(), RecvErrors: s.recvErrors.Load(),
+		DroppedBadHeader: s.badHeader.Load(), DroppedMulticast: s.droppedMcast.Load(), NotReposted: s.notReposted.Load(), RecvErrors: s.recvErrors.Load(),
 		Resolved: s.resolved.Load(), ResolveFailed: s.resolveFailed.Load(), Answered: s.answered.Load(),
 		Ignored: s.ignored.Load(), Peers: n, Evicted: ev}
 }
@@ -553,6 +564,12 @@ func (e *Endpoint) completeRecv(i int, wc *verbs.WorkCompletion) {
 		e.st.received.Add(1)
 		return
 	}
+	if dst := g.DstGID(); dst.IsMulticast() && !e.keepMulticast(dst, wc) {
+		pb.Release()
+		e.st.droppedMcast.Add(1)
+		e.st.received.Add(1)
+		return
+	}
 	k := routeKey{gid: g.SrcGID(), qpn: wc.SrcQP}
 	var addr *Addr
 	if p := e.peers.from(k); p != nil {
@@ -607,6 +624,7 @@ func (e *Endpoint) teardown() error {
 	var errs []error
 	errs = append(errs, e.udp.Close())
 	e.wg.Wait()
+	errs = append(errs, e.leaveAll())
 	flushed := true
 	if e.qp != nil {
 		if e.posted.Load() > 0 {
@@ -644,6 +662,7 @@ func (e *Endpoint) teardown() error {
 		e.grhs.Release()
 	}
 	e.peers.clear()
+	e.mc.sendTo.clear()
 	e.rdl.stop()
 	e.wdl.stop()
 	return errors.Join(errs...)

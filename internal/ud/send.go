@@ -36,14 +36,14 @@ func tooLarge(n, mtu int, whose string) error {
 // WriteTo sends b as one datagram to a. It returns once b is copied into
 // registered memory and posted: as with UDP, nothing says it arrived.
 func (e *Endpoint) WriteTo(b []byte, a *Addr) (int, error) {
-	p, err := e.admit(len(b), a)
+	d, err := e.admit(len(b), a)
 	if err != nil {
 		return 0, err
 	}
 	pb, err := e.eng.Pool.Get(max(len(b), 1))
 	if err == nil {
 		copy(pb.Bytes(), b)
-		if err = e.post(pb, 0, len(b), p, true, nil); err != nil {
+		if err = e.post(pb, 0, len(b), d, true, nil); err != nil {
 			pb.Release()
 		}
 	}
@@ -62,12 +62,12 @@ func (e *Endpoint) SendBuffer(pb *pool.Buffer, off, n int, a *Addr, done SendDon
 	if pb.Pool() != e.eng.Pool {
 		return fmt.Errorf("%w: a buffer of another engine's pool", verbs.ErrInvalid)
 	}
-	p, err := e.admit(n, a)
+	d, err := e.admit(n, a)
 	if err != nil {
 		return err
 	}
 	if err = pb.Ref(); err == nil {
-		if err = e.post(pb, off, n, p, false, done); err != nil {
+		if err = e.post(pb, off, n, d, false, done); err != nil {
 			pb.Unref()
 		}
 	}
@@ -81,35 +81,72 @@ func (e *Endpoint) SendBuffer(pb *pool.Buffer, off, n int, a *Addr, done SendDon
 // admit checks a datagram of n bytes to a, finds its peer (asking its
 // side channel if need be) and takes room in the send queue for it,
 // bounded by the write deadline.
-func (e *Endpoint) admit(n int, a *Addr) (*peer, error) {
+func (e *Endpoint) admit(n int, a *Addr) (dest, error) {
 	dl := e.wdl.wait()
-	p, err := e.routeTo(n, a, dl)
+	d, err := e.routeTo(n, a, dl)
 	if err != nil {
-		return nil, err
+		return dest{}, err
 	}
-	return p, e.takeRoom(dl)
+	return d, e.takeRoom(dl)
 }
 
-// routeTo checks a datagram of n bytes to a and finds its peer, asking its
+// dest is where a datagram goes: its peer, the cache that holds the
+// peer (the peers', or the groups' for a multicast group), and the
+// immediate data the datagram carries (a group's destination port;
+// 0: none, a unicast datagram).
+type dest struct {
+	p   *peer
+	c   *peers
+	imm uint32
+}
+
+// ah is the peer's address handle with a reference for one send.
+func (d dest) ah() (*ahRef, error) {
+	ah, err := d.c.ah(d.p)
+	if err != nil {
+		return nil, fmt.Errorf("rdma: address handle to %v: %w", d.p.route.GID, err)
+	}
+	return ah, nil
+}
+
+// wr is the work request of a send to d, through ah.
+func (d dest) wr(id uint64, sgl []verbs.SGE, ah *ahRef) verbs.SendWR {
+	wr := verbs.SendWR{ID: id, Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
+		SGL: sgl, AH: ah.ah, RemoteQPN: d.p.route.QPN, RemoteQKey: d.p.route.QKey}
+	if d.imm != 0 {
+		wr.Opcode, wr.Imm = verbs.OpSendWithImm, d.imm
+	}
+	return wr
+}
+
+// routeTo checks a datagram of n bytes to a and finds where it goes: a
+// group's entry for a multicast group:port, else the peer's, asking its
 // side channel if need be, bounded by the write deadline dl.
-func (e *Endpoint) routeTo(n int, a *Addr, dl <-chan struct{}) (*peer, error) {
+func (e *Endpoint) routeTo(n int, a *Addr, dl <-chan struct{}) (dest, error) {
 	if err := e.endErr(); err != nil {
-		return nil, err
+		return dest{}, err
 	}
 	if isClosed(dl) {
-		return nil, os.ErrDeadlineExceeded
+		return dest{}, os.ErrDeadlineExceeded
 	}
 	if n > e.mtu {
-		return nil, tooLarge(n, e.mtu, "this endpoint's port")
+		return dest{}, tooLarge(n, e.mtu, "this endpoint's port")
+	}
+	if !a.hasRoute() && a.ap.Addr().IsMulticast() {
+		p, err := e.groupPeer(a)
+		if err != nil {
+			return dest{}, err
+		}
+		return dest{p: p, c: e.mc.sendTo, imm: mcastImm(a.ap.Port())}, nil
 	}
 	p, err := e.peerFor(a, dl)
 	if err != nil {
-		return nil, err
+		return dest{}, err
 	}
 	if n > p.route.MTU {
-		return nil, tooLarge(n, p.route.MTU, "the peer "+a.String())
+		return dest{}, tooLarge(n, p.route.MTU, "the peer "+a.String())
 	}
-	return p, nil
+	return dest{p: p, c: e.peers}, nil
 }
 
 // takeRoom takes room for one datagram in the send queue, bounded by the
@@ -127,12 +164,12 @@ func (e *Endpoint) takeRoom(dl <-chan struct{}) error {
 	}
 }
 
-// post posts the send of n bytes of pb at off to p, in room admit took;
+// post posts the send of n bytes of pb at off to d, in room admit took;
 // own says whether the send owns pb (else it holds a reference).
-func (e *Endpoint) post(pb *pool.Buffer, off, n int, p *peer, own bool, done SendDone) error {
-	ah, err := e.peers.ah(p)
+func (e *Endpoint) post(pb *pool.Buffer, off, n int, d dest, own bool, done SendDone) error {
+	ah, err := d.ah()
 	if err != nil {
-		return fmt.Errorf("rdma: address handle to %v: %w", p.route.GID, err)
+		return err
 	}
 	e.smu.Lock()
 	if err := e.endErr(); err != nil {
@@ -144,8 +181,7 @@ func (e *Endpoint) post(pb *pool.Buffer, off, n int, p *peer, own bool, done Sen
 	e.sfree = e.sfree[:len(e.sfree)-1]
 	e.sends[i] = sendSlot{pb: pb, ah: ah, own: own, n: n, done: done}
 	e.ssge[0] = verbs.SGE{Addr: pb.Addr() + uint64(off), Length: uint32(n), LKey: pb.LKey()}
-	e.swr[0] = verbs.SendWR{ID: e.slot.Base() | uint64(i), Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
-		SGL: e.ssge[:], AH: ah.ah, RemoteQPN: p.route.QPN, RemoteQKey: p.route.QKey}
+	e.swr[0] = d.wr(e.slot.Base()|uint64(i), e.ssge[:], ah)
 	if n == 0 {
 		e.swr[0].SGL = nil
 	}
@@ -190,6 +226,7 @@ func (e *Endpoint) peerFor(a *Addr, dl <-chan struct{}) (*peer, error) {
 	return e.resolve(a.ap, dl)
 }
 
+// completeSend gives back what send i held and tells its SendDone.
 func (e *Endpoint) completeSend(i int, wc *verbs.WorkCompletion) {
 	e.smu.Lock()
 	s := e.sends[i]
