@@ -36,11 +36,12 @@ import (
 // the group, which the device copies to each member queue pair; its
 // destination port travels in the immediate data, and a member drops
 // (and counts, PacketStats.DroppedMulticast) what is for another port.
-// A member that sends to its own group gets its own datagram back where
-// the device delivers it to the sender's queue pair (soft does; see
-// docs/connections.md for rxe), as IP_MULTICAST_LOOP does by default.
-// On the soft provider a group reaches the PacketConns of this process
-// only.
+// A member that sends to its own group reads its own datagram too: the
+// device copies it to every member queue pair, the sender's included
+// (soft and rxe do), as IP_MULTICAST_LOOP does by default; a sender that
+// did not join gets none. On the soft provider a group reaches the
+// PacketConns of this process only. Costs and limits:
+// docs/connections.md.
 //
 // All methods are safe for concurrent use.
 type PacketConn struct {

@@ -28,6 +28,11 @@
 // address it listens on) a peer can announce only a GID of the address
 // it sends from. A host that can spoof UDP source addresses can
 // misdirect datagrams, as it can for UDP itself.
+//
+// # Multicast
+//
+// An endpoint joins groups and writes to group:port without the side
+// channel; multicast.go says how the port travels and is checked.
 package ud
 
 import (
