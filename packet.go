@@ -39,9 +39,10 @@ import (
 // A member that sends to its own group reads its own datagram too: the
 // device copies it to every member queue pair, the sender's included
 // (soft and rxe do), as IP_MULTICAST_LOOP does by default; a sender that
-// did not join gets none. On the soft provider a group reaches the
-// PacketConns of this process only. Costs and limits:
-// docs/connections.md.
+// did not join gets none. A datagram to a group is checked against the
+// sender's MaxDatagram only: keep it within every member's. On the soft
+// provider a group reaches the PacketConns of this process only. Costs
+// and limits: docs/connections.md.
 //
 // All methods are safe for concurrent use.
 type PacketConn struct {
