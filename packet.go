@@ -26,6 +26,24 @@ import (
 // 1024 peers. ReadFrom reports a sender by the ip:port it announced, so
 // that a reply to that address reaches it.
 //
+// # Multicast
+//
+// JoinGroup makes the PacketConn a member of a multicast group: a
+// datagram WriteTo sends to group:port reaches every member whose own
+// port is port, as with UDP sockets joined to a group, and ReadFrom
+// reports its sender's address as for unicast. Writing to a group needs
+// no membership and asks no side channel. The datagram is one SEND to
+// the group, which the device copies to each member queue pair; its
+// destination port travels in the immediate data, and a member drops
+// (and counts, PacketStats.DroppedMulticast) what is for another port.
+// A member that sends to its own group reads its own datagram too: the
+// device copies it to every member queue pair, the sender's included
+// (soft and rxe do), as IP_MULTICAST_LOOP does by default; a sender that
+// did not join gets none. A datagram to a group is checked against the
+// sender's MaxDatagram only: keep it within every member's. On the soft
+// provider a group reaches the PacketConns of this process only. Costs
+// and limits: docs/connections.md.
+//
 // All methods are safe for concurrent use.
 type PacketConn struct {
 	ep        *ud.Endpoint
@@ -167,7 +185,8 @@ func (p *PacketConn) ReadFrom(b []byte) (int, net.Addr, error) {
 
 // WriteTo sends b as one datagram to addr, a *PacketAddr or a
 // *net.UDPAddr. It returns once b is copied and posted; as with UDP,
-// nothing tells whether it arrived. A datagram larger than MaxDatagram
+// nothing tells whether it arrived. To a multicast group:port it sends
+// one datagram to the group's members on that port (see Multicast). A datagram larger than MaxDatagram
 // (or the peer's) fails with an error wrapping ErrInvalid that names the
 // MTU.
 func (p *PacketConn) WriteTo(b []byte, addr net.Addr) (int, error) {
@@ -311,6 +330,42 @@ func packetAddr(addr net.Addr) (*ud.Addr, error) {
 	return nil, fmt.Errorf("%w: address %v of type %T (want *rdma.PacketAddr or *net.UDPAddr)", ErrInvalid, addr, addr)
 }
 
+// JoinGroup makes p a member of the multicast group group, an IPv4 or
+// IPv6 multicast address of the IP version of p's own address: from
+// now on datagrams sent to group:port, port p's own, reach ReadFrom.
+// An IPv4 group is the GID ::ffff:a.b.c.d (RoCE v2 over IPv4), an IPv6
+// group its own address. It takes a netip.Addr, not a net.Addr: a group
+// is an IP address without a port (the port is p's), and the interface
+// is p's device, so there is nothing else to name.
+//
+// Joining a group joined already, an address that is not multicast, or
+// more groups than p may join (64, or the device's max_mcast_grp if
+// smaller) fails with an error wrapping ErrInvalid; a device without
+// multicast with one wrapping ErrNotSupported that names the feature.
+// Close leaves every group.
+func (p *PacketConn) JoinGroup(group netip.Addr) error {
+	if err := p.ep.Join(group); err != nil {
+		return p.opError("join", groupAddr(group), err)
+	}
+	return nil
+}
+
+// LeaveGroup ends p's membership of group: datagrams to it stop
+// arriving, and those that arrive after (sent before) are dropped, while
+// those received before stay to be read. Leaving a group not joined
+// fails with an error wrapping ErrInvalid.
+func (p *PacketConn) LeaveGroup(group netip.Addr) error {
+	if err := p.ep.Leave(group); err != nil {
+		return p.opError("leave", groupAddr(group), err)
+	}
+	return nil
+}
+
+// groupAddr is group as an OpError's address.
+func groupAddr(group netip.Addr) net.Addr {
+	return &net.IPAddr{IP: group.AsSlice(), Zone: group.Zone()}
+}
+
 // Close closes the PacketConn: blocked and later ReadFrom and WriteTo
 // calls fail with an error wrapping net.ErrClosed. It waits for the
 // datagrams in flight to leave, and gives the receive buffers back to the
@@ -372,6 +427,11 @@ type PacketStats struct {
 	DroppedQueueFull uint64
 	// DroppedBadHeader counts receives whose GRH did not parse.
 	DroppedBadHeader uint64
+	// DroppedMulticast counts datagrams to a multicast group that were
+	// not for this PacketConn: to another port of a group it joined,
+	// without the port (not sent by a PacketConn), or to a group it has
+	// left (in flight when it left).
+	DroppedMulticast uint64
 	// NotReposted counts receives that could not be posted again at
 	// once (the pool at its limit): until a ReadFrom posts them, fewer
 	// receives are posted, and datagrams that find none are dropped by

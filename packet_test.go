@@ -497,13 +497,30 @@ func TestPacketConcurrent(t *testing.T) {
 }
 
 // Rule: on an iWARP device (siw), which has no UD queue pairs,
-// ListenPacket fails with ErrNotSupported naming the transport.
+// ListenPacket fails with ErrNotSupported naming the transport, the
+// package-level one and an engine's alike. Multicast (JoinGroup) needs a
+// PacketConn, so this is where siw's lack of it shows: there is no
+// PacketConn to join a group with.
 func TestVerbsIWARPPacketNotSupported(t *testing.T) {
 	ip0, _ := siwAddrs(t)
 	_, err := rdma.ListenPacket("rdma", ip0+":0")
 	require.ErrorIs(t, err, rdma.ErrNotSupported)
 	assert.Contains(t, err.Error(), "iWARP")
 	assert.Contains(t, err.Error(), "UD")
+
+	devs, err := rdma.Devices()
+	require.NoError(t, err)
+	for _, d := range devs {
+		if d.Transport != "iWARP" || !d.Usable {
+			continue
+		}
+		e, err := rdma.OpenEngine(rdma.WithProvider(rdma.ProviderVerbs), rdma.WithDevice(d.Name))
+		require.NoError(t, err)
+		_, err = e.ListenPacket("rdma", ip0+":0")
+		assert.ErrorIs(t, err, rdma.ErrNotSupported, "%s", d.Name)
+		assert.ErrorContains(t, err, "UD")
+		require.NoError(t, e.Close())
+	}
 }
 
 // Rule: Close gives back every buffer: the receives posted, the

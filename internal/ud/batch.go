@@ -28,7 +28,7 @@ func (e *Endpoint) SendBatch(ds []Datagram, done SendDone) error {
 		return fmt.Errorf("%w: a batch of %d datagrams; the send depth is %d", verbs.ErrInvalid, len(ds), len(e.sends))
 	}
 	dl := e.wdl.wait()
-	ps := make([]*peer, len(ds))
+	ps := make([]dest, len(ds))
 	for i, d := range ds {
 		if d.Buf.Pool() != e.eng.Pool {
 			return fmt.Errorf("%w: datagram %d: a buffer of another engine's pool", verbs.ErrInvalid, i)
@@ -72,10 +72,10 @@ func (e *Endpoint) SendBatch(ds []Datagram, done SendDone) error {
 		refs++
 	}
 	for _, p := range ps {
-		ah, err := e.peers.ah(p)
+		ah, err := p.ah()
 		if err != nil {
 			undo()
-			return fmt.Errorf("rdma: address handle to %v: %w", p.route.GID, err)
+			return err
 		}
 		ahs = append(ahs, ah)
 	}
@@ -97,8 +97,7 @@ func (e *Endpoint) SendBatch(ds []Datagram, done SendDone) error {
 		e.bsge = append(e.bsge, verbs.SGE{Addr: d.Buf.Addr() + uint64(d.Off), Length: uint32(d.N), LKey: d.Buf.LKey()})
 	}
 	for i, d := range ds {
-		wr := verbs.SendWR{ID: e.slot.Base() | uint64(slots[i]), Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
-			SGL: e.bsge[i : i+1], AH: ahs[i].ah, RemoteQPN: ps[i].route.QPN, RemoteQKey: ps[i].route.QKey}
+		wr := ps[i].wr(e.slot.Base()|uint64(slots[i]), e.bsge[i:i+1], ahs[i])
 		if d.N == 0 {
 			wr.SGL = nil
 		}

@@ -28,17 +28,20 @@
 // address it listens on) a peer can announce only a GID of the address
 // it sends from. A host that can spoof UDP source addresses can
 // misdirect datagrams, as it can for UDP itself.
+//
+// # Multicast
+//
+// An endpoint joins groups and writes to group:port without the side
+// channel; multicast.go says how the port travels and is checked.
 package ud
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,6 +111,10 @@ type Stats struct {
 	DroppedQueueFull uint64
 	// DroppedBadHeader counts receives whose GRH did not parse.
 	DroppedBadHeader uint64
+	// DroppedMulticast counts datagrams to a multicast group that were
+	// not for this endpoint: to another port, without the port, or to a
+	// group it has not joined (multicast.go).
+	DroppedMulticast uint64
 	// NotReposted counts receives that could not be posted again at
 	// once (the pool at its limit): until ReadFrom posts them, fewer
 	// receives are posted, and datagrams that find none are dropped by
@@ -146,7 +153,8 @@ type Endpoint struct {
 	cqNeed   int
 	kick     *poller.Poller // an Adaptive poller to kick after a post
 	peers    *peers
-	checkGID bool // peers' GIDs must be the IP they send from
+	mc       groups // multicast.go
+	checkGID bool   // peers' GIDs must be the IP they send from
 
 	done      chan struct{} // closed by Close
 	failed    chan struct{} // closed by Fail
@@ -198,29 +206,9 @@ type Endpoint struct {
 	wg      sync.WaitGroup // the side channel's reader, the resolves
 
 	st struct {
-		sent, received, queueFull, badHeader, notReposted, recvErrors atomic.Uint64
-		resolved, resolveFailed, answered, ignored                    atomic.Uint64
+		sent, received, queueFull, badHeader, notReposted, recvErrors, droppedMcast atomic.Uint64
+		resolved, resolveFailed, answered, ignored                                  atomic.Uint64
 	}
-}
-
-type datagram struct {
-	pb   *pool.Buffer // the payload
-	addr *Addr
-}
-
-type sendSlot struct {
-	pb   *pool.Buffer
-	ah   *ahRef
-	own  bool     // pb is the endpoint's copy (WriteTo), else a reference to the caller's (SendBuffer)
-	n    int      // the datagram's length
-	done SendDone // nil for WriteTo
-}
-
-// SendDone is told when a datagram SendBuffer posted has left: err is
-// nil, or why it could not be sent (a flush when the endpoint closed).
-// It runs on the engine's poller and must not block.
-type SendDone interface {
-	SendDone(err error, n int)
 }
 
 // recvBit marks a receive's wr_id; the low bits are its index.
@@ -272,9 +260,15 @@ func Listen(eng *engine.Engine, bind netip.AddrPort, cfg Config) (*Endpoint, err
 		e.sfree = append(e.sfree, uint32(i))
 		e.room <- struct{}{}
 	}
-	e.peers = newPeers(cfg.MaxPeers, func(r Route) (verbs.AH, error) {
+	mkAH := func(r Route) (verbs.AH, error) {
 		return eng.PD.CreateAH(verbs.Address{Port: eng.Port.Port, LID: r.LID, GID: r.GID, SGIDIndex: uint8(gid.Index), HopLimit: 64})
-	}, cfg.Wrap)
+	}
+	e.peers = newPeers(cfg.MaxPeers, mkAH, cfg.Wrap)
+	e.mc.sendTo = newPeers(maxSendGroups, mkAH, nil)
+	e.mc.max = MaxGroups
+	if m := eng.Attr.MaxMcastGrp; m > 0 && m < MaxGroups {
+		e.mc.max = m
+	}
 	if err := e.open(cfg); err != nil {
 		e.teardown()
 		return nil, err
@@ -320,61 +314,6 @@ func (e *Endpoint) open(cfg Config) error {
 	return nil
 }
 
-// postRecvs posts every receive.
-func (e *Endpoint) postRecvs() error {
-	e.rmu.Lock()
-	defer e.rmu.Unlock()
-	var err error
-	if e.grhs, err = e.eng.Pool.Get(len(e.recvs) * verbs.GRHSize); err != nil {
-		return err
-	}
-	for i := range e.recvs {
-		if err := e.postRecvLocked(i); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// postRecvLocked posts receive i: its GRH slot, then a buffer of the
-// MTU.
-func (e *Endpoint) postRecvLocked(i int) error {
-	pb, err := e.eng.Pool.GetReceive(e.mtu)
-	if err != nil {
-		return err
-	}
-	e.rsge[0] = verbs.SGE{Addr: e.grhs.Addr() + uint64(i*verbs.GRHSize), Length: verbs.GRHSize, LKey: e.grhs.LKey()}
-	e.rsge[1] = verbs.SGE{Addr: pb.Addr(), Length: uint32(pb.Len()), LKey: pb.LKey()}
-	e.rwr[0] = verbs.RecvWR{ID: e.slot.Base() | recvBit | uint64(i), SGL: e.rsge[:]}
-	e.recvs[i] = pb
-	e.posted.Add(1)
-	if _, err := e.qp.PostRecv(e.rwr[:]); err != nil {
-		e.recvs[i] = nil
-		e.posted.Add(-1)
-		pb.Release()
-		return fmt.Errorf("rdma: post UD receive: %w", err)
-	}
-	return nil
-}
-
-// repost posts again the receives that could not be (NotReposted).
-func (e *Endpoint) repost() {
-	if e.unposted.Load() == 0 {
-		return
-	}
-	e.rmu.Lock()
-	defer e.rmu.Unlock()
-	for i, pb := range e.recvs {
-		if pb != nil || e.closed.Load() {
-			continue
-		}
-		if e.postRecvLocked(i) != nil {
-			return
-		}
-		e.unposted.Add(-1)
-	}
-}
-
 // LocalAddr is the endpoint's address: its side channel's ip:port.
 func (e *Endpoint) LocalAddr() *Addr { return e.local }
 
@@ -396,7 +335,7 @@ func (e *Endpoint) Stats() Stats {
 	n, ev := e.peers.lru.Len(), e.peers.evicted
 	e.peers.mu.Unlock()
 	return Stats{Sent: s.sent.Load(), Received: s.received.Load(), DroppedQueueFull: s.queueFull.Load(),
-		DroppedBadHeader: s.badHeader.Load(), NotReposted: s.notReposted.Load(), RecvErrors: s.recvErrors.Load(),
+		DroppedBadHeader: s.badHeader.Load(), DroppedMulticast: s.droppedMcast.Load(), NotReposted: s.notReposted.Load(), RecvErrors: s.recvErrors.Load(),
 		Resolved: s.resolved.Load(), ResolveFailed: s.resolveFailed.Load(), Answered: s.answered.Load(),
 		Ignored: s.ignored.Load(), Peers: n, Evicted: ev}
 }
@@ -420,264 +359,6 @@ func (e *Endpoint) endErr() error {
 	}
 }
 
-// ReadFrom takes the next datagram: it copies its payload into p (what
-// does not fit is lost, as with UDP) and reports its sender.
-func (e *Endpoint) ReadFrom(p []byte) (int, *Addr, error) {
-	dg, err := e.next(nil)
-	if err != nil {
-		return 0, nil, err
-	}
-	n := copy(p, dg.pb.Bytes())
-	dg.pb.Release()
-	return n, dg.addr, nil
-}
-
-// Take takes the next datagram without a copy: its payload's buffer,
-// which the caller releases, and its sender. It waits for a datagram,
-// the read deadline, Close, or the end of ctx.
-func (e *Endpoint) Take(ctx context.Context) (*pool.Buffer, *Addr, error) {
-	dg, err := e.next(ctx.Done())
-	if err == errCanceled {
-		err = ctx.Err()
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	return dg.pb, dg.addr, nil
-}
-
-var errCanceled = errors.New("canceled")
-
-// next waits for the next datagram, the read deadline, Close, or cancel
-// (then it returns errCanceled).
-func (e *Endpoint) next(cancel <-chan struct{}) (datagram, error) {
-	for {
-		if err := e.endErr(); err != nil {
-			return datagram{}, err
-		}
-		dl := e.rdl.wait()
-		if isClosed(dl) {
-			return datagram{}, os.ErrDeadlineExceeded
-		}
-		if isClosed(cancel) {
-			return datagram{}, errCanceled
-		}
-		if dg, ok := e.pop(); ok {
-			e.repost()
-			return dg, nil
-		}
-		select {
-		case <-e.avail:
-		case <-dl:
-		case <-cancel:
-		case <-e.done:
-		case <-e.failed:
-		}
-	}
-}
-
-// push queues a received datagram for ReadFrom, or drops it when
-// RecvDepth wait already.
-func (e *Endpoint) push(dg datagram) {
-	e.qmu.Lock()
-	if e.qlen == len(e.q) || e.closed.Load() {
-		e.qmu.Unlock()
-		dg.pb.Release()
-		e.st.queueFull.Add(1)
-		e.st.received.Add(1)
-		return
-	}
-	e.q[(e.qhead+e.qlen)%len(e.q)] = dg
-	e.qlen++
-	e.st.received.Add(1)
-	e.qmu.Unlock()
-	select {
-	case e.avail <- struct{}{}:
-	default:
-	}
-}
-
-func (e *Endpoint) pop() (datagram, bool) {
-	e.qmu.Lock()
-	defer e.qmu.Unlock()
-	if e.qlen == 0 {
-		return datagram{}, false
-	}
-	dg := e.q[e.qhead]
-	e.q[e.qhead] = datagram{}
-	e.qhead = (e.qhead + 1) % len(e.q)
-	e.qlen--
-	if e.qlen > 0 {
-		select { // another reader may take the next
-		case e.avail <- struct{}{}:
-		default:
-		}
-	}
-	return dg, true
-}
-
-// TooLargeError is a datagram larger than the path MTU allows.
-func tooLarge(n, mtu int, whose string) error {
-	return fmt.Errorf("%w: datagram of %d bytes exceeds the %d-byte MTU of %s (a UD datagram is one packet)", verbs.ErrInvalid, n, mtu, whose)
-}
-
-// WriteTo sends b as one datagram to a. It returns once b is copied into
-// registered memory and posted: as with UDP, nothing says it arrived.
-func (e *Endpoint) WriteTo(b []byte, a *Addr) (int, error) {
-	p, err := e.admit(len(b), a)
-	if err != nil {
-		return 0, err
-	}
-	pb, err := e.eng.Pool.Get(max(len(b), 1))
-	if err == nil {
-		copy(pb.Bytes(), b)
-		if err = e.post(pb, 0, len(b), p, true, nil); err != nil {
-			pb.Release()
-		}
-	}
-	if err != nil {
-		e.room <- struct{}{}
-		return 0, err
-	}
-	return len(b), nil
-}
-
-// SendBuffer sends n bytes of pb at off, memory of the engine's pool, as
-// one datagram to a, without a copy: pb is referenced until the send has
-// left, and done is told then. An error means nothing was posted and
-// done is not told.
-func (e *Endpoint) SendBuffer(pb *pool.Buffer, off, n int, a *Addr, done SendDone) error {
-	if pb.Pool() != e.eng.Pool {
-		return fmt.Errorf("%w: a buffer of another engine's pool", verbs.ErrInvalid)
-	}
-	p, err := e.admit(n, a)
-	if err != nil {
-		return err
-	}
-	if err = pb.Ref(); err == nil {
-		if err = e.post(pb, off, n, p, false, done); err != nil {
-			pb.Unref()
-		}
-	}
-	if err != nil {
-		e.room <- struct{}{}
-		return err
-	}
-	return nil
-}
-
-// admit checks a datagram of n bytes to a, finds its peer (asking its
-// side channel if need be) and takes room in the send queue for it,
-// bounded by the write deadline.
-func (e *Endpoint) admit(n int, a *Addr) (*peer, error) {
-	dl := e.wdl.wait()
-	p, err := e.routeTo(n, a, dl)
-	if err != nil {
-		return nil, err
-	}
-	return p, e.takeRoom(dl)
-}
-
-// routeTo checks a datagram of n bytes to a and finds its peer, asking its
-// side channel if need be, bounded by the write deadline dl.
-func (e *Endpoint) routeTo(n int, a *Addr, dl <-chan struct{}) (*peer, error) {
-	if err := e.endErr(); err != nil {
-		return nil, err
-	}
-	if isClosed(dl) {
-		return nil, os.ErrDeadlineExceeded
-	}
-	if n > e.mtu {
-		return nil, tooLarge(n, e.mtu, "this endpoint's port")
-	}
-	p, err := e.peerFor(a, dl)
-	if err != nil {
-		return nil, err
-	}
-	if n > p.route.MTU {
-		return nil, tooLarge(n, p.route.MTU, "the peer "+a.String())
-	}
-	return p, nil
-}
-
-// takeRoom takes room for one datagram in the send queue, bounded by the
-// write deadline dl.
-func (e *Endpoint) takeRoom(dl <-chan struct{}) error {
-	select {
-	case <-e.room:
-		return nil
-	case <-dl:
-		return os.ErrDeadlineExceeded
-	case <-e.done:
-		return verbs.ErrClosed
-	case <-e.failed:
-		return e.failErr
-	}
-}
-
-// post posts the send of n bytes of pb at off to p, in room admit took;
-// own says whether the send owns pb (else it holds a reference).
-func (e *Endpoint) post(pb *pool.Buffer, off, n int, p *peer, own bool, done SendDone) error {
-	ah, err := e.peers.ah(p)
-	if err != nil {
-		return fmt.Errorf("rdma: address handle to %v: %w", p.route.GID, err)
-	}
-	e.smu.Lock()
-	if err := e.endErr(); err != nil {
-		e.smu.Unlock()
-		ah.release()
-		return err
-	}
-	i := e.sfree[len(e.sfree)-1]
-	e.sfree = e.sfree[:len(e.sfree)-1]
-	e.sends[i] = sendSlot{pb: pb, ah: ah, own: own, n: n, done: done}
-	e.ssge[0] = verbs.SGE{Addr: pb.Addr() + uint64(off), Length: uint32(n), LKey: pb.LKey()}
-	e.swr[0] = verbs.SendWR{ID: e.slot.Base() | uint64(i), Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
-		SGL: e.ssge[:], AH: ah.ah, RemoteQPN: p.route.QPN, RemoteQKey: p.route.QKey}
-	if n == 0 {
-		e.swr[0].SGL = nil
-	}
-	e.posted.Add(1)
-	_, err = e.qp.PostSend(e.swr[:])
-	e.swr[0] = verbs.SendWR{}
-	if err != nil {
-		e.sends[i] = sendSlot{}
-		e.sfree = append(e.sfree, i)
-		e.posted.Add(-1)
-		e.smu.Unlock()
-		ah.release()
-		return fmt.Errorf("rdma: post UD send: %w", err)
-	}
-	e.smu.Unlock()
-	e.st.sent.Add(1)
-	if e.kick != nil {
-		e.kick.Kick()
-	}
-	return nil
-}
-
-// peerFor finds the peer a names: by the route a datagram brought, else
-// by ip:port in the cache, else by asking the address's side channel
-// (bounded by the write deadline dl).
-func (e *Endpoint) peerFor(a *Addr, dl <-chan struct{}) (*peer, error) {
-	if a.hasRoute() {
-		if p := e.peers.from(a.route.key()); p != nil {
-			return p, nil
-		}
-		return e.peers.learn(a.ap, a.route), nil
-	}
-	if !a.ap.IsValid() || a.ap.Port() == 0 || a.ap.Addr().IsUnspecified() {
-		return nil, fmt.Errorf("%w: address %v: want ip:port", verbs.ErrInvalid, a.ap)
-	}
-	if p, stale := e.peers.byAddrPort(a.ap, e.refresh); p != nil {
-		if stale {
-			e.reask(a.ap)
-		}
-		return p, nil
-	}
-	return e.resolve(a.ap, dl)
-}
-
 // Complete handles the completion of a receive or a send; it runs on the
 // engine's poller.
 func (e *Endpoint) Complete(wc *verbs.WorkCompletion) {
@@ -691,83 +372,6 @@ func (e *Endpoint) Complete(wc *verbs.WorkCompletion) {
 		e.drainOnce.Do(func() { close(e.drained) })
 	}
 }
-
-func (e *Endpoint) completeSend(i int, wc *verbs.WorkCompletion) {
-	e.smu.Lock()
-	s := e.sends[i]
-	e.sends[i] = sendSlot{}
-	e.sfree = append(e.sfree, uint32(i))
-	e.smu.Unlock()
-	if s.own {
-		s.pb.Release()
-	} else {
-		s.pb.Unref()
-	}
-	s.ah.release()
-	e.room <- struct{}{}
-	var err error
-	if werr := wc.Err(); werr != nil {
-		err = fmt.Errorf("rdma: UD send: %w", werr)
-		if wc.Status != verbs.WCWRFlushErr {
-			e.Fail(err)
-		}
-	}
-	if s.done != nil {
-		s.done.SendDone(err, s.n)
-	}
-}
-
-func (e *Endpoint) completeRecv(i int, wc *verbs.WorkCompletion) {
-	var grh [verbs.GRHSize]byte
-	e.rmu.Lock()
-	pb := e.recvs[i]
-	e.recvs[i] = nil
-	copy(grh[:], e.grhs.Bytes()[i*verbs.GRHSize:]) // before the repost lets the device write it again
-	if !e.closed.Load() && wc.Status != verbs.WCWRFlushErr {
-		if e.postRecvLocked(i) != nil {
-			e.unposted.Add(1)
-			e.st.notReposted.Add(1)
-		}
-	}
-	e.rmu.Unlock()
-	if err := wc.Err(); err != nil {
-		pb.Release()
-		if wc.Status != verbs.WCWRFlushErr {
-			e.st.recvErrors.Add(1)
-		}
-		return
-	}
-	// Received counts a datagram once it is dropped or queued (push),
-	// and before ReadFrom can take it, so that a count read says where
-	// each went.
-	n := int(wc.ByteLen) - verbs.GRHSize
-	if n < 0 || n > pb.Len() || wc.Flags&verbs.WCWithGRH == 0 {
-		pb.Release()
-		e.st.badHeader.Add(1)
-		e.st.received.Add(1)
-		return
-	}
-	pb.Filled(n)
-	g, err := verbs.ParseGRH(grh[:])
-	if err != nil {
-		pb.Release()
-		e.st.badHeader.Add(1)
-		e.st.received.Add(1)
-		return
-	}
-	k := routeKey{gid: g.SrcGID(), qpn: wc.SrcQP}
-	var addr *Addr
-	if p := e.peers.from(k); p != nil {
-		addr = p.addr
-	} else {
-		addr = e.peers.newAddr(netip.AddrPortFrom(g.Src.Unmap(), 0), Route{GID: k.gid, LID: wc.SLID, QPN: k.qpn, QKey: QKey, MTU: e.mtu})
-	}
-	e.push(datagram{pb: pb, addr: addr})
-}
-
-// Received is for receives of a shared receive queue, which a UD
-// endpoint does not use.
-func (e *Endpoint) Received(pb *pool.Buffer, _ *verbs.WorkCompletion) { pb.Release() }
 
 // Fail ends the endpoint's traffic with err: its port went down, its
 // poller stopped, or a send failed.
@@ -809,6 +413,7 @@ func (e *Endpoint) teardown() error {
 	var errs []error
 	errs = append(errs, e.udp.Close())
 	e.wg.Wait()
+	errs = append(errs, e.leaveAll())
 	flushed := true
 	if e.qp != nil {
 		if e.posted.Load() > 0 {
@@ -846,6 +451,7 @@ func (e *Endpoint) teardown() error {
 		e.grhs.Release()
 	}
 	e.peers.clear()
+	e.mc.sendTo.clear()
 	e.rdl.stop()
 	e.wdl.stop()
 	return errors.Join(errs...)
