@@ -207,7 +207,7 @@ func parseArgs(args []string, errw io.Writer) (*params, error) {
 	var dur int
 	fs.IntVar(&dur, "D", 0, "run each size for this many seconds instead of -n")
 	fs.IntVar(&p.txDepth, "t", 0, "tx depth: operations in flight (default 128 bw, 1 lat)")
-	fs.IntVar(&p.rxDepth, "r", 512, "receives kept posted (send tests)")
+	fs.IntVar(&p.rxDepth, "r", 512, "receives kept posted (send tests; -c UD: default -n, up to 16000, as perftest's)")
 	fs.IntVar(&p.postList, "l", 1, "post list: WRs per post call (verbs API; batch size for async)")
 	fs.IntVar(&p.cqMod, "Q", 0, "CQ moderation: signal one WR in Q (default 100 bw, 1 lat; verbs API)")
 	fs.StringVar(&p.device, "d", "", "device name (default: the first usable)")
@@ -316,6 +316,13 @@ func parseArgs(args []string, errw io.Writer) (*params, error) {
 	}
 	if p.test == "atomic_bw" && p.all {
 		return nil, fmt.Errorf("-a: atomic_bw has one size, 8 B")
+	}
+	if p.ud && !p.setFlags["r"] && p.duration == 0 {
+		// As perftest's -c UD: a receive posted per iteration (up to
+		// 16000), so that the receiver of send_bw does not run out of
+		// them as long as it keeps up with the device; UD has no flow
+		// control, a datagram that finds none is lost.
+		p.rxDepth = min(p.iters, udMaxRx)
 	}
 	// The post list and the signaling period must fit the tx depth, and
 	// a signaled WR must be in flight whenever the window is full.

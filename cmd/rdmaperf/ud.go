@@ -36,6 +36,10 @@ func (f transportFlag) Set(s string) error {
 	return nil
 }
 
+// udMaxRx bounds the receives posted over UD by default: perftest's
+// UC_MAX_RX.
+const udMaxRx = 16000
+
 // checkUD refuses what -c UD does not run.
 func (p *params) checkUD() error {
 	switch {

@@ -132,6 +132,15 @@ func TestUDParse(t *testing.T) {
 		require.NoError(t, err, "%q", args)
 		assert.True(t, p.ud, "%q", args)
 	}
+	// as perftest's -c UD: a receive per iteration, up to 16000
+	for _, c := range []struct {
+		args []string
+		want int
+	}{{[]string{"-n", "300"}, 300}, {[]string{"-n", "20000"}, 16000}, {[]string{"-n", "300", "-r", "64"}, 64}} {
+		p, err := parseArgs(append([]string{"send_bw", "-c", "UD"}, c.args...), &bytes.Buffer{})
+		require.NoError(t, err)
+		assert.Equal(t, c.want, p.rxDepth, "%q", c.args)
+	}
 	p, err := parseArgs([]string{"send_bw", "-a"}, &bytes.Buffer{})
 	require.NoError(t, err)
 	assert.False(t, p.ud, "the default is RC")
