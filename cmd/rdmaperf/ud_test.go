@@ -97,6 +97,19 @@ func TestUD(t *testing.T) {
 	}
 }
 
+// TestUDDeep: -n 9000 posts 9000 receives on the raw path, as perftest;
+// the PacketConn takes as many as the library's CQ bound leaves
+// beside its send depth.
+func TestUDDeep(t *testing.T) {
+	for _, api := range []string{"verbs", "async"} {
+		t.Run(api, func(t *testing.T) {
+			r := pairWith(t, nil, "send_bw", "-c", "UD", "--api", api, "-s", "64", "-n", "9000")
+			require.Equal(t, 9000, r.sp.rxDepth)
+			checkUDBW(t, r, "")
+		})
+	}
+}
+
 // TestUDAboveMTU: a size beyond the path MTU is refused by both sides,
 // with the MTU named, before anything is sent.
 func TestUDAboveMTU(t *testing.T) {
