@@ -334,8 +334,9 @@ func (s *udSide) serveBW(ctx context.Context, o *oob, size int) (result, error) 
 		last = now
 		m.progress(now, recvd)
 	}
-	r := result{Test: p.test, API: p.api, Bytes: size}
-	if recvd > 0 {
+	// A rate needs two datagrams: one alone spans no time.
+	r := result{Test: p.test, API: p.api, Bytes: size, Iters: recvd}
+	if recvd > 1 {
 		r = m.result(p, size, recvd, last)
 	}
 	r.Sent, r.Dropped = sent, sent-recvd

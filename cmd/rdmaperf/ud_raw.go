@@ -157,8 +157,9 @@ func (s *rawSide) serveUD(o *oob, size int) (result, error) {
 	if err := s.fillRecvs(0); err != nil {
 		return result{}, err
 	}
-	r := result{Test: p.test, API: p.api, Bytes: size}
-	if s.recvd > 0 {
+	// A rate needs two datagrams: one alone spans no time.
+	r := result{Test: p.test, API: p.api, Bytes: size, Iters: s.recvd}
+	if s.recvd > 1 {
 		r = m.result(p, size, s.recvd, last)
 	}
 	r.Sent, r.Dropped = sent, sent-s.recvd
