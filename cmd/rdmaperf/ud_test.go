@@ -189,3 +189,11 @@ func TestUDVerbs(t *testing.T) {
 		})
 	}
 }
+
+// TestUDStats: --stats prints the PacketConn's counters at the end.
+func TestUDStats(t *testing.T) {
+	r := pairWith(t, nil, "send_bw", "-c", "UD", "--api", "async", "-s", "64", "-n", "100", "--stats")
+	// the client's hello, then the datagrams
+	assert.Regexp(t, `(?m)^rdmaperf: packetconn: sent 101 received 0 `, r.cerr)
+	assert.Regexp(t, `(?m)^rdmaperf: packetconn: sent 0 received \d+ dropped-queue-full 0 `, r.serr)
+}
