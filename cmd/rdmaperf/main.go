@@ -9,7 +9,10 @@
 // --api=verbs measures the raw provider (internal/verbs: post chains, poll
 // many completions per call, selective signaling); --api=async measures
 // the rdma.Conn future and batch API; --api=stream measures the net.Conn
-// stream (send_bw and send_lat only). The out-of-band exchange and the
+// stream (send_bw and send_lat only). -c UD (--connection, --transport)
+// runs send_bw and send_lat over unreliable datagrams, as perftest's -c
+// UD: the verbs API on raw UD QPs, the async API on an rdma.PacketConn.
+// The out-of-band exchange and the
 // barriers between sizes use a TCP connection to -p (the async API's and
 // the stream's own handshake use -p+1). See docs/performance.md.
 package main
@@ -70,6 +73,8 @@ type params struct {
 	cpuProf  string // --cpuprofile: pprof CPU profile of the whole run
 	trace    string // --trace: execution trace of the whole run
 	stats    bool   // --stats: each async connection's counters at the end, on stderr
+	ud       bool   // -c UD: unreliable datagrams (send_bw, send_lat)
+	udMTU    int    // -c UD: the path MTU, the largest size (set once both sides know it)
 	setFlags map[string]bool
 	isLat    bool
 	stdout   io.Writer
@@ -114,6 +119,16 @@ type result struct {
 	StreamBytes int64 `json:"stream_bytes,omitempty"`
 	// verbs API with -e: the completion events waited for
 	Events int `json:"cq_events,omitempty"`
+	// -c UD
+	Transport string `json:"transport,omitempty"` // "UD"
+	// send_bw's receiver: the datagrams the client sent, and those of
+	// them that did not reach the benchmark (Sent - Iters); of these,
+	// the async API's PacketConn counts those it dropped itself because
+	// its queue for RecvFrom was full (PacketStats.DroppedQueueFull),
+	// the rest found no receive posted or were lost on the way
+	Sent      int `json:"ud_sent,omitempty"`
+	Dropped   int `json:"ud_dropped,omitempty"`
+	QueueFull int `json:"ud_dropped_queue_full,omitempty"`
 }
 
 func main() {
@@ -169,7 +184,7 @@ func record(flag, path string, start func(io.Writer) error, stop func()) func() 
 func usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "usage: rdmaperf TEST [flags] [HOST]   (server without HOST, client with it)")
 	fmt.Fprintln(w, "tests: write_bw send_bw read_bw atomic_bw write_lat send_lat read_lat")
-	fmt.Fprintln(w, "--api=stream runs send_bw and send_lat only")
+	fmt.Fprintln(w, "--api=stream runs send_bw and send_lat only; so does -c UD (--api verbs or async)")
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 }
@@ -192,7 +207,7 @@ func parseArgs(args []string, errw io.Writer) (*params, error) {
 	var dur int
 	fs.IntVar(&dur, "D", 0, "run each size for this many seconds instead of -n")
 	fs.IntVar(&p.txDepth, "t", 0, "tx depth: operations in flight (default 128 bw, 1 lat)")
-	fs.IntVar(&p.rxDepth, "r", 512, "receives kept posted (send tests)")
+	fs.IntVar(&p.rxDepth, "r", 512, "receives kept posted (send tests; -c UD: default -n, up to 16000, as perftest's)")
 	fs.IntVar(&p.postList, "l", 1, "post list: WRs per post call (verbs API; batch size for async)")
 	fs.IntVar(&p.cqMod, "Q", 0, "CQ moderation: signal one WR in Q (default 100 bw, 1 lat; verbs API)")
 	fs.StringVar(&p.device, "d", "", "device name (default: the first usable)")
@@ -214,6 +229,10 @@ func parseArgs(args []string, errw io.Writer) (*params, error) {
 	fs.StringVar(&p.cpuProf, "cpuprofile", "", "write a pprof CPU profile of the run to this file (go tool pprof)")
 	fs.StringVar(&p.trace, "trace", "", "write an execution trace of the run to this file (go tool trace)")
 	fs.BoolVar(&p.stats, "stats", false, "print each async connection's counters (rdma.ConnStats) to stderr at the end")
+	tf := transportFlag{ud: &p.ud}
+	fs.Var(tf, "c", "connection type: RC, or UD (send_bw and send_lat: unreliable datagrams of up to the path MTU, as perftest's -c UD)")
+	fs.Var(tf, "connection", "the same as -c")
+	fs.Var(tf, "transport", "the same as -c")
 	noProgress := fs.Bool("no_progress", false, "no progress line on stderr (shown once per second with -D, or once a size has run 2 s)")
 	fs.Usage = func() { usage(errw, fs) }
 	rest := args[1:]
@@ -298,6 +317,13 @@ func parseArgs(args []string, errw io.Writer) (*params, error) {
 	if p.test == "atomic_bw" && p.all {
 		return nil, fmt.Errorf("-a: atomic_bw has one size, 8 B")
 	}
+	if p.ud && !p.setFlags["r"] && p.duration == 0 {
+		// As perftest's -c UD: a receive posted per iteration (up to
+		// 16000), so that the receiver of send_bw does not run out of
+		// them as long as it keeps up with the device; UD has no flow
+		// control, a datagram that finds none is lost.
+		p.rxDepth = min(p.iters, udMaxRx)
+	}
 	// The post list and the signaling period must fit the tx depth, and
 	// a signaled WR must be in flight whenever the window is full.
 	p.postList = min(p.postList, p.txDepth)
@@ -341,6 +367,11 @@ func (p *params) checkCombinations() error {
 			p.pollMode = "event"
 		}
 	}
+	if p.ud {
+		if err := p.checkUD(); err != nil {
+			return err
+		}
+	}
 	if p.api == "stream" {
 		if p.test != "send_bw" && p.test != "send_lat" {
 			return fmt.Errorf("--api=stream measures send_bw and send_lat only (a byte stream has no %s)", strings.TrimSuffix(strings.TrimSuffix(p.test, "_bw"), "_lat"))
@@ -357,13 +388,18 @@ func (p *params) checkCombinations() error {
 	return nil
 }
 
-// sizes are the message sizes of the run: -s, or 2 B..8 MiB with -a.
+// sizes are the message sizes of the run: -s, or 2 B..8 MiB with -a
+// (over UD up to the path MTU).
 func (p *params) sizes() []int {
 	if !p.all {
 		return []int{p.size}
 	}
+	top := 8 << 20
+	if p.udMTU > 0 {
+		top = p.udMTU
+	}
 	var s []int
-	for n := 2; n <= 8<<20; n *= 2 {
+	for n := 2; n <= top; n *= 2 {
 		s = append(s, n)
 	}
 	return s
@@ -380,10 +416,12 @@ func run(ctx context.Context, p *params) error {
 	}
 	var results []result
 	var err error
-	switch p.api {
-	case "verbs":
+	switch {
+	case p.ud && p.api == "async":
+		results, err = runUDAsync(ctx, p)
+	case p.api == "verbs":
 		results, err = runRaw(ctx, p)
-	case "stream":
+	case p.api == "stream":
 		results, err = runStream(ctx, p)
 	default:
 		results, err = runAsync(ctx, p)

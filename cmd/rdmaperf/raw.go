@@ -7,9 +7,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/go-rdma/rdma/internal/ibv"
 	"github.com/go-rdma/rdma/internal/mem"
-	"github.com/go-rdma/rdma/internal/soft"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -25,28 +23,12 @@ type peerInfo struct {
 	Len  uint32
 }
 
-func pickProvider(name string) (verbs.Provider, error) {
-	switch name {
-	case "soft":
-		return soft.Provider, nil
-	case "verbs":
-		return ibv.Provider, nil
-	}
-	if devs, err := ibv.Provider.Devices(); err == nil {
-		for _, d := range devs {
-			if d.Usable {
-				return ibv.Provider, nil
-			}
-		}
-	}
-	return soft.Provider, nil
-}
-
 // rawQP is one of the side's QPs (-q) and its peer.
 type rawQP struct {
 	qp     verbs.QP
 	peer   peerInfo
-	posted int // receives posted and not yet completed
+	ah     verbs.AH // -c UD: the address handle of the peer
+	posted int      // receives posted and not yet completed
 	// the client's bandwidth window, in WRs of this round
 	sent, done, target int
 }
@@ -83,6 +65,9 @@ const (
 func (s *rawSide) close() {
 	for _, q := range s.qps {
 		q.qp.Close()
+		if q.ah != nil {
+			q.ah.Close()
+		}
 	}
 	if s.mr != nil {
 		s.mr.Close()
@@ -102,120 +87,6 @@ func (s *rawSide) close() {
 	if s.ctx != nil {
 		s.ctx.Close()
 	}
-}
-
-func setupRaw(ctx context.Context, p *params, o *oob) (s *rawSide, err error) {
-	prov, err := pickProvider(p.provider)
-	if err != nil {
-		return nil, err
-	}
-	s = &rawSide{p: p, run: ctx, wc: make([]verbs.WorkCompletion, 128)}
-	side := s // the returns below set s to nil
-	defer func() {
-		if err != nil {
-			side.close()
-		}
-	}()
-	if s.ctx, err = prov.Open(p.device); err != nil {
-		return nil, err
-	}
-	attr, err := s.ctx.QueryDevice()
-	if err != nil {
-		return nil, err
-	}
-	info := s.ctx.Info()
-	if p.ibPort < 1 || p.ibPort > len(info.Ports) {
-		return nil, fmt.Errorf("-i %d: %s has %d ports", p.ibPort, info.Name, len(info.Ports))
-	}
-	port := info.Ports[p.ibPort-1]
-	gid, err := verbs.SelectGID(port, true)
-	if p.gidIndex >= 0 {
-		gid, err = verbs.GIDEntry{}, fmt.Errorf("-x %d: no such GID", p.gidIndex)
-		for _, g := range port.GIDs {
-			if g.Index == p.gidIndex {
-				gid, err = g, nil
-			}
-		}
-	}
-	if err != nil {
-		return nil, err
-	}
-	if s.pd, err = s.ctx.AllocPD(); err != nil {
-		return nil, err
-	}
-	if p.events {
-		if s.ch, err = s.ctx.CreateCompChannel(); err != nil {
-			return nil, fmt.Errorf("-e: create completion channel: %w", err)
-		}
-	}
-	if s.cq, err = s.ctx.CreateCQ((p.txDepth+p.rxDepth)*p.qps+64, s.ch); err != nil {
-		return nil, err
-	}
-	if s.ch != nil && p.wrapChannel != nil {
-		s.ch = p.wrapChannel(s.ch)
-	}
-	for range p.qps {
-		qp, err := s.pd.CreateQP(verbs.QPInit{Type: verbs.RC, SendCQ: s.cq, RecvCQ: s.cq,
-			Cap: verbs.QPCap{MaxSendWR: p.txDepth + 16, MaxRecvWR: p.rxDepth, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: p.inline}})
-		if err != nil {
-			if p.inline > 0 {
-				return nil, fmt.Errorf("-I %d: create QP with %d bytes of inline data: %w", p.inline, p.inline, err)
-			}
-			return nil, err
-		}
-		if p.wrapQP != nil {
-			qp = p.wrapQP(qp)
-		}
-		s.qps = append(s.qps, &rawQP{qp: qp})
-		if got := qp.Cap().MaxInlineData; got < p.inline {
-			return nil, fmt.Errorf("-I %d: %s grants only %d bytes of inline data per WR", p.inline, info.Name, got)
-		}
-	}
-	s.half = (p.maxSize() + 63) &^ 63
-	if s.buf, err = mem.Map(2 * s.half); err != nil {
-		return nil, err
-	}
-	acc := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
-	if s.mr, err = s.pd.RegMR(s.buf, acc); err != nil {
-		return nil, err
-	}
-	// Both sides must agree on the number of QPs before they exchange
-	// one record per QP.
-	var peerQPs uint32
-	if err = o.exchange(uint32(p.qps), &peerQPs); err != nil {
-		return nil, err
-	}
-	if int(peerQPs) != p.qps {
-		return nil, fmt.Errorf("-q %d: the peer runs -q %d", p.qps, peerQPs)
-	}
-	me := make([]peerInfo, p.qps)
-	for i, q := range s.qps {
-		if err = q.qp.ToInit(verbs.InitAttr{Port: uint8(p.ibPort), Access: acc}); err != nil {
-			return nil, err
-		}
-		me[i] = peerInfo{QPN: q.qp.QPN(), PSN: uint32(time.Now().UnixNano()+int64(i)) & 0xffffff, LID: port.LID,
-			MTU: uint16(port.ActiveMTU), GID: gid.GID, Addr: s.mr.Addr(), RKey: s.mr.RKey(), Len: uint32(len(s.buf))}
-	}
-	peers := make([]peerInfo, p.qps)
-	if err = o.exchange(me, peers); err != nil {
-		return nil, err
-	}
-	rd := uint8(max(1, min(attr.MaxQPRdAtom, 16)))
-	for i, q := range s.qps {
-		q.peer = peers[i]
-		mtu := min(verbs.MTU(q.peer.MTU), port.ActiveMTU)
-		if err = q.qp.ToRTR(verbs.RTRAttr{PathMTU: mtu, DestQPN: q.peer.QPN, RQPSN: q.peer.PSN,
-			Dest:            verbs.Address{Port: uint8(p.ibPort), LID: q.peer.LID, GID: q.peer.GID, SGIDIndex: uint8(gid.Index), HopLimit: 64},
-			MaxDestRdAtomic: rd, MinRNRTimer: 1}); err != nil {
-			return nil, err
-		}
-		if err = q.qp.ToRTS(verbs.RTSAttr{SQPSN: me[i].PSN, Timeout: 14, RetryCount: 7, RNRRetry: 7, MaxRdAtomic: rd}); err != nil {
-			return nil, err
-		}
-	}
-	s.recvs = make([]verbs.RecvWR, p.rxDepth)
-	s.rsge = make([]verbs.SGE, p.rxDepth)
-	return s, nil
 }
 
 // fillRecvs keeps rxDepth receives posted on QP qi, in one chain. Each
@@ -263,7 +134,11 @@ func runRaw(ctx context.Context, p *params) ([]result, error) {
 		return nil, err
 	}
 	defer o.Close()
-	s, err := setupRaw(ctx, p, o)
+	setup := setupRaw
+	if p.ud {
+		setup = setupRawUD
+	}
+	s, err := setup(ctx, p, o)
 	if err != nil {
 		return nil, err
 	}
@@ -388,6 +263,7 @@ func (s *rawSide) client(o *oob, size int) (result, error) {
 	sge := []verbs.SGE{{Addr: s.mr.Addr(), Length: uint32(size), LKey: s.mr.LKey()}}
 	for i := range wrs {
 		wrs[i] = verbs.SendWR{Opcode: op, SGL: sge, RemoteAddr: s.qps[0].peer.Addr + uint64(s.half), RKey: s.qps[0].peer.RKey, CompareAdd: 1}
+		s.qps[0].address(&wrs[i])
 	}
 	const forever = 1 << 40 // below qpShift
 	for _, q := range s.qps {
@@ -493,6 +369,9 @@ func (s *rawSide) serve(o *oob, size int) (result, error) {
 	if p.isLat {
 		return s.serveLat(o, size)
 	}
+	if p.ud {
+		return s.serveUD(o, size)
+	}
 	st := o.watchStop(s.run)
 	if p.test != "send_bw" {
 		if err := st.wait(); err != nil {
@@ -545,6 +424,7 @@ func (s *rawSide) clientLat(o *oob, size int) (result, error) {
 	q := s.qps[0]
 	sge := []verbs.SGE{{Addr: s.mr.Addr(), Length: uint32(size), LKey: s.mr.LKey()}}
 	wr := []verbs.SendWR{{Opcode: op, SGL: sge, RemoteAddr: q.peer.Addr + uint64(s.half), RKey: q.peer.RKey}}
+	q.address(&wr[0])
 	if op == verbs.OpRead {
 		wr[0].RemoteAddr = q.peer.Addr // read the peer's first half
 	}
@@ -675,6 +555,7 @@ func (s *rawSide) serveLat(o *oob, size int) (result, error) {
 	}
 	sge := []verbs.SGE{{Addr: s.mr.Addr(), Length: uint32(size), LKey: s.mr.LKey()}}
 	wr := []verbs.SendWR{{Opcode: op, SGL: sge, RemoteAddr: q.peer.Addr + uint64(s.half), RKey: q.peer.RKey}}
+	q.address(&wr[0])
 	inl := s.inlineFlag(op, size)
 	poll := s.half + size - 1
 	answered := 0

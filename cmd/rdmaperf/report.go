@@ -31,6 +31,9 @@ func header(w io.Writer, p *params, provider, device string, qps int) {
 		}
 	}
 	fmt.Fprintf(w, " Polling        : %s\n", poll)
+	if p.ud {
+		fmt.Fprintf(w, " Connection type: UD\n Mtu            : %d[B]\n", p.udMTU)
+	}
 	if !p.isLat {
 		fmt.Fprintf(w, " Number of qps  : %d\n", qps)
 		if p.api != "stream" {
@@ -297,8 +300,12 @@ func runSizes(p *params, o *oob, provider, device string, qps int, prepare func(
 			return nil, fmt.Errorf("%s %d B: %w", p.test, size, err)
 		}
 		r.Provider, r.Device = provider, device
+		if p.ud {
+			r.Transport = "UD"
+		}
 		if p.host != "" || p.test == "send_bw" {
 			row(p.stdout, p, r)
+			udNote(p.stdout, r)
 			results = append(results, r)
 		}
 	}

@@ -18,11 +18,12 @@
 #                  targets as red marks
 #   table.md       the full table, which docs/performance.md sums up
 #
-# Usage: test/perf/compare.sh [-r RUNS] [-b N_BW] [-l N_LAT] [-m N_MR] [-s "SIZES"] [-L "LAT_SIZES"] [-T "TESTS"] [-B BASE] [-P] [-o OUT]
+# Usage: test/perf/compare.sh [-r RUNS] [-b N_BW] [-l N_LAT] [-m N_MR] [-u N_UD] [-s "SIZES"] [-L "LAT_SIZES"] [-T "TESTS"] [-B BASE] [-P] [-o OUT]
 #   -r RUNS   rounds; the table shows the median (default 5)
 #   -b N_BW   iterations of the bandwidth tests (default 1000; 1 MiB and up use N_BW/10)
 #   -l N_LAT  iterations of the latency tests (default 3000)
 #   -m N_MR   iterations of the 2 B message-rate test, a multiple of 64 (default 12800)
+#   -u N_UD   iterations of ud_send_bw (default 10000)
 #   -s SIZES  write_bw, send_bw and read_bw sizes in bytes (default "65536";
 #             e.g. "4096 65536 1048576" for bandwidth against size)
 #   -L LAT_SIZES  send_lat and write_lat sizes in bytes (default "8"; e.g.
@@ -31,7 +32,16 @@
 #   -T TESTS  which points (default all: write_bw send_bw read_bw write_mr
 #             send_lat write_lat); "rstream" adds rsockets' own benchmark
 #             (rdmacm-utils' rstream) beside the stream, a 64 B ping-pong
-#             and 64 KiB transfers, with the ratios in a table of its own
+#             and 64 KiB transfers, with the ratios in a table of its own.
+#             Not in the default either (about a minute more per run under
+#             TCG): the UD points, perftest's -c UD beside rdmaperf -c UD
+#             --api verbs and async: "ud_send_bw" (N_UD datagrams of the
+#             path MTU, the smaller active MTU of rxe0 and rxe1: 1024 B, as
+#             the veths' MTU is 1500; perftest's UD sizes stop at the MTU
+#             too), "ud_send_mr" (2 B, post lists of 64, N_MR) and
+#             "ud_send_lat" (8 B, N_LAT). Their send_bw figures are the
+#             receivers'; a table says how many datagrams rdmaperf's
+#             receivers missed
 #   -B BASE   also run the async API and the stream of rdmaperf built at the
 #             revision BASE (tools async@base, stream@base), interleaved
 #             with the work tree's in the same VM: an A/B of the two trees
@@ -45,14 +55,15 @@
 # the charts are drawn by test/perf/summarize (Go standard library only).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-RUNS=5 N_BW=1000 N_LAT=3000 N_MR=12800 SIZES=65536 LAT_SIZES=8 OUT=$ROOT/test/perf/results BASE= PUREGO=0
+RUNS=5 N_BW=1000 N_LAT=3000 N_MR=12800 N_UD=10000 SIZES=65536 LAT_SIZES=8 OUT=$ROOT/test/perf/results BASE= PUREGO=0
 TESTS="write_bw send_bw read_bw write_mr send_lat write_lat"
-while getopts ":r:b:l:m:s:L:T:B:Po:h" opt; do
+while getopts ":r:b:l:m:u:s:L:T:B:Po:h" opt; do
   case $opt in
     r) RUNS=$OPTARG ;;
     b) N_BW=$OPTARG ;;
     l) N_LAT=$OPTARG ;;
     m) N_MR=$OPTARG ;;
+    u) N_UD=$OPTARG ;;
     s) SIZES=$OPTARG ;;
     L) LAT_SIZES=$OPTARG ;;
     T) TESTS=$OPTARG ;;
@@ -68,7 +79,7 @@ if [ -z "${SIZES// /}" ] || [ -z "${LAT_SIZES// /}" ]; then
   exit 2
 fi
 # shellcheck disable=SC2086 # the size lists are word lists
-for v in "$RUNS" "$N_BW" "$N_LAT" "$N_MR" $SIZES $LAT_SIZES; do
+for v in "$RUNS" "$N_BW" "$N_LAT" "$N_MR" "$N_UD" $SIZES $LAT_SIZES; do
   [[ $v =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: not a positive number: $v" >&2; exit 2; }
 done
 (( N_MR % 64 == 0 )) || { echo "compare.sh: -m must be a multiple of 64 (perftest's post list)" >&2; exit 2; }
@@ -96,11 +107,11 @@ if [ -n "$BASE" ]; then
   (cd "$base_tree" && CGO_ENABLED=1 go build -o "$OUT/rdmaperf.base" ./cmd/rdmaperf)
   files+=(-f "$OUT/rdmaperf.base")
 fi
-echo "VM run: runs=$RUNS n_bw=$N_BW n_lat=$N_LAT n_mr=$N_MR sizes=$SIZES lat_sizes=$LAT_SIZES tests=$TESTS"
+echo "VM run: runs=$RUNS n_bw=$N_BW n_lat=$N_LAT n_mr=$N_MR n_ud=$N_UD sizes=$SIZES lat_sizes=$LAT_SIZES tests=$TESTS"
 echo "host load: $(cat /proc/loadavg)"
 set +e
 TIMEOUT=${TIMEOUT:-600} "$ROOT/test/vm/run.sh" "${files[@]}" "$ROOT/test/perf/guest.sh" \
-  "$RUNS" "$N_BW" "$N_LAT" "$N_MR" "$SIZES" "$TESTS" "$LAT_SIZES" | tee "$OUT/raw.txt"
+  "$RUNS" "$N_BW" "$N_LAT" "$N_MR" "$SIZES" "$TESTS" "$LAT_SIZES" "$N_UD" | tee "$OUT/raw.txt"
 rc=${PIPESTATUS[0]}
 set -e
 [ "$rc" = 0 ] || echo "compare.sh: the VM job failed (exit $rc); summarising what was measured" >&2
@@ -121,6 +132,15 @@ if grep -q '^S ' "$OUT/raw.txt"; then
         s = median(v[k]); r = median(v[o])
         if (f[1] == "lat") printf "| round trip / 2, t_avg [usec] | %d B | %.1f | %.1f | %.2f× | ≤1.20× |\n", f[3], s, r, s / r
         else printf "| bandwidth [Gb/s] | %d B | %.3f | %.3f | %.2f× | ≥1.00× |\n", f[3], s, r, s / r } }
+    }' "$OUT/raw.txt" | tee -a "$OUT/table.md"
+fi
+# Datagrams rdmaperf's receivers missed over UD: the U lines, summed
+# over the runs.
+if grep -q '^U ' "$OUT/raw.txt"; then
+  awk '$1 == "U" {k = $3 " | " $4 " | " $5; s[k] += $6; r[k] += $7; n[k]++}
+    END {
+      print "\n| UD point | rdmaperf | size | datagrams sent | received | dropped at the receiver |\n|---|---|---|---|---|---|"
+      for (k in s) printf "| %s | %d | %d | %d (%.2f%%) |\n", k, s[k], r[k], s[k] - r[k], 100 * (s[k] - r[k]) / s[k]
     }' "$OUT/raw.txt" | tee -a "$OUT/table.md"
 fi
 # The floor under the raw verbs path (rdmaperf --floor): medians of the F

@@ -3,10 +3,18 @@
 # perftest and rdmaperf back to back on the same rxe devices with the same
 # parameters, server on rxe0/10.99.0.1, client on rxe1/10.99.0.2.
 #
-# Usage (in the guest): guest.sh RUNS N_BW N_LAT N_MR BW_SIZES [TESTS [LAT_SIZES]]
+# Usage (in the guest): guest.sh RUNS N_BW N_LAT N_MR BW_SIZES [TESTS [LAT_SIZES [N_UD]]]
 # BW_SIZES: write_bw, send_bw and read_bw run at each (bytes).
 # TESTS: any of write_bw send_bw read_bw write_mr send_lat write_lat
-# (default all). LAT_SIZES: send_lat and write_lat run at each (default 8).
+# (default those), ud_send_bw ud_send_mr ud_send_lat, rstream.
+# LAT_SIZES: send_lat and write_lat run at each (default 8).
+# N_UD: iterations of ud_send_bw (default 10000).
+# The UD points (-c UD, perftest's and rdmaperf's) run send_bw at the
+# path MTU (the smaller active MTU of rxe0 and rxe1: 1024 B over the
+# veths' 1500), ud_send_mr 2 B datagrams with post lists of 64 (N_MR),
+# ud_send_lat at 8 B (N_LAT); their send_bw rows are the receivers', and
+# "U RUN TEST TOOL SIZE SENT RECEIVED" lines say how many rdmaperf's
+# client sent and its server took.
 # Prints one line per measurement, and per run the floor (rdmaperf --floor):
 #   F RUN CALL_USEC POLL_USEC
 #   R RUN TEST TOOL SIZE peak avg mpps                          (bandwidth)
@@ -27,6 +35,7 @@ set -uo pipefail
 RUNS=${1:-5} N_BW=${2:-1000} N_LAT=${3:-3000} N_MR=${4:-12800} BW_SIZES=${5:-65536}
 TESTS=" ${6:-write_bw send_bw read_bw write_mr send_lat write_lat} "
 LAT_SIZES=${7:-8}
+N_UD=${8:-10000}
 want() { [[ $TESTS == *" $1 "* ]]; }
 IP0=${RDMA_VM_IP0:?not in the VM?}
 GIDX=${RDMA_VM_GID_INDEX:?}
@@ -52,7 +61,10 @@ pair() {
   local src=$?
   # ib_send_bw's client reports 0 in this perftest; its server has the
   # figures. Take the server's row for every tool of send_bw.
-  if [ "$test" = send_bw ] || [ "$test" = rs_send_bw ]; then row=$(table /tmp/server.out); else row=$(table /tmp/client.out); fi
+  case $test in
+    send_bw | rs_send_bw | ud_send_bw | ud_send_mr) row=$(table /tmp/server.out) ;;
+    *) row=$(table /tmp/client.out) ;;
+  esac
   if [ "$crc" != 0 ] || [ "$src" != 0 ] || [ -z "$row" ]; then
     echo "FAIL $test $tool $size (client $crc, server $src)"
     sed 's/^/  client: /' /tmp/client.out | tail -15
@@ -62,6 +74,8 @@ pair() {
   fi
   # drop the #bytes and #iterations columns
   echo "R $run $test $tool $size $(echo "$row" | cut -d' ' -f3-)"
+  # rdmaperf's receiver over UD: what was sent and what arrived
+  awk -v p="U $run $test $tool $size" '$1 == "UD:" {print p, $2, $5}' /tmp/server.out
   echo "T $run $test $tool $size $((SECONDS - t0)) s"
 }
 
@@ -147,6 +161,36 @@ lat() {
   return 0
 }
 
+# ud RUN: the UD points, perftest's -c UD beside rdmaperf's -c UD on
+# both APIs (see the usage).
+ud() {
+  local run=$1 mtu
+  want ud_send_bw || want ud_send_mr || want ud_send_lat || return 0
+  mtu=$(for d in rxe0 rxe1; do ibv_devinfo -d "$d" | awk '$1 == "active_mtu:" {print $2}'; done | sort -n | head -1)
+  local point test size n prog x
+  for point in "ud_send_bw $mtu $N_UD" "ud_send_mr 2 $N_MR" "ud_send_lat 8 $N_LAT"; do
+    read -r test size n <<< "$point"
+    want "$test" || continue
+    # MiB/s, not Gb/s: rdmaperf prints two decimals, and a TCG guest
+    # moves a few MiB/s of 1 KiB datagrams
+    prog=send_bw x=
+    [ "$test" = ud_send_lat ] && prog=send_lat
+    [ "$test" = ud_send_mr ] && x="-l 64 -Q 32"
+    pair "$run" "$test" perftest "$size" \
+      "ib_$prog -c UD -d rxe0 -x $GIDX -F -s $size -n $n $x" \
+      "ib_$prog -c UD -d rxe1 -x $GIDX -F -s $size -n $n $x $IP0"
+    for api in verbs async; do
+      pair "$run" "$test" "$api" "$size" \
+        "$PERF $prog -c UD --api $api -d rxe0 -p 18600 -s $size -n $n $x" \
+        "$PERF $prog -c UD --api $api -d rxe1 -p 18600 -s $size -n $n $x $IP0"
+    done
+    # the PacketConn with Adaptive pollers, the library's default (see bw)
+    pair "$run" "$test" async_adaptive "$size" \
+      "$PERF $prog -c UD --api async --poll adaptive -d rxe0 -p 18600 -s $size -n $n $x" \
+      "$PERF $prog -c UD --api async --poll adaptive -d rxe1 -p 18600 -s $size -n $n $x $IP0"
+  done
+}
+
 # rs RUN: rsockets' own benchmark, rstream (rdmacm-utils), against the
 # stream in the same session, same sizes: a 64 B ping-pong (rstream -C 1:
 # its usec/xfer is half a round trip, as rdmaperf's t_avg) and 64 KiB
@@ -188,7 +232,7 @@ rs() {
 }
 
 echo "guest: $(nproc) CPUs, $(uname -r), $(ib_write_bw --version 2>&1 | head -1), clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
-echo "params: runs=$RUNS n_bw=$N_BW n_lat=$N_LAT n_mr=$N_MR sizes=$BW_SIZES lat_sizes=$LAT_SIZES tests=$TESTS gid_index=$GIDX"
+echo "params: runs=$RUNS n_bw=$N_BW n_lat=$N_LAT n_mr=$N_MR sizes=$BW_SIZES lat_sizes=$LAT_SIZES n_ud=$N_UD tests=$TESTS gid_index=$GIDX"
 echo "load: $(cat /proc/loadavg)"
 T0=$SECONDS
 for ((r = 1; r <= RUNS; r++)); do
@@ -207,6 +251,7 @@ for ((r = 1; r <= RUNS; r++)); do
   for s in $LAT_SIZES; do want send_lat && lat "$r" send "$s" "$N_LAT"; done
   for s in $LAT_SIZES; do want write_lat && lat "$r" write "$s" "$N_LAT"; done
   want rstream && rs "$r"
+  ud "$r"
   echo "run $r done at $((SECONDS - T0)) s, guest load $(cut -d' ' -f1-3 /proc/loadavg)"
 done
 echo "failures: $fails"

@@ -7,7 +7,7 @@
 #   the top of `perf report` by command/shared object, and the tool's
 #   top symbols (both of its processes).
 # Usage (in the guest): profile-guest.sh "POINTS"   (default: all)
-#   points: write_bw send_bw write_mr send_lat write_lat
+#   points: write_bw send_bw write_mr send_lat write_lat ud_send_bw ud_send_lat
 set -uo pipefail
 POINTS=" ${1:-write_bw send_bw write_mr send_lat write_lat} "
 IP0=${RDMA_VM_IP0:?not in the VM?}
@@ -46,6 +46,9 @@ for p in $POINTS; do
   write_bw | send_bw) t=${p%_bw} args="-s 65536 -n 300" ;;
   write_mr) t=write args="-s 2 -n 1280 -l 64 -Q 32" ;;
   send_lat | write_lat) t=${p%_lat} args="-s 8 -n 2000" ;;
+  # over UD (-c UD, both tools' flag): 1 KiB, rxe's MTU over the veths
+  ud_send_bw) t=send args="-c UD -s 1024 -n 10000" ;;
+  ud_send_lat) t=send args="-c UD -s 8 -n 2000" ;;
   *) echo "unknown point $p"; continue ;;
   esac
   kind=bw; [[ $p == *_lat ]] && kind=lat

@@ -5,7 +5,8 @@
 # Writes OUT/profile.txt (default test/perf/results/profile).
 #
 # Usage: test/perf/profile.sh [-o OUT] [POINT...]
-#   POINT: write_bw send_bw write_mr send_lat write_lat (default all)
+#   POINT: write_bw send_bw write_mr send_lat write_lat (default all),
+#          ud_send_bw ud_send_lat (-c UD)
 # Needs what test/vm/setup.sh installs, plus linux-perf (installed here).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

@@ -105,7 +105,12 @@ func seriesOf(pts []Point, keep func(test string) bool) []series {
 	return ss
 }
 
-func isBW(test string) bool  { return strings.HasSuffix(test, "_bw") }
+// isBW: the bandwidth tests in Gb/s; ud_send_bw is in MiB/s (guest.sh),
+// in the table and the ratio chart only.
+func isBW(test string) bool {
+	return strings.HasSuffix(test, "_bw") && !strings.HasPrefix(test, "ud_")
+}
+
 func isLat(test string) bool { return strings.HasSuffix(test, "_lat") }
 
 // curves draws two panels against the message size (log2 x axis, log y

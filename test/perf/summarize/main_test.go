@@ -250,3 +250,31 @@ R 1 write_mr async_futures 2 0.001 0.001 0.009
 		t.Errorf("table lacks %q:\n%s", want, b.String())
 	}
 }
+
+// TestUDTargets: the UD points have issue 32's targets: send_bw at the
+// MTU (any size), the async API's 8 B latency, the message rate.
+func TestUDTargets(t *testing.T) {
+	in := `R 1 ud_send_bw perftest 1024 1.0 1.00 0.12
+R 1 ud_send_bw verbs 1024 1.0 0.95 0.11
+R 1 ud_send_bw async 1024 1.0 0.50 0.06
+R 1 ud_send_mr perftest 2 0.001 0.001 0.500
+R 1 ud_send_mr async 2 0.001 0.001 0.450
+R 1 ud_send_lat perftest 8 1 9 10 10 1 20 30
+R 1 ud_send_lat async 8 1 9 20 10 1 20 30
+`
+	order, data, _ := parse(strings.NewReader(in))
+	pts := summarize(order, data)
+	if len(pts) != 3 {
+		t.Fatalf("%d points", len(pts))
+	}
+	bw, mr, lat := pts[0], pts[1], pts[2]
+	if bw.Metric != "BW average [MiB/s]" || !bw.Met["verbs"] || bw.Met["async"] || bw.Target["async"] != 0.9 {
+		t.Errorf("ud_send_bw: %s, targets %v, met %v", bw.Metric, bw.Target, bw.Met)
+	}
+	if mr.Metric != "MsgRate [Mpps]" || !mr.Met["async"] || mr.Met["verbs"] {
+		t.Errorf("ud_send_mr: %s, targets %v, met %v (verbs did not run)", mr.Metric, mr.Target, mr.Met)
+	}
+	if lat.Target["async"] != 1.5 || lat.Met["async"] {
+		t.Errorf("ud_send_lat: targets %v, met %v (2x)", lat.Target, lat.Met)
+	}
+}
