@@ -226,7 +226,7 @@ func (p *PacketConn) SendTo(src Local, addr net.Addr) *Future {
 	if err != nil {
 		return newResolved(p.opError("write", addr, err))
 	}
-	f := newFuture(nil)
+	f := newFuture(p.ep.Driver())
 	if err := p.ep.SendBuffer(pb, off, n, a, (*sendToFuture)(f)); err != nil {
 		f.resolve(p.opError("write", addr, err), 0, 0, false, nil, 0)
 	}
@@ -285,7 +285,7 @@ func (b *PacketBatch) Post() *Future {
 	if b.err != nil {
 		return newResolved(b.err)
 	}
-	f := newFuture(nil)
+	f := newFuture(b.p.ep.Driver())
 	if err := b.p.ep.SendBatch(b.ds, (*sendToFuture)(f)); err != nil {
 		f.resolve(b.p.opError("write", nil, err), 0, 0, false, nil, 0)
 	}

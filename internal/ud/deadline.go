@@ -12,6 +12,7 @@ type deadline struct {
 	mu     sync.Mutex
 	timer  *time.Timer
 	cancel chan struct{} // closed when the deadline passes
+	onPass func()        // called when it passes, after cancel closes; set before use
 }
 
 func newDeadline() *deadline { return &deadline{cancel: make(chan struct{})} }
@@ -36,11 +37,19 @@ func (d *deadline) set(t time.Time) {
 			d.cancel = make(chan struct{})
 		}
 		cancel := d.cancel
-		d.timer = time.AfterFunc(dur, func() { close(cancel) })
+		d.timer = time.AfterFunc(dur, func() { close(cancel); d.passed() })
 		return
 	}
 	if !closed {
 		close(d.cancel)
+		d.passed()
+	}
+}
+
+// passed tells onPass that the deadline passed.
+func (d *deadline) passed() {
+	if d.onPass != nil {
+		d.onPass()
 	}
 }
 

@@ -140,18 +140,23 @@ type Stats struct {
 // Endpoint is a UD queue pair with its receives, its side channel and
 // its peer cache.
 type Endpoint struct {
-	eng      *engine.Engine
-	udp      *net.UDPConn
-	local    *Addr
-	route    Route // this endpoint's, as its answers announce it
-	mtu      int
-	refresh  time.Duration // Config.RefreshAfter
-	qp       verbs.QP
-	unit     *engine.Unit
-	slot     engine.Slot
-	slotted  bool // slot is the endpoint's
-	cqNeed   int
-	kick     *poller.Poller // an Adaptive poller to kick after a post
+	eng     *engine.Engine
+	udp     *net.UDPConn
+	local   *Addr
+	route   Route // this endpoint's, as its answers announce it
+	mtu     int
+	refresh time.Duration // Config.RefreshAfter
+	qp      verbs.QP
+	unit    *engine.Unit
+	slot    engine.Slot
+	slotted bool // slot is the endpoint's
+	cqNeed  int
+	kick    *poller.Poller // an Adaptive poller to kick after a post
+	drv     *poller.Poller // a Busy poller, which a waiting reader drives (recv.go)
+	// ready is set when a datagram is queued, or when a reader must stop
+	// waiting (its deadline passed, Close, Fail): a reader that drives
+	// the poller (next) stops then.
+	ready    atomic.Uint32
 	peers    *peers
 	mc       groups // multicast.go
 	checkGID bool   // peers' GIDs must be the IP they send from
@@ -256,6 +261,7 @@ func Listen(eng *engine.Engine, bind netip.AddrPort, cfg Config) (*Endpoint, err
 		room: make(chan struct{}, cfg.SendDepth), sends: make([]sendSlot, cfg.SendDepth),
 		rdl: newDeadline(), wdl: newDeadline(), pending: map[netip.AddrPort]*resolveCall{},
 	}
+	e.rdl.onPass = func() { e.ready.Store(1) }
 	for i := cfg.SendDepth - 1; i >= 0; i-- {
 		e.sfree = append(e.sfree, uint32(i))
 		e.room <- struct{}{}
@@ -296,8 +302,11 @@ func (e *Endpoint) open(cfg Config) error {
 		e.unit = nil
 		return err
 	}
-	if eng.Cfg.PollMode == poller.Adaptive {
+	switch eng.Cfg.PollMode {
+	case poller.Adaptive:
 		e.kick = e.unit.P
+	case poller.Busy:
+		e.drv = e.unit.P
 	}
 	qc := verbs.QPCap{MaxSendWR: cfg.SendDepth, MaxRecvWR: cfg.RecvDepth, MaxSendSGE: 1, MaxRecvSGE: 2}
 	if e.qp, err = eng.PD.CreateQP(verbs.QPInit{Type: verbs.UD, SendCQ: e.unit.CQ, RecvCQ: e.unit.CQ, Cap: qc}); err != nil {
@@ -373,12 +382,18 @@ func (e *Endpoint) Complete(wc *verbs.WorkCompletion) {
 	}
 }
 
+// Driver is the endpoint's poller when it is Busy, which a goroutine
+// waiting for one of its completions drives (run to completion); else
+// nil.
+func (e *Endpoint) Driver() *poller.Poller { return e.drv }
+
 // Fail ends the endpoint's traffic with err: its port went down, its
 // poller stopped, or a send failed.
 func (e *Endpoint) Fail(err error) {
 	e.failOnce.Do(func() {
 		e.failErr = err
 		close(e.failed)
+		e.ready.Store(1)
 	})
 }
 
@@ -397,6 +412,7 @@ func (e *Endpoint) Close() error {
 		e.smu.Unlock()
 		e.rmu.Unlock()
 		close(e.done)
+		e.ready.Store(1)
 		e.closeErr = e.teardown()
 	})
 	return e.closeErr

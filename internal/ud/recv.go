@@ -79,7 +79,7 @@ func (e *Endpoint) repost() {
 // ReadFrom takes the next datagram: it copies its payload into p (what
 // does not fit is lost, as with UDP) and reports its sender.
 func (e *Endpoint) ReadFrom(p []byte) (int, *Addr, error) {
-	dg, err := e.next(nil)
+	dg, err := e.next(context.Background())
 	if err != nil {
 		return 0, nil, err
 	}
@@ -92,7 +92,7 @@ func (e *Endpoint) ReadFrom(p []byte) (int, *Addr, error) {
 // which the caller releases, and its sender. It waits for a datagram,
 // the read deadline, Close, or the end of ctx.
 func (e *Endpoint) Take(ctx context.Context) (*pool.Buffer, *Addr, error) {
-	dg, err := e.next(ctx.Done())
+	dg, err := e.next(ctx)
 	if err == errCanceled {
 		err = ctx.Err()
 	}
@@ -104,9 +104,16 @@ func (e *Endpoint) Take(ctx context.Context) (*pool.Buffer, *Addr, error) {
 
 var errCanceled = errors.New("canceled")
 
-// next waits for the next datagram, the read deadline, Close, or cancel
-// (then it returns errCanceled).
-func (e *Endpoint) next(cancel <-chan struct{}) (datagram, error) {
+// next waits for the next datagram, the read deadline, Close, or the end
+// of ctx (then it returns errCanceled).
+//
+// With a Busy poller the waiting goroutine drives the poller itself (run
+// to completion, as Future.Wait does): it polls the CQ and dispatches
+// until a datagram is queued or the wait must end (ready), so no
+// goroutine has to wake it. A reader that cannot drive (another does,
+// or the poller will not be driven now) blocks as in the other modes.
+func (e *Endpoint) next(ctx context.Context) (datagram, error) {
+	cancel := ctx.Done()
 	for {
 		if err := e.endErr(); err != nil {
 			return datagram{}, err
@@ -122,6 +129,19 @@ func (e *Endpoint) next(cancel <-chan struct{}) (datagram, error) {
 			e.repost()
 			return dg, nil
 		}
+		if e.drv != nil {
+			// Clear ready, then look again: a datagram queued, or a
+			// deadline passed, before the clear is seen here, and one
+			// after it sets ready and ends the drive.
+			e.ready.Store(0)
+			if e.qlenNow() > 0 || isClosed(e.rdl.wait()) || isClosed(cancel) || e.endErr() != nil {
+				continue
+			}
+			if e.drv.Drive(ctx, &e.ready) && e.ready.Load() != 0 {
+				continue
+			}
+			e.drv.WaitingAdd(1)
+		}
 		select {
 		case <-e.avail:
 		case <-dl:
@@ -129,7 +149,17 @@ func (e *Endpoint) next(cancel <-chan struct{}) (datagram, error) {
 		case <-e.done:
 		case <-e.failed:
 		}
+		if e.drv != nil {
+			e.drv.WaitingAdd(-1)
+		}
 	}
+}
+
+// qlenNow is how many datagrams wait for ReadFrom.
+func (e *Endpoint) qlenNow() int {
+	e.qmu.Lock()
+	defer e.qmu.Unlock()
+	return e.qlen
 }
 
 // push queues a received datagram for ReadFrom, or drops it when
@@ -147,6 +177,7 @@ func (e *Endpoint) push(dg datagram) {
 	e.qlen++
 	e.st.received.Add(1)
 	e.qmu.Unlock()
+	e.ready.Store(1)
 	select {
 	case e.avail <- struct{}{}:
 	default:
