@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/go-rdma/rdma"
@@ -99,4 +100,32 @@ func echoChild() int {
 			return 0
 		}
 	}
+}
+
+// Rule: a round trip between two processes on soft (a PacketConn at each
+// end, the peer a child echoing) allocates nothing in this process, the
+// provider's reader and the poller included. A kick of a parked poller
+// once made a context and a channel per datagram written.
+func TestPacketAllocsProcesses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	child := testchild.Start(ctx, t, "echo", "RDMA_TEST_NET=rdma")
+	to, err := rdma.ResolvePacketAddr(child.ReadLine(t))
+	require.NoError(t, err)
+	pc, err := rdma.ListenPacket("rdma", "127.0.0.1:0", rdma.WithProvider(rdma.ProviderSoft))
+	require.NoError(t, err)
+	defer pc.Close()
+	msg, buf := make([]byte, 64), make([]byte, 128)
+	round := func() {
+		_, err := pc.WriteTo(msg, to)
+		if err == nil {
+			_, _, err = pc.ReadFrom(buf)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	round() // resolves the child's address
+	allocs := testing.AllocsPerRun(200, round)
+	assert.Less(t, allocs, 0.5, "allocations per round trip")
 }

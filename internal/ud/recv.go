@@ -177,7 +177,9 @@ func (e *Endpoint) push(dg datagram) {
 	e.qlen++
 	e.st.received.Add(1)
 	e.qmu.Unlock()
-	e.ready.Store(1)
+	if e.drv != nil {
+		e.ready.Store(1) // a reader that drives the poller stops
+	}
 	select {
 	case e.avail <- struct{}{}:
 	default:
