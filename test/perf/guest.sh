@@ -107,6 +107,9 @@ bw() {
   pair "$run" "$name" async_adaptive "$size" \
     "$PERF ${t}_bw --api async --poll adaptive -d rxe0 -p 18600 -s $size -n $n --report_gbits $x" \
     "$PERF ${t}_bw --api async --poll adaptive -d rxe1 -p 18600 -s $size -n $n --report_gbits $x $IP0"
+  [ -x "$BASE" ] && pair "$run" "$name" async_adaptive@base "$size" \
+    "$BASE ${t}_bw --api async --poll adaptive -d rxe0 -p 18600 -s $size -n $n --report_gbits $x" \
+    "$BASE ${t}_bw --api async --poll adaptive -d rxe1 -p 18600 -s $size -n $n --report_gbits $x $IP0"
   # the message rate through Futures rather than Batches: one goroutine
   # posting each WRITE as a Future, tx depth deep (async_futures), and 4
   # goroutines posting at once on the connection, whose posts the async
@@ -147,6 +150,14 @@ lat() {
   [ -x "$BASE" ] && pair "$run" "${t}_lat" async@base "$size" \
     "$BASE ${t}_lat --api async -d rxe0 -p 18600 -s $size -n $n" \
     "$BASE ${t}_lat --api async -d rxe1 -p 18600 -s $size -n $n $IP0"
+  # the library's default poll mode, Adaptive: a waiter drives the poller
+  # for as long as the poller would spin
+  pair "$run" "${t}_lat" async_adaptive "$size" \
+    "$PERF ${t}_lat --api async --poll adaptive -d rxe0 -p 18600 -s $size -n $n" \
+    "$PERF ${t}_lat --api async --poll adaptive -d rxe1 -p 18600 -s $size -n $n $IP0"
+  [ -x "$BASE" ] && pair "$run" "${t}_lat" async_adaptive@base "$size" \
+    "$BASE ${t}_lat --api async --poll adaptive -d rxe0 -p 18600 -s $size -n $n" \
+    "$BASE ${t}_lat --api async --poll adaptive -d rxe1 -p 18600 -s $size -n $n $IP0"
   # the async API with its pollers on ordinary goroutines (docs/async.md)
   pair "$run" "${t}_lat" async_unlocked "$size" \
     "$PERF ${t}_lat --api async --poller_lock=false -d rxe0 -p 18600 -s $size -n $n" \
