@@ -76,15 +76,16 @@ func dial(ctx context.Context, eng *rdma.Engine, address string, ringSize int, o
 
 // streamOptions are the caller's options after the stream's defaults,
 // which they override, and before the stream's protocol name, which they
-// cannot. The default depths leave room for the few messages a stream
+// cannot. The TCP fallback is one of the defaults: where a side has no
+// RDMA device, the stream's bytes go over TCP (fallback.go). The default depths leave room for the few messages a stream
 // has in flight: its WRITEs gather behind one another. Its messages
 // carry at most a header and a hello (its bytes go by WRITE into the
 // ring), so its receives are that small, not the async API's 64 KiB.
 func streamOptions(opts []rdma.Option) []rdma.Option {
 	// The stream's defaults are connection options, which every kind of
 	// Dial and Listen takes.
-	all := make([]rdma.Option, 0, len(opts)+3)
-	all = append(all, rdma.WithQueueDepth(64, 32), rdma.WithMaxMessage(maxMessage))
+	all := make([]rdma.Option, 0, len(opts)+4)
+	all = append(all, rdma.WithQueueDepth(64, 32), rdma.WithMaxMessage(maxMessage), rdma.WithTCPFallback(true))
 	all = append(all, opts...)
 	return append(all, rdma.WithProtocol(Protocol))
 }
