@@ -34,8 +34,10 @@ const (
 	// the region calls) fail at the call with ErrNotSupported. Done and
 	// Err follow its Close and Abort only: the peer's end shows on
 	// NetConn (io.EOF, a reset). It is no engine's connection: Stats
-	// are zero, and the engine's stats do not count it. WithTransport
-	// does not take it.
+	// are zero, and the engine's stats do not count it; it holds a
+	// reference to the engine it was set up on (soft), which Provider,
+	// Device, Alloc and PoolStats name, until Close. WithTransport does
+	// not take it.
 	TCP
 )
 
