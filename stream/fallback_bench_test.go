@@ -87,16 +87,20 @@ func fallbackSinkChild() int {
 	return 0
 }
 
-// bestRoundsOf runs rounds of each of fs in turn and returns the best
-// round of each; only the rounds of fs[1] (the fallback) count for
+// bestRoundsOf runs rounds of each of fs in turn, each round starting
+// with the next, and returns the best round of each; only the rounds of fs[1] (the fallback) count for
 // ns/op and allocs/op.
 func bestRoundsOf(b *testing.B, fs ...func() error) []time.Duration {
 	b.Helper()
 	best := make([]time.Duration, len(fs))
 	b.ResetTimer()
 	b.StopTimer()
-	for range rounds {
-		for i, f := range fs {
+	for r := range rounds {
+		// Each round starts with another kind: none always follows the
+		// same one.
+		for j := range fs {
+			i := (j + r) % len(fs)
+			f := fs[i]
 			if i == 1 {
 				b.StartTimer()
 			}
