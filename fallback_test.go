@@ -220,3 +220,35 @@ func TestTCPFallbackRefusesRDMA(t *testing.T) {
 	assert.NotErrorIs(t, err, os.ErrDeadlineExceeded)
 	assert.ErrorContains(t, c.Err(), "test abort")
 }
+
+// TestTCPFallbackEngine: the option works on an Engine's Dial and
+// Listen too, and the Conn holds the engine until its Close.
+func TestTCPFallbackEngine(t *testing.T) {
+	requireNoDevice(t)
+	x, err := rdma.OpenEngine(auto)
+	require.NoError(t, err)
+	defer x.Close()
+	ln, err := x.Listen("rdma", "127.0.0.1:0", rdma.WithTCPFallback(true))
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan *rdma.Conn, 1)
+	go func() {
+		s, _ := ln.Accept(context.Background())
+		accepted <- s
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := x.Dial(ctx, "rdma", ln.Addr().String(), rdma.WithTCPFallback(true))
+	require.NoError(t, err)
+	s := <-accepted
+	require.NotNil(t, s)
+	assert.Equal(t, rdma.TCP, c.Transport())
+	assert.Equal(t, rdma.TCP, s.Transport())
+	assert.Equal(t, x.Provider(), c.Provider())
+	require.NoError(t, c.Close())
+	require.NoError(t, s.Close())
+	require.NoError(t, ln.Close())
+	require.NoError(t, x.Close())
+	_, err = c.Alloc(64)
+	assert.ErrorIs(t, err, rdma.ErrClosed)
+}
