@@ -99,7 +99,8 @@ func acceptTCP(eng *engine, cfg config, tc net.Conn, br *bufio.Reader, release f
 // is the new connection's. It closes tc on failure.
 func dialTCP(c *conn, me *rc.Hello, tc net.Conn, br *bufio.Reader, release func() bool) (*conn, error) {
 	eng, cfg := c.eng, c.cfg
-	c.rc.DropSetup()
+	c.rc.Ctl.Detach() // the socket is the new connection's
+	c.rc.AbortSetup()
 	var err error
 	switch {
 	case me.Flags&rc.HelloFallback == 0:

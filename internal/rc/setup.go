@@ -104,14 +104,6 @@ func (c *Conn) AbortSetup() {
 	c.Teardown()
 }
 
-// DropSetup tears down a connection whose set-up ended in the TCP
-// fallback: its QP, receives and credit word go, and its control socket,
-// which now carries the caller's bytes, stays open.
-func (c *Conn) DropSetup() {
-	c.Ctl.conn = nil
-	c.AbortSetup()
-}
-
 // RecvCap is the credit cap this side announces in its hello: the most
 // credits it can give the peer at once, its receive depth, or its SRQ's
 // depth when that is smaller (every credit is backed by a posted
