@@ -15,6 +15,9 @@ func (c *Conn) Abort(cause error) error {
 	if cause == nil {
 		return fmt.Errorf("rdma: conn %v: abort: %w: nil cause", c.rc.Remote, ErrInvalid)
 	}
+	if c.tcp != nil {
+		return c.closeTCP(cause) // the socket is reset
+	}
 	c.rc.Fail(fmt.Errorf("rdma: conn %v: %w: aborted: %w", c.rc.Remote, ErrClosed, cause))
 	return c.api.Close()
 }

@@ -25,4 +25,12 @@ package rdma
 //
 // On connections set up through rdma_cm the peer's operations are not
 // waited for. Close is safe to call twice.
-func (c *Conn) Close() error { return c.rc.Close() }
+//
+// On a connection that fell back to TCP (WithTCPFallback) Close closes
+// the socket.
+func (c *Conn) Close() error {
+	if c.tcp != nil {
+		return c.closeTCP(nil)
+	}
+	return c.rc.Close()
+}

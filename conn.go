@@ -34,6 +34,7 @@ type conn struct {
 	cfg   config // the connection's own settings (queue depths, sizes, limits)
 	local net.Addr
 	iw    iwarpSettle // the READ that settles an rdma_cm connection on iWARP (settleIWARP)
+	tcp   *tcpSide    // the socket of a connection that fell back to TCP; nil on RDMA ones
 }
 
 // Dial connects to a Listener at address ("host:port") over network
@@ -151,7 +152,12 @@ func (c *Conn) Alloc(n int) (*Buffer, error) {
 //     last is taken. Recvs after that fail with why it ended (Err).
 //   - After Close here Done is closed when Close returns; what no Recv
 //     took is dropped (see Close).
-func (c *Conn) Done() <-chan struct{} { return c.rc.Done() }
+func (c *Conn) Done() <-chan struct{} {
+	if c.tcp != nil {
+		return c.tcp.done
+	}
+	return c.rc.Done()
+}
 
 // Err is nil while the connection is up; once it has ended (which may
 // be before Done closes, while messages that arrived wait to be taken)
@@ -200,6 +206,9 @@ func (c *conn) issue(o *rc.Op, wr *verbs.SendWR) *Future {
 // and these structs, a few hundred bytes, copied at each step cost a
 // lone 8-byte operation a tenth of its time.
 func (c *conn) sendRequest(o *rc.Op, wr *verbs.SendWR, opc verbs.Opcode, src Local, imm uint32) error {
+	if err := c.refuseOnTCP(opc.String()); err != nil {
+		return err
+	}
 	if opc == verbs.OpSendWithImm {
 		if err := c.eng.Lacks(verbs.FeatureImmediate); err != nil {
 			return fmt.Errorf("rdma: %v: %w", opc, err)

@@ -234,3 +234,29 @@ func NudgeIWARP(c *Conn) bool {
 	c.readSettle().Release() // resolves on its own
 	return true
 }
+
+// ClaimDevice makes the hellos of this process's dialers and listeners
+// claim an RDMA device (provider verbs, not "no device"), as a host with
+// one would, until restore.
+func ClaimDevice(dialer, listener bool) (restore func()) {
+	claimDevice[0].Store(dialer)
+	claimDevice[1].Store(listener)
+	return func() {
+		claimDevice[0].Store(false)
+		claimDevice[1].Store(false)
+	}
+}
+
+// BeforeAnswer runs f in Dial's handshake before it reads the listener's
+// answer, until restore.
+func BeforeAnswer(f func()) (restore func()) {
+	beforeAnswer.Store(&f)
+	return func() { beforeAnswer.Store(nil) }
+}
+
+// ReadAhead reports whether c's NetConn returns bytes its handshake read
+// ahead first.
+func ReadAhead(c *Conn) bool {
+	_, ok := c.NetConn().(*aheadConn)
+	return ok
+}

@@ -32,6 +32,9 @@ var ErrRegionRevoked = rc.ErrRegionRevoked
 // have separate protection domains), and expose as little as possible
 // for as short as possible (Revoke ends the rkey for every connection).
 func (c *Conn) Expose(b Local, access Access) (RemoteRegion, error) {
+	if err := c.refuseOnTCP("expose"); err != nil {
+		return RemoteRegion{}, err
+	}
 	pb, off, n, err := local(b)
 	if err != nil {
 		return RemoteRegion{}, err
@@ -56,6 +59,9 @@ func (c *Conn) Expose(b Local, access Access) (RemoteRegion, error) {
 // for room. On connections set up through rdma_cm, which have no control
 // channel to ask the peer, Revoke works as RevokeNow.
 func (c *Conn) Revoke(ctx context.Context, r RemoteRegion) error {
+	if err := c.refuseOnTCP("revoke"); err != nil {
+		return err
+	}
 	return c.rc.Regions.Revoke(ctx, rc.Region(r))
 }
 
@@ -65,4 +71,9 @@ func (c *Conn) Revoke(ctx context.Context, r RemoteRegion) error {
 // breaks the peer's connection (and so this one). The memory itself is
 // safe: it stays out of the pool until the deregistration is done. Use
 // Revoke to end an exposure without breaking the connection.
-func (c *Conn) RevokeNow(r RemoteRegion) error { return c.rc.Regions.RevokeNow(rc.Region(r)) }
+func (c *Conn) RevokeNow(r RemoteRegion) error {
+	if err := c.refuseOnTCP("revoke"); err != nil {
+		return err
+	}
+	return c.rc.Regions.RevokeNow(rc.Region(r))
+}

@@ -48,6 +48,9 @@ func RegionLifetime(d time.Duration) RegionOption {
 // returns ctx.Err(), and a grant that comes later is handed back to the
 // peer.
 func (c *Conn) RequestRegion(ctx context.Context, size int, access Access, opts ...RegionOption) (RemoteRegion, error) {
+	if err := c.refuseOnTCP("request region"); err != nil {
+		return RemoteRegion{}, err
+	}
 	var rr regionRequest
 	for _, o := range opts {
 		if err := o(&rr); err != nil {
@@ -63,5 +66,8 @@ func (c *Conn) RequestRegion(ctx context.Context, size int, access Access, opts 
 // ErrRegionRevoked); it waits, until ctx ends, for the accesses in
 // flight to complete and then tells the peer, which frees the memory.
 func (c *Conn) ReleaseRegion(ctx context.Context, r RemoteRegion) error {
+	if err := c.refuseOnTCP("release region"); err != nil {
+		return err
+	}
 	return c.rc.Regions.Release(ctx, rc.Region(r))
 }

@@ -36,18 +36,26 @@ func dialHandshake(ctx context.Context, eng *engine, cfg config, tc net.Conn) (*
 	}
 	me, err := c.rc.Prepare()
 	if err == nil {
+		me.Flags |= fallbackFlags(eng, &cfg, true)
+		copy(me.Provider[:], helloProvider(eng, true))
 		err = rc.WriteHello(tc, &me)
 	}
 	br := bufio.NewReaderSize(tc, ctrlReadBuffer)
 	var peer *rc.Hello
+	if f := beforeAnswer.Load(); f != nil && err == nil {
+		(*f)()
+	}
 	if err == nil && cfg.tls != nil {
 		err = tlsAnswered(tc, br)
 	}
 	if err == nil {
 		peer, err = rc.ReadAnswer(br)
 	}
+	if err == nil && peer.Flags&rc.HelloTCP != 0 {
+		return dialTCP(c, &me, tc, br, release)
+	}
 	if err == nil {
-		err = sameProvider(eng, peer)
+		err = sameProvider(eng, peer, true)
 	}
 	if err == nil {
 		err = rc.SameProtocol(cfg.protocol, peer, true)
@@ -66,10 +74,10 @@ func dialHandshake(ctx context.Context, eng *engine, cfg config, tc net.Conn) (*
 }
 
 // sameProvider refuses a peer on another provider: a soft QP cannot
-// talk to a verbs one.
-func sameProvider(eng *engine, peer *rc.Hello) error {
-	if p := rc.ProviderName(peer.Provider); p != eng.Prov.Name() {
-		return fmt.Errorf("%w: peer uses provider %q, this side %q", ErrRefused, p, eng.Prov.Name())
+// talk to a verbs one (unless the connection falls back to TCP).
+func sameProvider(eng *engine, peer *rc.Hello, dialing bool) error {
+	if p, mine := rc.ProviderName(peer.Provider), helloProvider(eng, dialing); p != mine {
+		return fmt.Errorf("%w: peer uses provider %q, this side %q", ErrRefused, p, mine)
 	}
 	return nil
 }
@@ -81,11 +89,15 @@ const ctrlReadBuffer = 512
 // readPeerHello is the listener's first step: it reads and checks the
 // dialer's hello, and refuses (telling the dialer why) a hello it cannot
 // serve. Nothing costly exists yet: no queue pair, no receive, no
-// registered memory.
-func readPeerHello(eng *engine, cfg *config, tc net.Conn, br *bufio.Reader) (*rc.Hello, error) {
-	peer, err := rc.ReadHello(br)
+// registered memory. tcp says that the connection falls back to TCP
+// (WithTCPFallback): then the providers need not match.
+func readPeerHello(eng *engine, cfg *config, tc net.Conn, br *bufio.Reader) (peer *rc.Hello, tcp bool, err error) {
+	peer, err = rc.ReadHello(br)
 	if err == nil {
-		err = sameProvider(eng, peer)
+		tcp = rc.FallBack(fallbackFlags(eng, cfg, false), peer.Flags)
+	}
+	if err == nil && !tcp {
+		err = sameProvider(eng, peer, false)
 	}
 	if err == nil {
 		err = rc.SameProtocol(cfg.protocol, peer, false)
@@ -95,9 +107,9 @@ func readPeerHello(eng *engine, cfg *config, tc net.Conn, br *bufio.Reader) (*rc
 	}
 	if err != nil {
 		rc.WriteRefusal(tc, err.Error())
-		return nil, err
+		return nil, false, err
 	}
-	return peer, nil
+	return peer, tcp, nil
 }
 
 // acceptConn is the listener's side after a valid hello: it makes the
@@ -118,6 +130,7 @@ func acceptConn(eng *engine, cfg config, tc net.Conn, br *bufio.Reader, peer *rc
 		c.rc.AbortSetup()
 		return nil, err
 	}
+	copy(me.Provider[:], helloProvider(eng, false))
 	_, err = tc.Write([]byte{rc.AnswerAccept})
 	if err == nil {
 		err = rc.WriteHello(tc, &me)

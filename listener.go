@@ -165,7 +165,7 @@ func (l *Listener) serve(tc net.Conn, e *list.Element) {
 		tc = t
 	}
 	br := bufio.NewReaderSize(tc, ctrlReadBuffer)
-	peer, err := readPeerHello(l.eng, &l.cfg, tc, br)
+	peer, tcp, err := readPeerHello(l.eng, &l.cfg, tc, br)
 	l.dropWaiting(e)
 	refused := false
 	if err == nil {
@@ -181,6 +181,16 @@ func (l *Listener) serve(tc net.Conn, e *list.Element) {
 	if err != nil {
 		l.logRefused(tc.RemoteAddr(), err, refused)
 		tc.Close()
+		return
+	}
+	if tcp {
+		// No queue pair: no handshake slot either.
+		c, err := acceptTCP(l.eng, l.cfg, tc, br, release)
+		if err != nil {
+			l.logRefused(tc.RemoteAddr(), err, false)
+			return
+		}
+		l.deliver(c)
 		return
 	}
 	h, err := l.hs.acquire(ctx)
@@ -201,6 +211,12 @@ func (l *Listener) serve(tc net.Conn, e *list.Element) {
 		l.logRefused(tc.RemoteAddr(), err, false)
 		return // the peer got the reason; the listener goes on
 	}
+	l.deliver(c)
+}
+
+// deliver hands c to Accept, or closes it when the listener closes
+// first.
+func (l *Listener) deliver(c *conn) {
 	select {
 	case l.conns <- c:
 	case <-l.ctx.Done():

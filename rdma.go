@@ -72,7 +72,8 @@ type config struct {
 	maxExpose      int           // bytes a peer may RequestRegion in total
 	regionLife     time.Duration // longest life of a region granted to RequestRegion
 	cm             bool          // set connections up through rdma_cm
-	transport      Transport     // RC or UC (WithTransport)
+	transport      Transport     // RC or UC (WithTransport); TCP on a connection that fell back
+	fallback       bool          // the TCP fallback is allowed (WithTCPFallback)
 	threadLock     poller.ThreadLock
 	cpus           []int         // pollers' CPUs, sorted, no duplicates (poller.CheckCPUs)
 	spin           time.Duration // Adaptive pollers' spin; 0: the provider's default

@@ -17,6 +17,9 @@ func (c *Conn) Recv() *Future {
 	if c.cfg.handler != nil {
 		return newResolved(fmt.Errorf("rdma: recv on %v: %w: the connection's messages go to its RecvHandler", c.rc.Remote, ErrInvalid))
 	}
+	if err := c.refuseOnTCP("recv"); err != nil {
+		return newResolved(err)
+	}
 	f := newFuture(c.rc.Drv)
 	f.recv = &c.rc.RQ // a pending Recv's Cancel withdraws it
 	m, ok, err := c.rc.RQ.Recv((*recvFuture)(f))

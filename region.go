@@ -69,11 +69,17 @@ func (r RemoteRegion) String() string { return rc.Region(r).String() }
 // Expose), so a peer of another connection that learns or guesses it can
 // use it too.
 func (c *Conn) SendRegion(ctx context.Context, r RemoteRegion) error {
+	if err := c.refuseOnTCP("send region"); err != nil {
+		return err
+	}
 	return c.rc.Regions.Send(ctx, rc.Region(r))
 }
 
 // RecvRegion waits for a region the peer sends with SendRegion.
 func (c *Conn) RecvRegion(ctx context.Context) (RemoteRegion, error) {
+	if err := c.refuseOnTCP("recv region"); err != nil {
+		return RemoteRegion{}, err
+	}
 	r, err := c.rc.Regions.Recv(ctx)
 	return RemoteRegion(r), err
 }

@@ -71,6 +71,9 @@ type ConnStats struct {
 
 // Stats reads the connection's counters.
 func (c *Conn) Stats() ConnStats {
+	if c.tcp != nil {
+		return ConnStats{} // no operation ever runs
+	}
 	s, q := c.rc.Counters.Load(), c.rc.SQ.Counts()
 	msgs, bytes := c.rc.RQ.Counts()
 	cs := ConnStats{

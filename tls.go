@@ -94,7 +94,11 @@ func WithAcceptCheck(check func(PeerInfo) error) ListenOption {
 // verified chains; ok is false without TLS, and on connections set up
 // through rdma_cm.
 func (c *Conn) ConnectionState() (state tls.ConnectionState, ok bool) {
-	tc, ok := c.rc.Ctl.Conn().(*tls.Conn)
+	ctl := c.rc.Ctl.Conn()
+	if c.tcp != nil {
+		ctl = c.tcp.sock
+	}
+	tc, ok := ctl.(*tls.Conn)
 	if !ok {
 		return tls.ConnectionState{}, false
 	}

@@ -28,15 +28,28 @@ const (
 	// sent to arrive. Both ends must use UC (WithTransport); iWARP has
 	// no UC, and rdma_cm connections (WithRDMACM) are RC.
 	UC
+	// TCP is the transport of a connection that fell back to TCP
+	// (WithTCPFallback): no queue pair, its bytes go over NetConn, and
+	// its RDMA operations (Send, Recv, Write, Read, atomics, Expose and
+	// the region calls) fail at the call with ErrNotSupported. Done and
+	// Err follow its Close and Abort only: the peer's end shows on
+	// NetConn (io.EOF, a reset). It is no engine's connection: Stats
+	// are zero, and the engine's stats do not count it; it holds a
+	// reference to the engine it was set up on (soft), which Provider,
+	// Device, Alloc and PoolStats name, until Close. WithTransport does
+	// not take it.
+	TCP
 )
 
-// String is "RC" or "UC".
+// String is "RC", "UC" or "TCP".
 func (t Transport) String() string {
 	switch t {
 	case RC:
 		return "RC"
 	case UC:
 		return "UC"
+	case TCP:
+		return "TCP"
 	}
 	return fmt.Sprintf("Transport(%d)", uint8(t))
 }
@@ -78,8 +91,12 @@ func (e *engine) checkTransport(cfg config) error {
 }
 
 // refuseOnUC fails what UC cannot carry (READ and atomics) at the call,
-// naming the transport.
+// naming the transport, and every operation of a connection that fell
+// back to TCP.
 func (c *conn) refuseOnUC(opc verbs.Opcode) error {
+	if err := c.refuseOnTCP(opc.String()); err != nil {
+		return err
+	}
 	if c.cfg.transport == UC && !opc.Supports(verbs.UC) {
 		return fmt.Errorf("rdma: %v: %w on a UC connection: UC carries SEND and WRITE only (WithTransport)", opc, ErrNotSupported)
 	}

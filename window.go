@@ -38,4 +38,4 @@ func (c *Conn) SendWindow() int { return int(c.rc.Peer.RecvWindow) }
 // no receive, which the device retries (RNR) or, on iWARP, which has no
 // RNR retry, ends the connection. UC connections (WithTransport) have
 // none either, and there such a message is dropped.
-func (c *Conn) Credited() bool { return c.rc.CM == nil && c.cfg.transport != UC }
+func (c *Conn) Credited() bool { return c.rc.CM == nil && c.cfg.transport == RC }

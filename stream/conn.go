@@ -39,6 +39,7 @@ import (
 // pollers resolve: no OS thread blocks per connection.
 type Conn struct {
 	c     *rdma.Conn
+	nc    net.Conn // the bytes' connection when c fell back to TCP (fallback.go); nil over RDMA
 	laddr net.Addr
 	raddr net.Addr
 
@@ -104,10 +105,15 @@ func checkTransport(t rdma.Transport) error {
 }
 
 func newStream(c *rdma.Conn, ringSize int) (*Conn, error) {
+	// Depths too small for a stream over RDMA fail over TCP too: the
+	// same options must work where there is a device.
 	send, recv := c.QueueDepth()
-	err := checkTransport(c.Transport())
+	err := checkDepths(send, recv)
+	if err == nil && c.Transport() == rdma.TCP {
+		return newTCPStream(c), nil
+	}
 	if err == nil {
-		err = checkDepths(send, recv)
+		err = checkTransport(c.Transport())
 	}
 	if err != nil {
 		c.Close()
@@ -189,8 +195,15 @@ func (s *Conn) start(ringSize int) error {
 // RDMAConn is the underlying connection of the async API. Operations on
 // it share the queue pair with the stream: use it for one-sided
 // operations (Write without immediate, Read, atomics, Expose) only; a
-// Send, WriteWithImm or Recv of your own breaks the stream.
-func (s *Conn) RDMAConn() *rdma.Conn { return s.c }
+// Send, WriteWithImm or Recv of your own breaks the stream. It is nil
+// when the stream fell back to TCP (Transport): there is no RDMA
+// connection then.
+func (s *Conn) RDMAConn() *rdma.Conn {
+	if s.nc != nil {
+		return nil
+	}
+	return s.c
+}
 
 // ConnectionState is the state of the TLS session of the stream's RDMA
 // connection (rdma.Conn.ConnectionState); ok is false without TLS.
@@ -367,6 +380,9 @@ func (s *Conn) reapLocked() {
 // Read reads data into p. It returns io.EOF once the peer has closed (or
 // half-closed) and every byte it sent has been read.
 func (s *Conn) Read(p []byte) (int, error) {
+	if s.nc != nil {
+		return s.nc.Read(p)
+	}
 	if err := s.acquire(s.rsem, &s.rdl); err != nil {
 		return 0, s.opError("read", err)
 	}
@@ -394,6 +410,9 @@ func (s *Conn) Read(p []byte) (int, error) {
 // acts on them must copy them first, or use Read, which copies. As
 // io.Writer requires, w must not keep the slice after Write returns.
 func (s *Conn) WriteTo(w io.Writer) (int64, error) {
+	if s.nc != nil {
+		return s.writeToTCP(w)
+	}
 	if err := s.acquire(s.rsem, &s.rdl); err != nil {
 		return 0, s.opError("read", err)
 	}
@@ -552,6 +571,9 @@ func (s *Conn) peerErr(err error) error {
 // flight; it blocks while the peer's ring is full of bytes the peer has
 // not read.
 func (s *Conn) Write(p []byte) (int, error) {
+	if s.nc != nil {
+		return s.nc.Write(p)
+	}
 	if err := s.acquire(s.wsem, &s.wdl); err != nil {
 		return 0, s.opError("write", err)
 	}
@@ -577,6 +599,9 @@ func (s *Conn) Write(p []byte) (int, error) {
 // io.Copy uses. An error of r is returned as it is; the stream's own are
 // *net.OpError values.
 func (s *Conn) ReadFrom(r io.Reader) (int64, error) {
+	if s.nc != nil {
+		return s.readFromTCP(r)
+	}
 	if err := s.acquire(s.wsem, &s.wdl); err != nil {
 		return 0, s.opError("write", err)
 	}
@@ -860,6 +885,9 @@ func (s *Conn) writeErrLocked() error {
 // CloseWrite shuts down the writing side: the peer's Read returns io.EOF
 // after the data sent so far. Reading goes on.
 func (s *Conn) CloseWrite() error {
+	if s.nc != nil {
+		return s.closeWriteTCP()
+	}
 	if err := s.acquire(s.wsem, &deadline{}); err != nil {
 		return s.opError("close", err)
 	}
@@ -901,6 +929,9 @@ func (s *Conn) drainOwed() {
 // an error wrapping net.ErrClosed. Unless CloseWrite came first, the peer
 // reads io.EOF after the data sent so far. Close is idempotent.
 func (s *Conn) Close() error {
+	if s.nc != nil {
+		return s.closeTCP()
+	}
 	s.closeOnce.Do(func() {
 		close(s.closed)
 		// Waits end on the deadlines' channels: passing them wakes
@@ -950,6 +981,9 @@ func (s *Conn) Close() error {
 
 // SetDeadline sets the read and write deadlines.
 func (s *Conn) SetDeadline(t time.Time) error {
+	if s.nc != nil {
+		return s.setDeadlineTCP(t, true, true)
+	}
 	s.rdl.set(t)
 	s.wdl.set(t)
 	return nil
@@ -957,12 +991,18 @@ func (s *Conn) SetDeadline(t time.Time) error {
 
 // SetReadDeadline sets the deadline for pending and future Reads.
 func (s *Conn) SetReadDeadline(t time.Time) error {
+	if s.nc != nil {
+		return s.setDeadlineTCP(t, true, false)
+	}
 	s.rdl.set(t)
 	return nil
 }
 
 // SetWriteDeadline sets the deadline for pending and future Writes.
 func (s *Conn) SetWriteDeadline(t time.Time) error {
+	if s.nc != nil {
+		return s.setDeadlineTCP(t, false, true)
+	}
 	s.wdl.set(t)
 	return nil
 }

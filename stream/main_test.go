@@ -26,6 +26,7 @@ func TestMain(m *testing.M) {
 	testchild.Main(map[string]func() int{
 		"stream-writer": streamWriterChild,
 		"stream-sink":   streamSinkChild,
+		"fallback-sink": fallbackSinkChild,
 	})
 	// A Buffer a test never releases fails the run (exit 99) and is
 	// reported with the place that allocated it.

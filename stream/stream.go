@@ -7,6 +7,8 @@
 // whose hello names the stream's protocol and version (rdma.WithProtocol),
 // so a stream dial to a plain async-API listener, or to a stream of
 // another version, is refused at the dial with an error that names both.
+// Where there is no RDMA device, a stream falls back to TCP
+// (rdma.WithTCPFallback, Conn.Transport).
 // See docs/stream.md for the protocol, its flow control and its figures.
 package stream
 
@@ -33,7 +35,10 @@ const Protocol = "go-rdma-stream/2"
 // over network "rdma" and returns a net.Conn; its concrete type is
 // *Conn. opts configure the connection as for rdma.Dial (provider,
 // device, queue depths ...); its ring is DefaultRingSize (Dialer.RingSize
-// sets another). On error the
+// sets another). Where a side has no RDMA device and the provider is
+// "auto" (the default), the stream falls back to TCP: its bytes go over
+// the handshake's TCP connection (Conn.Transport says so;
+// rdma.WithTCPFallback(false) among opts turns that off). On error the
 // net.Conn is nil; a dial that ran out of time (the context's deadline,
 // WithHandshakeTimeout) fails with a *net.OpError whose Timeout() is
 // true.
@@ -76,15 +81,16 @@ func dial(ctx context.Context, eng *rdma.Engine, address string, ringSize int, o
 
 // streamOptions are the caller's options after the stream's defaults,
 // which they override, and before the stream's protocol name, which they
-// cannot. The default depths leave room for the few messages a stream
+// cannot. The TCP fallback is one of the defaults: where a side has no
+// RDMA device, the stream's bytes go over TCP (fallback.go). The default depths leave room for the few messages a stream
 // has in flight: its WRITEs gather behind one another. Its messages
 // carry at most a header and a hello (its bytes go by WRITE into the
 // ring), so its receives are that small, not the async API's 64 KiB.
 func streamOptions(opts []rdma.Option) []rdma.Option {
 	// The stream's defaults are connection options, which every kind of
 	// Dial and Listen takes.
-	all := make([]rdma.Option, 0, len(opts)+3)
-	all = append(all, rdma.WithQueueDepth(64, 32), rdma.WithMaxMessage(maxMessage))
+	all := make([]rdma.Option, 0, len(opts)+4)
+	all = append(all, rdma.WithQueueDepth(64, 32), rdma.WithMaxMessage(maxMessage), rdma.WithTCPFallback(true))
 	all = append(all, opts...)
 	return append(all, rdma.WithProtocol(Protocol))
 }
@@ -169,8 +175,9 @@ type Dialer struct {
 
 // DialContext connects to address like Dial. network may be "rdma", or
 // "tcp", "tcp4" or "tcp6" as http.Transport passes them: the connection
-// is RDMA in every case (address names the listener's TCP port, which
-// carries the handshake).
+// is a stream in every case (address names the listener's TCP port,
+// which carries the handshake), over RDMA or, where there is none, its
+// TCP fallback.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	switch network {
 	case "rdma", "tcp", "tcp4", "tcp6":

@@ -135,7 +135,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	defer conn.Close()
 	sc := conn.(*stream.Conn)
 	if cfg.verbose {
-		logf("connected %v -> %v (%s provider, %s)", conn.LocalAddr(), conn.RemoteAddr(), sc.RDMAConn().Provider(), sc.RDMAConn().Device())
+		if rc := sc.RDMAConn(); rc != nil {
+			logf("connected %v -> %v (%s provider, %s)", conn.LocalAddr(), conn.RemoteAddr(), rc.Provider(), rc.Device())
+		} else {
+			logf("connected %v -> %v (TCP fallback: no RDMA device)", conn.LocalAddr(), conn.RemoteAddr())
+		}
 	}
 	// Ctrl-C ends both directions.
 	stopOnCancel := context.AfterFunc(ctx, func() { conn.Close() })

@@ -20,7 +20,8 @@ import (
 // and the server reads; send_lat is a ping-pong of -s bytes.
 
 func streamOptions(p *params) []rdma.Option {
-	opts := []rdma.Option{rdma.WithProvider(p.provider), rdma.WithPollMode(pollMode(p))}
+	// It measures the stream over RDMA: never its TCP fallback.
+	opts := []rdma.Option{rdma.WithProvider(p.provider), rdma.WithPollMode(pollMode(p)), rdma.WithTCPFallback(false)}
 	opts = append(opts, p.locked.options()...)
 	if p.device != "" {
 		opts = append(opts, rdma.WithDevice(p.device))

@@ -53,6 +53,11 @@ func (c *Control) Init(conn net.Conn, jobs int, life *Life, owner Owner) {
 // Conn is the TCP connection, nil on rdma_cm connections.
 func (c *Control) Conn() net.Conn { return c.conn }
 
+// Detach lets the TCP connection go before the set-up ends: the
+// connection's teardown then neither writes to it nor closes it. The TCP
+// fallback keeps it to carry the caller's bytes.
+func (c *Control) Detach() { c.conn = nil }
+
 // Write writes a frame, even on a failed connection (answers and the
 // close handshake still go out while the socket is open). A frame cut in
 // half would corrupt the channel, so a failed write fails the connection:

@@ -31,7 +31,7 @@ const (
 	// MagicBytes start a hello.
 	MagicBytes = "GO-RDMA\x00"
 	// Version is the handshake's version: a peer of another is refused.
-	Version   = 10
+	Version   = 11
 	maxReason = 512
 )
 
@@ -62,7 +62,7 @@ type Hello struct {
 	PSN       uint32
 	LID       uint16
 	MTU       uint8
-	Flags     uint8 // HelloUC
+	Flags     uint8 // HelloUC, HelloFallback, HelloNoDevice, HelloTCP
 	GID       verbs.GID
 	RecvDepth uint32 // the sender's credit cap: the most messages it takes in flight
 	MaxMsg    uint32 // largest SEND the sender accepts
@@ -200,6 +200,26 @@ const MaxProtocol = 32
 // HelloUC in Hello.Flags: the sender's QP is UC (the unreliable
 // connected transport), not RC.
 const HelloUC = 1 << 0
+
+// The TCP fallback's flags in Hello.Flags.
+const (
+	// HelloFallback: the sender would carry the connection's bytes over
+	// the handshake's TCP connection where a side has no RDMA device.
+	HelloFallback = 1 << 1
+	// HelloNoDevice: the sender has no usable RDMA device (its provider
+	// was chosen by "auto" and is soft).
+	HelloNoDevice = 1 << 2
+	// HelloTCP, in the listener's answer: the connection falls back, and
+	// its bytes go over the TCP connection; the answer describes no QP.
+	HelloTCP = 1 << 3
+)
+
+// FallBack is the listener's decision on the flags of its hello (mine)
+// and of the dialer's: the connection falls back to TCP when both sides
+// allow it and at least one has no device.
+func FallBack(mine, peer uint8) bool {
+	return mine&peer&HelloFallback != 0 && (mine|peer)&HelloNoDevice != 0
+}
 
 // SameTransport refuses a peer whose QP is of another transport than
 // ours (uc: UC, else RC): an RC QP and a UC QP cannot talk. dialing says
