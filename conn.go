@@ -206,8 +206,8 @@ func (c *conn) issue(o *rc.Op, wr *verbs.SendWR) *Future {
 // and these structs, a few hundred bytes, copied at each step cost a
 // lone 8-byte operation a tenth of its time.
 func (c *conn) sendRequest(o *rc.Op, wr *verbs.SendWR, opc verbs.Opcode, src Local, imm uint32) error {
-	if err := c.refuseOnTCP(opc.String()); err != nil {
-		return err
+	if c.tcp != nil { // the opcode's name only when it is needed
+		return c.refuseOnTCP(opc.String())
 	}
 	if opc == verbs.OpSendWithImm {
 		if err := c.eng.Lacks(verbs.FeatureImmediate); err != nil {

@@ -94,8 +94,8 @@ func (e *engine) checkTransport(cfg config) error {
 // naming the transport, and every operation of a connection that fell
 // back to TCP.
 func (c *conn) refuseOnUC(opc verbs.Opcode) error {
-	if err := c.refuseOnTCP(opc.String()); err != nil {
-		return err
+	if c.tcp != nil { // the opcode's name only when it is needed
+		return c.refuseOnTCP(opc.String())
 	}
 	if c.cfg.transport == UC && !opc.Supports(verbs.UC) {
 		return fmt.Errorf("rdma: %v: %w on a UC connection: UC carries SEND and WRITE only (WithTransport)", opc, ErrNotSupported)
