@@ -15,21 +15,12 @@ import (
 	"github.com/go-rdma/rdma"
 )
 
-// requireNoDevice skips where auto would pick a verbs device: the TCP
-// fallback is for hosts without one (a test plays a host with one
-// through rdma.ClaimDevice).
-func requireNoDevice(t *testing.T) {
-	t.Helper()
-	devs, err := rdma.Devices()
-	require.NoError(t, err)
-	for _, d := range devs {
-		if d.Provider == rdma.ProviderVerbs && d.Usable {
-			t.Skipf("%s is a usable RDMA device: auto picks it, and nothing falls back", d.Name)
-		}
-	}
-}
-
 var auto = rdma.WithProvider(rdma.ProviderAuto)
+
+// soft0 makes auto pick the soft provider where a verbs device is usable
+// too (the VM): that side then has no device, as on a host without one,
+// and the fallback's cases run everywhere.
+var soft0 = rdma.WithDevice("soft0")
 
 // fallbackPair dials a listener of lopts with dopts and returns both
 // ends, or the dial's error.
@@ -56,7 +47,6 @@ func fallbackPair(t *testing.T, dopts, lopts []rdma.Option) (c, s *rdma.Conn, er
 // the fallback off on either side, keeps the RDMA connection of today,
 // and a side with a device and one without refuse each other then.
 func TestTCPFallbackNegotiation(t *testing.T) {
-	requireNoDevice(t)
 	on, off := rdma.WithTCPFallback(true), rdma.WithTCPFallback(false)
 	soft := rdma.WithProvider(rdma.ProviderSoft)
 	for _, tc := range []struct {
@@ -65,17 +55,17 @@ func TestTCPFallbackNegotiation(t *testing.T) {
 		dialerDev, listenerDev bool // the side's hello claims a device
 		want                   string
 	}{
-		{name: "both allow", dial: []rdma.Option{auto, on}, listen: []rdma.Option{auto, on}, want: "TCP"},
-		{name: "default off", dial: []rdma.Option{auto}, listen: []rdma.Option{auto}, want: "RC"},
-		{name: "dialer off", dial: []rdma.Option{auto, on, off}, listen: []rdma.Option{auto, on}, want: "RC"},
-		{name: "listener off", dial: []rdma.Option{auto, on}, listen: []rdma.Option{auto, off}, want: "RC"},
-		{name: "dialer soft named", dial: []rdma.Option{soft, on}, listen: []rdma.Option{auto, on}, want: "RC"},
-		{name: "listener soft named", dial: []rdma.Option{auto, on}, listen: []rdma.Option{soft, on}, want: "RC"},
-		{name: "listener has a device", dial: []rdma.Option{auto, on}, listen: []rdma.Option{auto, on}, listenerDev: true, want: "TCP"},
-		{name: "dialer has a device", dial: []rdma.Option{auto, on}, listen: []rdma.Option{auto, on}, dialerDev: true, want: "TCP"},
-		{name: "listener has a device, no fallback", dial: []rdma.Option{auto, on}, listen: []rdma.Option{auto, off}, listenerDev: true, want: "refused"},
-		{name: "dialer has a device, no fallback", dial: []rdma.Option{auto, off}, listen: []rdma.Option{auto, on}, dialerDev: true, want: "refused"},
-		{name: "both have devices", dial: []rdma.Option{auto, on}, listen: []rdma.Option{auto, on}, dialerDev: true, listenerDev: true, want: "RC"},
+		{name: "both allow", dial: []rdma.Option{auto, soft0, on}, listen: []rdma.Option{auto, soft0, on}, want: "TCP"},
+		{name: "default off", dial: []rdma.Option{auto, soft0}, listen: []rdma.Option{auto, soft0}, want: "RC"},
+		{name: "dialer off", dial: []rdma.Option{auto, soft0, on, off}, listen: []rdma.Option{auto, soft0, on}, want: "RC"},
+		{name: "listener off", dial: []rdma.Option{auto, soft0, on}, listen: []rdma.Option{auto, soft0, off}, want: "RC"},
+		{name: "dialer soft named", dial: []rdma.Option{soft, on}, listen: []rdma.Option{auto, soft0, on}, want: "RC"},
+		{name: "listener soft named", dial: []rdma.Option{auto, soft0, on}, listen: []rdma.Option{soft, on}, want: "RC"},
+		{name: "listener has a device", dial: []rdma.Option{auto, soft0, on}, listen: []rdma.Option{auto, soft0, on}, listenerDev: true, want: "TCP"},
+		{name: "dialer has a device", dial: []rdma.Option{auto, soft0, on}, listen: []rdma.Option{auto, soft0, on}, dialerDev: true, want: "TCP"},
+		{name: "listener has a device, no fallback", dial: []rdma.Option{auto, soft0, on}, listen: []rdma.Option{auto, soft0, off}, listenerDev: true, want: "refused"},
+		{name: "dialer has a device, no fallback", dial: []rdma.Option{auto, soft0, off}, listen: []rdma.Option{auto, soft0, on}, dialerDev: true, want: "refused"},
+		{name: "both have devices", dial: []rdma.Option{auto, soft0, on}, listen: []rdma.Option{auto, soft0, on}, dialerDev: true, listenerDev: true, want: "RC"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer rdma.ClaimDevice(tc.dialerDev, tc.listenerDev)()
@@ -100,8 +90,7 @@ func TestTCPFallbackNegotiation(t *testing.T) {
 // the listener writes at once are not lost in the dialer's handshake
 // reader, which read them with the answer.
 func TestTCPFallbackBytes(t *testing.T) {
-	requireNoDevice(t)
-	opts := []rdma.Option{auto, rdma.WithTCPFallback(true)}
+	opts := []rdma.Option{auto, soft0, rdma.WithTCPFallback(true)}
 	ln, err := rdma.Listen("rdma", "127.0.0.1:0", opts...)
 	require.NoError(t, err)
 	defer ln.Close()
@@ -169,8 +158,7 @@ func TestTCPFallbackBytes(t *testing.T) {
 // fell back fails at the call, naming TCP; the connection and its
 // socket stay usable, and Abort resets the socket.
 func TestTCPFallbackRefusesRDMA(t *testing.T) {
-	requireNoDevice(t)
-	opts := []rdma.Option{auto, rdma.WithTCPFallback(true)}
+	opts := []rdma.Option{auto, soft0, rdma.WithTCPFallback(true)}
 	c, s, err := fallbackPair(t, opts, opts)
 	require.NoError(t, err)
 	require.Equal(t, rdma.TCP, c.Transport())
@@ -224,8 +212,7 @@ func TestTCPFallbackRefusesRDMA(t *testing.T) {
 // TestTCPFallbackEngine: the option works on an Engine's Dial and
 // Listen too, and the Conn holds the engine until its Close.
 func TestTCPFallbackEngine(t *testing.T) {
-	requireNoDevice(t)
-	x, err := rdma.OpenEngine(auto)
+	x, err := rdma.OpenEngine(auto, soft0)
 	require.NoError(t, err)
 	defer x.Close()
 	ln, err := x.Listen("rdma", "127.0.0.1:0", rdma.WithTCPFallback(true))

@@ -18,31 +18,37 @@ import (
 	"github.com/go-rdma/rdma/stream"
 )
 
-// requireNoDevice skips where the auto provider would pick a verbs
-// device: the TCP fallback is for hosts without one.
-func requireNoDevice(t *testing.T) {
+// auto is the provider the stream falls back with: the default, named
+// so that $RDMA_PROVIDER does not change what the tests test.
+var auto = rdma.WithProvider(rdma.ProviderAuto)
+
+// soft0 makes auto pick the soft provider where a verbs device is usable
+// too (the VM): that side then has no device, as on a host without one,
+// and the fallback's cases run everywhere.
+var soft0 = rdma.WithDevice("soft0")
+
+// hostOpts are no options on a host without a usable verbs device, and
+// soft0 where there is one (the VM), so that the defaults are tested as
+// a host without a device has them.
+func hostOpts(t *testing.T) []rdma.Option {
 	t.Helper()
 	devs, err := rdma.Devices()
 	require.NoError(t, err)
 	for _, d := range devs {
 		if d.Provider == rdma.ProviderVerbs && d.Usable {
-			t.Skipf("%s is a usable RDMA device: auto picks it, and nothing falls back", d.Name)
+			return []rdma.Option{soft0}
 		}
 	}
+	return nil
 }
-
-// auto is the provider the stream falls back with: the default, named
-// so that $RDMA_PROVIDER does not change what the tests test.
-var auto = rdma.WithProvider(rdma.ProviderAuto)
 
 // TestStreamFallbackDefaults: with the defaults (no option, the auto
 // provider, no device here) a stream falls back to TCP on both ends,
 // says so, and carries bytes both ways; WithTCPFallback(false) keeps it
 // on (soft) RDMA.
 func TestStreamFallbackDefaults(t *testing.T) {
-	requireNoDevice(t)
 	t.Setenv("RDMA_PROVIDER", "")
-	c, s := rdmatest.StreamPair(t)
+	c, s := rdmatest.StreamPair(t, hostOpts(t)...)
 	for _, x := range []*stream.Conn{c, s} {
 		assert.Equal(t, rdma.TCP, x.Transport())
 		assert.Nil(t, x.RDMAConn())
@@ -55,7 +61,7 @@ func TestStreamFallbackDefaults(t *testing.T) {
 	assert.Equal(t, "ping", string(got))
 	assert.Equal(t, c.LocalAddr().String(), s.RemoteAddr().String())
 
-	c, s = rdmatest.StreamPair(t, rdma.WithTCPFallback(false))
+	c, s = rdmatest.StreamPair(t, append(hostOpts(t), rdma.WithTCPFallback(false))...)
 	assert.Equal(t, rdma.RC, c.Transport())
 	assert.Equal(t, rdma.RC, s.Transport())
 	require.NotNil(t, c.RDMAConn())
@@ -65,16 +71,14 @@ func TestStreamFallbackDefaults(t *testing.T) {
 // TestStreamFallbackNettest runs x/net/nettest's conformance suite over
 // streams that fell back to TCP.
 func TestStreamFallbackNettest(t *testing.T) {
-	requireNoDevice(t)
-	nettest.TestConn(t, makeStreamPipe("127.0.0.1:0", []rdma.Option{auto}))
+	nettest.TestConn(t, makeStreamPipe("127.0.0.1:0", []rdma.Option{auto, soft0}))
 }
 
 // TestStreamFallbackConn: a stream over TCP keeps the net.Conn contract
 // of one over RDMA: deadlines, CloseWrite (EOF at the peer), Close
 // unblocking a Read, net.ErrClosed after Close, ReadFrom and WriteTo.
 func TestStreamFallbackConn(t *testing.T) {
-	requireNoDevice(t)
-	c, s := rdmatest.StreamPair(t, auto)
+	c, s := rdmatest.StreamPair(t, auto, soft0)
 	require.Equal(t, rdma.TCP, c.Transport())
 
 	// A deadline in the past fails a Read at once; cleared, it reads.
@@ -139,9 +143,8 @@ func TestStreamFallbackConn(t *testing.T) {
 // TestStreamFallbackTLS: WithTLS with the fallback: the bytes go over
 // the TLS session, whose state each end reports.
 func TestStreamFallbackTLS(t *testing.T) {
-	requireNoDevice(t)
 	p := newTestPKI(t)
-	ln, err := stream.Listen("rdma", "127.0.0.1:0", auto, rdma.WithTLS(p.serverTLS()))
+	ln, err := stream.Listen("rdma", "127.0.0.1:0", auto, soft0, rdma.WithTLS(p.serverTLS()))
 	require.NoError(t, err)
 	defer ln.Close()
 	acc := make(chan net.Conn, 1)
@@ -151,7 +154,7 @@ func TestStreamFallbackTLS(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	nc, err := stream.Dial(ctx, "rdma", ln.Addr().String(), auto, rdma.WithTLS(p.clientTLS(p.client)))
+	nc, err := stream.Dial(ctx, "rdma", ln.Addr().String(), auto, soft0, rdma.WithTLS(p.clientTLS(p.client)))
 	require.NoError(t, err)
 	defer nc.Close()
 	sc := <-acc
@@ -174,9 +177,8 @@ func TestStreamFallbackTLS(t *testing.T) {
 // before a connection falls back, and its refusal is the dialer's
 // error.
 func TestStreamFallbackAcceptCheck(t *testing.T) {
-	requireNoDevice(t)
 	checked := make(chan rdma.PeerInfo, 1)
-	ln, err := stream.Listen("rdma", "127.0.0.1:0", auto, rdma.WithAcceptCheck(func(p rdma.PeerInfo) error {
+	ln, err := stream.Listen("rdma", "127.0.0.1:0", auto, soft0, rdma.WithAcceptCheck(func(p rdma.PeerInfo) error {
 		checked <- p
 		return errors.New("not on the list")
 	}))
@@ -185,7 +187,7 @@ func TestStreamFallbackAcceptCheck(t *testing.T) {
 	go ln.Accept() // returns at Close
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err = stream.Dial(ctx, "rdma", ln.Addr().String(), auto)
+	_, err = stream.Dial(ctx, "rdma", ln.Addr().String(), auto, soft0)
 	require.ErrorIs(t, err, rdma.ErrRefused)
 	assert.ErrorContains(t, err, "not on the list")
 	<-checked
