@@ -116,7 +116,10 @@ func (m *bwMeter) progress(now time.Time, done int) {
 func (m *bwMeter) result(p *params, size, done int, end time.Time) result {
 	m.line.end()
 	el := end.Sub(m.start).Seconds()
-	rate := float64(done) / el
+	rate := 0.0 // no time measured (a UD receiver's datagrams that came in one instant): no rate, not +Inf
+	if el > 0 {
+		rate = float64(done) / el
+	}
 	peak := max(m.peak, rate)
 	return result{
 		Test: p.test, API: p.api, Bytes: size, Iters: done, Seconds: el,
