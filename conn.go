@@ -169,8 +169,7 @@ func (c *Conn) Err() error { return c.rc.Life.Err() }
 
 // Send sends the bytes of b as one message; the peer gets them from Recv.
 // b may be released before the future resolves; up to 64 bytes go inline
-// (copied as Send posts), so b may also change as soon as Send returns
-// when the message is posted at once (no credit or send-queue wait).
+// (copied at the call), so b may also change as soon as Send returns.
 // Send never blocks: past
 // the connection's WithSendQueueLimit of operations issued and not
 // completed (a peer that does not read) the future fails at once with
@@ -239,8 +238,7 @@ func (c *conn) inlineFlag(opc verbs.Opcode, n int) verbs.SendFlags {
 
 // Write writes the bytes of src to the start of dst in the peer's
 // memory. dst must be at least as long as src. Up to 64 bytes go inline
-// (copied as Write posts): src may change as soon as Write returns when
-// the WRITE is posted at once (the send queue had room).
+// (copied at the call): src may change as soon as Write returns.
 func (c *Conn) Write(src Local, dst RemoteRegion) *Future {
 	return c.rdmaOp(rc.OpWrite, verbs.OpWrite, src, dst, 0)
 }

@@ -47,6 +47,11 @@ func (b *Buffer) Bytes() []byte {
 	return b.mem[:b.n:b.n]
 }
 
+// Held returns the n bytes at off of the buffer's memory, for the
+// holder of an operation's reference (Ref), which keeps the memory the
+// buffer's even once its owner has released it (when Bytes is nil).
+func (b *Buffer) Held(off, n int) []byte { return b.mem[off : off+n : off+n] }
+
 // Len is the length asked of Get, or set by SetLen.
 func (b *Buffer) Len() int {
 	if b == nil {

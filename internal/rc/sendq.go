@@ -171,9 +171,10 @@ func (q *SendQueue) Submit(wr *verbs.SendWR, sge verbs.SGE, o *Op) {
 		// Near the send queue limit, or on a connection that is
 		// ending, wait for the lock: a post past the limit, or after
 		// the end, fails at once, and the queue stays bounded. An
-		// inline operation waits too: its bytes are copied at the
-		// post, and the caller may change them once the call returns.
-		if !q.life.Ending() && wr.Flags&verbs.SendInline == 0 && q.heldOps.Load()+int64(q.cq.n.Load()) < int64(q.limit/2) {
+		// inline operation leaves a copy of its bytes (stageInline):
+		// the caller may change its own once the call returns.
+		if !q.life.Ending() && q.heldOps.Load()+int64(q.cq.n.Load()) < int64(q.limit/2) &&
+			(wr.Flags&verbs.SendInline == 0 || stageInline(&sge, o) == nil) {
 			q.cq.leave(postReq{wr: *wr, sge: sge, op: *o})
 			if !q.postMu.TryLock() {
 				return // the holder posts it (unlockPost)
@@ -203,6 +204,28 @@ func (q *SendQueue) Submit(wr *verbs.SendWR, sge verbs.SGE, o *Op) {
 	}
 }
 
+// stageInline copies the bytes of an inline operation into a buffer of
+// its own from the same pool and makes sge and o name the copy: its WR
+// is posted later (by the holder of postMu, or once there is room), and
+// the caller may change its bytes as soon as its call returns, as it may
+// after an inline post. o gives up its reference on the caller's buffer
+// and holds the copy's until its completion, as any op holds its buffer.
+// It fails, changing nothing, when the pool has no buffer to give.
+func stageInline(sge *verbs.SGE, o *Op) error {
+	n := int(sge.Length) // not o.N: a Batch's last op reports the whole batch's bytes
+	cp, err := o.Buf.Pool().Get(n)
+	if err != nil {
+		return fmt.Errorf("copy %d inline bytes: %w", n, err)
+	}
+	copy(cp.Held(0, n), o.Buf.Held(int(sge.Addr-o.Buf.Addr()), n))
+	cp.Ref() // the op's reference, and no owner's: DropBuf's Unref gives it back
+	cp.Release()
+	o.Buf.Unref()
+	o.Buf, o.Off = cp, 0
+	*sge = verbs.SGE{Addr: cp.Addr(), Length: uint32(n), LKey: cp.LKey()}
+	return nil
+}
+
 // submitLocked posts the chain now, or queues it behind the chains that
 // wait for room. On error nothing is posted or queued and the ops'
 // buffers are dropped. Caller holds postMu.
@@ -223,13 +246,23 @@ func (q *SendQueue) submitLocked(wrs []verbs.SendWR, ops []Op) error {
 		return fmt.Errorf("rdma: conn %v: %w: %d operations issued and not completed (WithSendQueueLimit %d); post again once one of them resolves",
 			q.life.remote, ErrQueueFull, held, q.limit)
 	}
+	qp := newQueued(wrs, ops)
+	for i := range qp.wrs {
+		if qp.wrs[i].Flags&verbs.SendInline == 0 || qp.sges[i].Length == 0 {
+			continue
+		}
+		if err := stageInline(&qp.sges[i], &qp.ops[i]); err != nil {
+			dropAll(qp.ops) // the copies made so far with the callers' buffers
+			qp.free()
+			return fmt.Errorf("rdma: conn %v: %w", q.life.remote, err)
+		}
+	}
 	if q.sqFree < len(wrs) {
 		q.st.queueWaits.Add(1)
 	} else {
 		q.st.creditWaits.Add(1)
 	}
-	q.stampLatency(ops)
-	qp := newQueued(wrs, ops)
+	q.stampLatency(qp.ops)
 	q.queuedSeq++
 	qp.seq = q.queuedSeq
 	q.pending.Push(qp)

@@ -22,6 +22,10 @@ type fakePoster struct {
 	verbs.QP // the rest of the interface: not called by the send queue
 	chains   [][]verbs.SendWR
 	accept   int
+	// read, when set, reads the memory an SGE names: inline keeps the
+	// bytes of each inline WR taken, copied at the post as a device does
+	read   func(verbs.SGE) string
+	inline []string
 }
 
 var errPost = errors.New("fake post failure")
@@ -34,6 +38,11 @@ func (p *fakePoster) PostSend(wrs []verbs.SendWR) (int, error) {
 		p.accept = -1
 	}
 	p.chains = append(p.chains, append([]verbs.SendWR(nil), wrs[:n]...))
+	for _, wr := range wrs[:n] {
+		if p.read != nil && wr.Flags&verbs.SendInline != 0 && len(wr.SGL) > 0 {
+			p.inline = append(p.inline, p.read(wr.SGL[0]))
+		}
+	}
 	return n, err
 }
 
@@ -84,6 +93,9 @@ func (o *fakeOwner) Dispatch()                                 {}
 func (o *fakeOwner) Finish(op *Op, err error) {
 	if op.Signaled || op.Covered || err != nil {
 		op.Resolve(err, op.N, 0)
+	}
+	if op.Buf != nil {
+		op.DropBuf()
 	}
 	o.life.OpDone()
 }

@@ -121,6 +121,9 @@ bw() {
       pair "$run" "$name" "$tool" "$size" \
         "$PERF write_bw --api async --poll adaptive -d rxe0 -p 18600 -s $size -n $n --report_gbits" \
         "$PERF write_bw --api async --poll adaptive -d rxe1 -p 18600 -s $size -n $n --report_gbits -l 1 -g $g $IP0"
+      [ -x "$BASE" ] && pair "$run" "$name" "$tool@base" "$size" \
+        "$BASE write_bw --api async --poll adaptive -d rxe0 -p 18600 -s $size -n $n --report_gbits" \
+        "$BASE write_bw --api async --poll adaptive -d rxe1 -p 18600 -s $size -n $n --report_gbits -l 1 -g $g $IP0"
     done
   fi
   # the stream: its figures are the reader's (the server's), as for every

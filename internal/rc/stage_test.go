@@ -1,0 +1,139 @@
+package rc
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/go-rdma/rdma/internal/pool"
+	"github.com/go-rdma/rdma/internal/verbs"
+)
+
+// memReg registers memory for a pool without a device: an MR's address
+// is its memory's, so that a fake post reads what an SGE names.
+type memReg struct{ regs [][]byte }
+
+type memMR struct {
+	verbs.MR
+	b []byte
+}
+
+func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(&b[0]))) }
+
+func (r *memReg) RegMR(b []byte, _ verbs.Access) (verbs.MR, error) {
+	r.regs = append(r.regs, b)
+	return memMR{b: b}, nil
+}
+func (m memMR) Addr() uint64 { return addrOf(m.b) }
+func (m memMR) LKey() uint32 { return 7 }
+func (m memMR) Close() error { return nil }
+
+// read is what s names in the registered memory.
+func (r *memReg) read(s verbs.SGE) string {
+	for _, b := range r.regs {
+		if base := addrOf(b); s.Addr >= base && s.Addr+uint64(s.Length) <= base+uint64(len(b)) {
+			return string(b[s.Addr-base : s.Addr-base+uint64(s.Length)])
+		}
+	}
+	panic("SGE outside the registered memory")
+}
+
+// An inline operation that is not posted at its call (postMu is taken,
+// or the send queue has no room) is posted from a copy of its bytes: the
+// caller may change its own, and release its buffer, as soon as the call
+// returns; the copy goes back to the pool at the completion.
+func TestSendQueueStagesInline(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		depth int  // 1: the second operation waits for room
+		hold  bool // postMu is taken: both wait in the combining queue
+	}{
+		{"combining queue", 8, true},
+		{"waiting for room", 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := &memReg{}
+			pl, err := pool.New(reg, pool.Options{})
+			require.NoError(t, err)
+			defer pl.Close()
+			q, p := newSendQueue(t, tc.depth, 8)
+			p.read = reg.read
+			var fs []*fakeFuture
+			submit := func(msg string) {
+				buf, err := pl.Get(len(msg))
+				require.NoError(t, err)
+				copy(buf.Bytes(), msg)
+				require.NoError(t, buf.Ref()) // as Conn.post holds it
+				wr, o, f := sendOpOf(verbs.OpWrite)
+				wr.Flags |= verbs.SendInline
+				o.Buf, o.N = buf, len(msg)
+				q.Submit(&wr, verbs.SGE{Addr: buf.Addr(), Length: uint32(len(msg)), LKey: buf.LKey()}, &o)
+				fs = append(fs, f)
+				copy(buf.Bytes(), "XXXX") // the caller reuses its bytes at once
+				require.NoError(t, buf.Release())
+			}
+			if tc.hold {
+				q.postMu.Lock()
+			}
+			submit("ping")
+			submit("pong")
+			if tc.hold {
+				require.Empty(t, p.chains, "left in the combining queue")
+				q.postUnlock()
+				require.Len(t, p.chains, 1, "one chain, one doorbell")
+			} else {
+				require.Len(t, p.chains, 1, "the first posted at its call, the second waits for room")
+				completeWR(q, p.chains[0][0].ID)
+				require.Len(t, p.chains, 2)
+			}
+			assert.Equal(t, []string{"ping", "pong"}, p.inline, "the bytes as they were at each call")
+			wrs := p.wrs()
+			completeWR(q, wrs[len(wrs)-1].ID)
+			for i, f := range fs {
+				assert.True(t, f.Resolved(), "future %d", i)
+			}
+			assert.Zero(t, pl.Stats().BuffersInUse, "the copies and the callers' buffers are back")
+		})
+	}
+}
+
+// An inline operation that must wait for room and whose bytes cannot be
+// copied (the pool gives no buffer) fails at its call rather than be
+// posted later from bytes its caller may have changed.
+func TestSendQueueStageFails(t *testing.T) {
+	reg := &memReg{}
+	pl, err := pool.New(reg, pool.Options{})
+	require.NoError(t, err)
+	q, p := newSendQueue(t, 1, 8)
+	bufs := make([]*pool.Buffer, 3)
+	for i := range bufs {
+		bufs[i], err = pl.Get(4)
+		require.NoError(t, err)
+	}
+	submit := func(buf *pool.Buffer) *fakeFuture {
+		require.NoError(t, buf.Ref())
+		wr, o, f := sendOpOf(verbs.OpWrite)
+		wr.Flags |= verbs.SendInline
+		o.Buf, o.N = buf, 4
+		q.Submit(&wr, verbs.SGE{Addr: buf.Addr(), Length: 4, LKey: buf.LKey()}, &o)
+		return f
+	}
+	first := submit(bufs[0])
+	second := submit(bufs[1]) // no room: it waits, from a copy
+	require.False(t, second.Resolved())
+	require.Error(t, pl.Close(), "buffers live") // Get fails from now on
+	third := submit(bufs[2]) // no room, and no copy to be had
+	require.True(t, third.Resolved())
+	require.ErrorIs(t, third.Err(), pool.ErrClosed)
+	completeWR(q, p.chains[0][0].ID)
+	completeWR(q, p.chains[1][0].ID)
+	assert.True(t, first.Resolved())
+	assert.NoError(t, second.Err())
+	assert.Len(t, p.chains, 2, "the third was never posted")
+	for _, b := range bufs {
+		assert.NoError(t, b.Release())
+	}
+	assert.Zero(t, pl.Stats().BuffersInUse)
+}
