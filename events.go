@@ -41,7 +41,7 @@ func WithLogger(l *slog.Logger) LoggerOption {
 
 // logConnected records a connection that is up.
 func (c *conn) logConnected() {
-	c.rc.Up.Store(true)
+	c.rc.Life.MarkUp()
 	c.eng.lifecycle.opened.Add(1)
 	if l := c.cfg.log; l != nil {
 		l.Info("rdma: connected", "local", c.local, "remote", c.rc.Remote, "provider", c.eng.Prov.Name(),
@@ -56,7 +56,7 @@ func (c *conn) logConnected() {
 // "rdma: connection ended" at Warn, with its cause.
 func (c *conn) logEnded(err error) {
 	l := c.cfg.log
-	if l == nil || !c.rc.Up.Load() {
+	if l == nil || !c.rc.Life.Up() {
 		return // a handshake that failed is the listener's to log
 	}
 	if c.rc.Life.Orderly() {

@@ -437,7 +437,8 @@ type PacketStats struct {
 	// receives are posted, and datagrams that find none are dropped by
 	// the device, uncounted (UD's rule: the sender is not told).
 	NotReposted uint64
-	// RecvErrors counts receives that completed with an error.
+	// RecvErrors counts receives that completed with an error other
+	// than a flush.
 	RecvErrors uint64
 	// Resolved and ResolveFailed count addresses asked of their side
 	// channel, answered and not.

@@ -186,7 +186,7 @@ func (l *lifeCounters) stats() LifecycleStats {
 func (l *lifeCounters) ended(c *conn, err error) {
 	var ce *CompletionError
 	switch {
-	case !c.rc.Up.Load():
+	case !c.rc.Life.Up():
 		// A handshake that failed: dial or the listener counts it.
 	case c.rc.Life.Orderly() && c.rc.Life.CloseHeard():
 		l.closedPeer.Add(1)

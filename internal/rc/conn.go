@@ -42,9 +42,6 @@ type Conn struct {
 	Slot     ieng.Slot      // its place in the engine's table: the top of its wr_ids
 	Inline   int            // bytes a SEND or WRITE may carry inline
 	Remote   net.Addr
-	// Up is set once the set-up completed: from then a failure of its
-	// own is told to the peer, and its end is the API's to log.
-	Up atomic.Bool
 
 	cfg      Config
 	shell    Shell

@@ -16,6 +16,7 @@ import (
 // change only through its methods.
 type Life struct {
 	remote      net.Addr
+	up          atomic.Bool // the set-up completed: a failure of its own is told to the peer, its end is the API's to log
 	failed      atomic.Pointer[error]
 	closeCalled atomic.Bool // Close began: what fails from here on is the orderly close's
 	closing     atomic.Bool // the teardown began: nothing more is posted
@@ -25,6 +26,13 @@ type Life struct {
 	drained     chan struct{} // closed when inflight reaches 0 while closing
 	drainOnce   sync.Once
 }
+
+// MarkUp records that the set-up completed.
+func (l *Life) MarkUp() { l.up.Store(true) }
+
+// Up reports whether the set-up completed: from then a failure of the
+// connection's own is told to the peer, and its end is the API's to log.
+func (l *Life) Up() bool { return l.up.Load() }
 
 // Owner is what the parts ask of their connection, never on the post
 // path: fail it, cut the peer off (for breaking the protocol), run a

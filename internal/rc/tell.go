@@ -30,7 +30,7 @@ const (
 func (c *Conn) tellPeer(err error) {
 	// Before the handshake completed, the set-up's own error tells the
 	// peer; a frame would only garble the handshake.
-	if !c.Up.Load() || c.Life.Closing() || c.Life.PeerClosed() || errors.Is(err, ErrPeerClosed) || errors.Is(err, ErrPeerLost) || (c.Ctl.Conn() == nil && c.CM == nil) {
+	if !c.Life.Up() || c.Life.Closing() || c.Life.PeerClosed() || errors.Is(err, ErrPeerClosed) || errors.Is(err, ErrPeerLost) || (c.Ctl.Conn() == nil && c.CM == nil) {
 		return
 	}
 	c.tellMu.Lock()

@@ -102,39 +102,16 @@ type Config struct {
 	Wrap func(*Addr) net.Addr
 }
 
-// Stats are an endpoint's counters.
+// Stats are an endpoint's counters. The API converts them to
+// rdma.PacketStats, whose fields say what each counts: the two keep the
+// same fields in the same order.
 type Stats struct {
-	Sent     uint64 // datagrams posted
-	Received uint64 // datagrams received, including those dropped below
-	// DroppedQueueFull counts datagrams that arrived while RecvDepth
-	// datagrams already waited for ReadFrom.
-	DroppedQueueFull uint64
-	// DroppedBadHeader counts receives whose GRH did not parse.
-	DroppedBadHeader uint64
-	// DroppedMulticast counts datagrams to a multicast group that were
-	// not for this endpoint: to another port, without the port, or to a
-	// group it has not joined (multicast.go).
-	DroppedMulticast uint64
-	// NotReposted counts receives that could not be posted again at
-	// once (the pool at its limit): until ReadFrom posts them, fewer
-	// receives are posted, and datagrams that find none are dropped by
-	// the device, uncounted.
-	NotReposted uint64
-	// RecvErrors counts receives that completed with an error other
-	// than a flush.
-	RecvErrors uint64
-	// Resolved and ResolveFailed count addresses asked of their side
-	// channel, answered and not.
-	Resolved      uint64
-	ResolveFailed uint64
-	// Answered counts requests answered; Ignored side-channel messages
-	// that were malformed, unsolicited, or past the answer rate.
-	Answered uint64
-	Ignored  uint64
-	// Peers is the number of peers cached; Evicted how many left the
-	// cache for its bound.
-	Peers   int
-	Evicted uint64
+	Sent, Received                                       uint64
+	DroppedQueueFull, DroppedBadHeader, DroppedMulticast uint64
+	NotReposted, RecvErrors                              uint64
+	Resolved, ResolveFailed, Answered, Ignored           uint64
+	Peers                                                int
+	Evicted                                              uint64
 }
 
 // Endpoint is a UD queue pair with its receives, its side channel and
