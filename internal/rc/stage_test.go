@@ -124,7 +124,8 @@ func TestSendQueueStageFails(t *testing.T) {
 	second := submit(bufs[1]) // no room: it waits, from a copy
 	require.False(t, second.Resolved())
 	require.Error(t, pl.Close(), "buffers live") // Get fails from now on
-	third := submit(bufs[2]) // no room, and no copy to be had
+	// No room, and no copy to be had:
+	third := submit(bufs[2])
 	require.True(t, third.Resolved())
 	require.ErrorIs(t, third.Err(), pool.ErrClosed)
 	completeWR(q, p.chains[0][0].ID)
