@@ -52,6 +52,7 @@ type SendQueue struct {
 	sge         [1]verbs.SGE
 	op          [1]Op
 	cq          combineQueue // operations left by goroutines that found postMu taken
+	drain       drainChain   // the chain drainLocked posts
 	heldOps     atomic.Int64 // operations posted and queued, as of the last postUnlock
 	st          sendCounters
 
@@ -175,7 +176,8 @@ func (q *SendQueue) submitLocked(wrs []verbs.SendWR, ops []Op) error {
 		dropAll(ops)
 		return err
 	}
-	if q.pending.Len() == 0 && q.roomLocked(wrs) {
+	room := q.pending.Len() == 0 && q.roomLocked(wrs)
+	if room && !q.coalesceLocked(wrs) {
 		q.stampLatency(ops)
 		return q.postLocked(wrs, ops)
 	}
@@ -198,9 +200,22 @@ func (q *SendQueue) submitLocked(wrs []verbs.SendWR, ops []Op) error {
 			return fmt.Errorf("rdma: conn %v: %w", q.life.remote, err)
 		}
 	}
-	if q.sqFree < len(wrs) {
+	// A chain counts as a wait for what it is short of, else for what
+	// the chain ahead of it waits for; a coalescing one (coalesceLocked)
+	// waits for neither.
+	switch {
+	case room:
+	case q.sqFree < len(wrs):
+		qp.waits = waitRoom
+	case q.credits < NeedCredits(wrs):
+		qp.waits = waitCredits
+	case q.pending.Len() > 0:
+		qp.waits = q.pending.Items()[q.pending.Len()-1].waits
+	}
+	switch qp.waits {
+	case waitRoom:
 		q.st.queueWaits.Add(1)
-	} else {
+	case waitCredits:
 		q.st.creditWaits.Add(1)
 	}
 	q.stampLatency(qp.ops)
@@ -209,27 +224,6 @@ func (q *SendQueue) submitLocked(wrs []verbs.SendWR, ops []Op) error {
 	q.pending.Push(qp)
 	q.pendingWRs += len(qp.wrs)
 	return nil
-}
-
-// drainLocked posts the queued chains that fit, oldest first. Caller
-// holds postMu.
-func (q *SendQueue) drainLocked() {
-	for q.pending.Len() > 0 && q.roomLocked(q.pending.Items()[0].wrs) {
-		qp := q.pending.Pop()
-		q.pendingWRs -= len(qp.wrs)
-		q.drainedSeq = qp.seq
-		err := q.postable(qp.wrs, qp.ops, true)
-		if err != nil {
-			dropAll(qp.ops)
-		} else {
-			err = q.postLocked(qp.wrs, qp.ops)
-		}
-		if err != nil {
-			resolveAll(qp.ops, err)
-		}
-		qp.free()
-	}
-	q.notifyLocked()
 }
 
 // Settle returns the room of k completed WRs and posts what waits for

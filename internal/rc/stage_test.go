@@ -1,6 +1,7 @@
 package rc
 
 import (
+	"fmt"
 	"testing"
 	"unsafe"
 
@@ -137,4 +138,70 @@ func TestSendQueueStageFails(t *testing.T) {
 		assert.NoError(t, b.Release())
 	}
 	assert.Zero(t, pl.Stats().BuffersInUse)
+}
+
+// While coalesceAfter WRs or more are in flight, inline operations issued
+// one by one wait for the next completion, which posts them as one chain:
+// one doorbell, the bytes as they were at each call, one WR in
+// signalEvery and the last signaled, the others resolved when a later
+// completion covers them. Fewer in flight, and a WR that is not inline,
+// go out at their call.
+func TestSendQueueCoalesces(t *testing.T) {
+	reg := &memReg{}
+	pl, err := pool.New(reg, pool.Options{})
+	require.NoError(t, err)
+	defer pl.Close()
+	q, p := newSendQueue(t, 64, 64)
+	p.read = reg.read
+	var fs []*fakeFuture
+	write := func(msg string, inline bool) {
+		buf, err := pl.Get(len(msg))
+		require.NoError(t, err)
+		copy(buf.Bytes(), msg)
+		require.NoError(t, buf.Ref()) // as Conn.post holds it
+		wr, o, f := sendOpOf(verbs.OpWrite)
+		if inline {
+			wr.Flags |= verbs.SendInline
+		}
+		o.Buf, o.N = buf, len(msg)
+		q.Submit(&wr, verbs.SGE{Addr: buf.Addr(), Length: uint32(len(msg)), LKey: buf.LKey()}, &o)
+		fs = append(fs, f)
+		copy(buf.Bytes(), "XXXX") // the caller reuses its bytes at once
+		require.NoError(t, buf.Release())
+	}
+	var want []string
+	for i := range coalesceAfter {
+		msg := fmt.Sprintf("a%03d", i)
+		write(msg, true)
+		want = append(want, msg)
+	}
+	require.Len(t, p.chains, coalesceAfter, "fewer than coalesceAfter in flight: each at its call")
+	const waiting = 2*signalEvery + 3
+	for i := range waiting {
+		msg := fmt.Sprintf("b%03d", i)
+		write(msg, true)
+		want = append(want, msg)
+	}
+	require.Len(t, p.chains, coalesceAfter, "coalescing: no doorbell")
+	assert.Zero(t, q.Counts().QueueWaits+q.Counts().CreditWaits, "coalescing is no wait for room or credits")
+	completeWR(q, p.chains[0][0].ID)
+	require.Len(t, p.chains, coalesceAfter+1, "the completion posts all that waited in one chain")
+	chain := p.chains[coalesceAfter]
+	require.Len(t, chain, waiting)
+	for i, wr := range chain {
+		signaled := i == waiting-1 || (i+1)%signalEvery == 0
+		assert.Equal(t, signaled, wr.Flags&verbs.SendSignaled != 0, "WR %d of the chain", i)
+	}
+	assert.Equal(t, want, p.inline, "the bytes as they were at each call")
+	write("rdma", false)
+	require.Len(t, p.chains, coalesceAfter+2, "not inline: posted at its call")
+	for _, c := range p.chains[1:] {
+		completeWR(q, c[len(c)-1].ID)
+	}
+	for i, f := range fs {
+		assert.True(t, f.Resolved(), "future %d", i)
+		assert.NoError(t, f.Err(), "future %d", i)
+	}
+	assert.Zero(t, q.sent.len())
+	assert.Zero(t, pl.Stats().BuffersInUse, "the copies and the callers' buffers are back")
 }
