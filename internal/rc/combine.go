@@ -96,6 +96,7 @@ func (q *SendQueue) postCombinedLocked() {
 		cq.wrs, cq.sges, cq.ops = make([]verbs.SendWR, 0, len(reqs)), make([]verbs.SGE, 0, len(reqs)), make([]Op, 0, len(reqs))
 	}
 	wrs, sges, ops := cq.wrs[:0], cq.sges[:0], cq.ops[:0]
+	q.flushCoalescedLocked() // it was issued first
 	q.pullLocked()
 	credits := q.credits
 	i := 0

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/go-rdma/rdma/internal/pool"
 	"github.com/go-rdma/rdma/internal/verbs"
 )
 
@@ -19,21 +20,17 @@ import (
 // queuedPool, their arrays with them: queuing allocates nothing in a
 // steady state, and the garbage collector may free what load left.
 type queuedPost struct {
-	seq   uint64
-	waits waitKind // what it waits for, in the counters
-	wrs   []verbs.SendWR
-	sges  []verbs.SGE
-	ops   []Op
+	seq  uint64
+	wrs  []verbs.SendWR
+	sges []verbs.SGE
+	ops  []Op
+	// A coalescing chain (coalesce.go) holds the inline bytes of its
+	// WRs in stage, one slot of the inline size each, until it is
+	// posted; at is completed when it began.
+	coal  bool
+	at    uint64
+	stage *pool.Buffer
 }
-
-// waitKind is what a queued chain waits for, as SendCounts counts it.
-type waitKind uint8
-
-const (
-	waitCompletion waitKind = iota // coalescing: the next completion's doorbell
-	waitRoom
-	waitCredits
-)
 
 var queuedPool = sync.Pool{New: func() any { return new(queuedPost) }}
 
@@ -57,7 +54,10 @@ func newQueued(wrs []verbs.SendWR, ops []Op) *queuedPost {
 func (q *queuedPost) free() {
 	clear(q.ops)
 	clear(q.wrs)
-	q.waits = waitCompletion
+	if q.stage != nil {
+		q.stage.Release()
+	}
+	q.coal, q.at, q.stage = false, 0, nil
 	queuedPool.Put(q)
 }
 
@@ -83,31 +83,8 @@ func stageInline(sge *verbs.SGE, o *Op) error {
 	return nil
 }
 
-// Coalescing. A goroutine that issues operations one by one, each a
-// Future, rings one doorbell per operation (on rxe a system call per
-// WR), where a C peer posts lists of them; operations only combine into
-// one chain when goroutines contend for postMu. So while the send queue
-// has coalesceAfter WRs or more posted and not completed, an inline
-// operation (a copy of at most the inline size) does not ring: it joins
-// the chains waiting for room, and the next completion, which is
-// certain to come with that many in flight, posts everything waiting as
-// one chain (drainLocked). A lone operation, and a ping-pong's few in
-// flight, still go out at once. The delay it adds is bounded by the
-// completion of WRs ahead of it on the same send queue, which completes
-// in order: the operation could not have completed before them anyway.
-
-// coalesceAfter is how many WRs posted and not completed make an inline
-// operation wait for the next completion's doorbell.
-const coalesceAfter = 8
-
-// coalesceLocked reports whether the one-WR chain wrs, which has room,
-// should wait for the next completion's doorbell. Caller holds postMu.
-func (q *SendQueue) coalesceLocked(wrs []verbs.SendWR) bool {
-	return len(wrs) == 1 && wrs[0].Flags&verbs.SendInline != 0 && q.depth-q.sqFree >= coalesceAfter
-}
-
-// drainChain is drainLocked's chain, kept for the next drain: draining
-// allocates nothing in a steady state.
+// drainChain is drainWithLocked's chain, kept for the next drain:
+// draining allocates nothing in a steady state.
 type drainChain struct {
 	wrs []verbs.SendWR
 	ops []Op
@@ -115,21 +92,36 @@ type drainChain struct {
 }
 
 // drainLocked posts the queued chains that fit, oldest first, as one
-// chain: one doorbell for all. In it, an inline operation queued alone
-// goes unsignaled unless it is the last or every signalEvery-th, and a
-// later completion covers it (TakeCovered), as in a combined chain.
-// Caller holds postMu.
-func (q *SendQueue) drainLocked() {
+// chain; a coalescing one only once fewer than coalesceAfter WRs are in
+// flight. Caller holds postMu.
+func (q *SendQueue) drainLocked() { _, _ = q.drainWithLocked(nil, nil, false) }
+
+// drainWithLocked posts the queued chains that fit, oldest first, and
+// then wrs (when not nil, all queued went, and it fits too), as one
+// chain: one doorbell for all. A coalescing chain goes when flush is
+// set, or when fewer than coalesceAfter WRs are in flight; in it one WR
+// in signalEvery is signaled, and the last of the whole chain. It
+// reports whether wrs went (if not, nothing of it is taken), and the
+// error of a failed post of a chain with wrs in it, which the caller
+// gives wrs' ops, as submitLocked's. Caller holds postMu.
+func (q *SendQueue) drainWithLocked(wrs []verbs.SendWR, ops []Op, flush bool) (took bool, err error) {
 	d := &q.drain
-	took, need := 0, 0 // the room and credits of the chains taken so far
-	for q.pending.Len() > 0 {
+	room, need := 0, 0 // the room and credits of the chains taken so far
+	fits := func(wrs []verbs.SendWR) bool {
 		// roomLocked looks at what is left after the chains taken.
-		q.sqFree -= took
+		q.sqFree -= room
 		q.credits -= need
-		fits := q.roomLocked(q.pending.Items()[0].wrs)
-		q.sqFree += took
+		ok := q.roomLocked(wrs)
+		q.sqFree += room
 		q.credits += need
-		if !fits {
+		return ok
+	}
+	for q.pending.Len() > 0 {
+		head := q.pending.Items()[0]
+		if head.coal && !flush && q.depth-q.sqFree >= coalesceAfter {
+			break // the next operation, or completion, posts it
+		}
+		if !fits(head.wrs) {
 			break
 		}
 		qp := q.pending.Pop()
@@ -141,28 +133,40 @@ func (q *SendQueue) drainLocked() {
 			qp.free()
 			continue
 		}
-		took += len(qp.wrs)
+		room += len(qp.wrs)
 		need += NeedCredits(qp.wrs)
 		d.wrs = append(d.wrs, qp.wrs...)
 		d.ops = append(d.ops, qp.ops...)
 		d.qps = append(d.qps, qp)
 	}
+	queued := len(d.wrs)
+	if wrs != nil && q.pending.Len() == 0 && fits(wrs) {
+		took = true
+		q.stampLatency(ops)
+		d.wrs = append(d.wrs, wrs...)
+		d.ops = append(d.ops, ops...)
+	}
 	if len(d.wrs) > 0 {
 		last, j := len(d.wrs)-1, 0
 		for _, qp := range d.qps {
-			if len(qp.wrs) == 1 && d.wrs[j].Flags&verbs.SendInline != 0 && j != last && (j+1)%signalEvery != 0 {
-				d.wrs[j].Flags &^= verbs.SendSignaled
-				d.ops[j].Signaled, d.ops[j].Covered = false, true
+			if qp.coal {
+				for i := j; i < j+len(qp.wrs); i++ {
+					if i != last && (i-j+1)%signalEvery != 0 {
+						d.wrs[i].Flags &^= verbs.SendSignaled
+						d.ops[i].Signaled, d.ops[i].Covered = false, true
+					}
+				}
 			}
 			j += len(qp.wrs)
 		}
-		if err := q.postLocked(d.wrs, d.ops); err != nil {
+		if err = q.postLocked(d.wrs, d.ops); err != nil {
 			// The connection fails (postLocked): the WRs the provider
-			// took flush, and the Futures of all resolve with err.
-			resolveAll(d.ops, err)
+			// took flush, and the Futures of the queued chains resolve
+			// with err; wrs' are the caller's, with err.
+			resolveAll(d.ops[:queued], err)
 		}
 		for _, qp := range d.qps {
-			qp.free() // after the post: d.wrs' SGLs are the chains' SGEs
+			qp.free() // after the post: d.wrs' SGLs are the chains' SGEs, and inline bytes are copied at the post
 		}
 		clear(d.wrs)
 		clear(d.ops)
@@ -170,4 +174,8 @@ func (q *SendQueue) drainLocked() {
 		d.wrs, d.ops, d.qps = d.wrs[:0], d.ops[:0], d.qps[:0]
 	}
 	q.notifyLocked()
+	if !took {
+		err = nil
+	}
+	return took, err
 }

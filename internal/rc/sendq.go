@@ -52,7 +52,7 @@ type SendQueue struct {
 	sge         [1]verbs.SGE
 	op          [1]Op
 	cq          combineQueue // operations left by goroutines that found postMu taken
-	drain       drainChain   // the chain drainLocked posts
+	drain       drainChain   // the chain drainWithLocked posts
 	heldOps     atomic.Int64 // operations posted and queued, as of the last postUnlock
 	st          sendCounters
 
@@ -62,8 +62,9 @@ type SendQueue struct {
 	// sent holds the wr_ids of the posted send WRs in posting order. A
 	// send queue completes in order, so a completion covers every
 	// unsignaled WR ahead of it in sent.
-	sentMu sync.Mutex
-	sent   ring
+	sentMu  sync.Mutex
+	sent    ring
+	covered Op // the op TakeCovered finishes
 
 	// The parts it works with, set by Init and SetQP, read-only after.
 	depth, limit int            // the send depth; the most WRs posted and queued (WithSendQueueLimit)
@@ -176,8 +177,19 @@ func (q *SendQueue) submitLocked(wrs []verbs.SendWR, ops []Op) error {
 		dropAll(ops)
 		return err
 	}
-	room := q.pending.Len() == 0 && q.roomLocked(wrs)
-	if room && !q.coalesceLocked(wrs) {
+	if q.pending.Len() > 0 && q.pending.Items()[0].coal {
+		if q.coalesceLocked(wrs, ops) {
+			return nil
+		}
+		// The coalescing chain goes first, with this one if it fits.
+		if took, err := q.drainWithLocked(wrs, ops, true); took {
+			return err
+		}
+	}
+	if q.pending.Len() == 0 && q.roomLocked(wrs) {
+		if q.coalesceLocked(wrs, ops) {
+			return nil
+		}
 		q.stampLatency(ops)
 		return q.postLocked(wrs, ops)
 	}
@@ -200,22 +212,9 @@ func (q *SendQueue) submitLocked(wrs []verbs.SendWR, ops []Op) error {
 			return fmt.Errorf("rdma: conn %v: %w", q.life.remote, err)
 		}
 	}
-	// A chain counts as a wait for what it is short of, else for what
-	// the chain ahead of it waits for; a coalescing one (coalesceLocked)
-	// waits for neither.
-	switch {
-	case room:
-	case q.sqFree < len(wrs):
-		qp.waits = waitRoom
-	case q.credits < NeedCredits(wrs):
-		qp.waits = waitCredits
-	case q.pending.Len() > 0:
-		qp.waits = q.pending.Items()[q.pending.Len()-1].waits
-	}
-	switch qp.waits {
-	case waitRoom:
+	if q.sqFree < len(wrs) {
 		q.st.queueWaits.Add(1)
-	case waitCredits:
+	} else {
 		q.st.creditWaits.Add(1)
 	}
 	q.stampLatency(qp.ops)
@@ -416,10 +415,12 @@ func (q *SendQueue) TakeCovered(id uint64) int {
 		if x == id {
 			break
 		}
-		if p, ok := q.ops.Take(x); ok {
-			q.owner.Finish(&p, nil)
+		var ok bool
+		if q.covered, ok = q.ops.Take(x); ok {
+			q.owner.Finish(&q.covered, nil) // a field's address: a local's would escape to the heap (Finish is an interface's)
 			k++
 		}
+		q.covered = Op{}
 	}
 	q.sentMu.Unlock()
 	return k

@@ -26,6 +26,7 @@ func (q *SendQueue) WaitSent(ctx context.Context) error {
 	// Operations left in the combining queue were issued before the
 	// call too: post (or queue) them first, so seq and posted cover them.
 	q.postCombinedLocked()
+	q.flushCoalescedLocked()
 	seq := q.queuedSeq
 	for {
 		if q.drainedSeq >= seq && q.completed.Load() >= q.posted {
@@ -83,6 +84,7 @@ func (q *SendQueue) Quiesce(ctx context.Context, why error, drain bool) {
 	if q.cq.n.Load() > 0 {
 		q.postCombinedLocked()
 	}
+	q.flushCoalescedLocked()
 	q.quiescing = true
 	for drain && q.pending.Len() > 0 {
 		if q.progress == nil {

@@ -141,20 +141,25 @@ func TestSendQueueStageFails(t *testing.T) {
 }
 
 // While coalesceAfter WRs or more are in flight, inline operations issued
-// one by one wait for the next completion, which posts them as one chain:
-// one doorbell, the bytes as they were at each call, one WR in
-// signalEvery and the last signaled, the others resolved when a later
-// completion covers them. Fewer in flight, and a WR that is not inline,
-// go out at their call.
+// one by one wait, and go out as one chain (one doorbell, the bytes as
+// they were at each call, one WR in signalEvery and the last signaled,
+// the others resolved when a later completion covers them): with the
+// operation that finds signalEvery waiting, with the first issued after a
+// completion, or, when none is issued, with the completion that leaves
+// fewer than coalesceAfter in flight. Fewer in flight, and a WR that is
+// not inline, go out at their call.
 func TestSendQueueCoalesces(t *testing.T) {
 	reg := &memReg{}
 	pl, err := pool.New(reg, pool.Options{})
 	require.NoError(t, err)
 	defer pl.Close()
 	q, p := newSendQueue(t, 64, 64)
+	q.inline = 64
 	p.read = reg.read
 	var fs []*fakeFuture
-	write := func(msg string, inline bool) {
+	var want []string
+	write := func(inline bool) {
+		msg := fmt.Sprintf("%04d", len(fs))
 		buf, err := pl.Get(len(msg))
 		require.NoError(t, err)
 		copy(buf.Bytes(), msg)
@@ -162,6 +167,7 @@ func TestSendQueueCoalesces(t *testing.T) {
 		wr, o, f := sendOpOf(verbs.OpWrite)
 		if inline {
 			wr.Flags |= verbs.SendInline
+			want = append(want, msg)
 		}
 		o.Buf, o.N = buf, len(msg)
 		q.Submit(&wr, verbs.SGE{Addr: buf.Addr(), Length: uint32(len(msg)), LKey: buf.LKey()}, &o)
@@ -169,39 +175,64 @@ func TestSendQueueCoalesces(t *testing.T) {
 		copy(buf.Bytes(), "XXXX") // the caller reuses its bytes at once
 		require.NoError(t, buf.Release())
 	}
-	var want []string
-	for i := range coalesceAfter {
-		msg := fmt.Sprintf("a%03d", i)
-		write(msg, true)
-		want = append(want, msg)
+	signaled := func(chain []verbs.SendWR) (s []int) {
+		for i, wr := range chain {
+			if wr.Flags&verbs.SendSignaled != 0 {
+				s = append(s, i)
+			}
+		}
+		return s
+	}
+	for range coalesceAfter {
+		write(true)
 	}
 	require.Len(t, p.chains, coalesceAfter, "fewer than coalesceAfter in flight: each at its call")
-	const waiting = 2*signalEvery + 3
-	for i := range waiting {
-		msg := fmt.Sprintf("b%03d", i)
-		write(msg, true)
-		want = append(want, msg)
+
+	// signalEvery waiting: the next one posts them and itself.
+	for range signalEvery {
+		write(true)
 	}
 	require.Len(t, p.chains, coalesceAfter, "coalescing: no doorbell")
 	assert.Zero(t, q.Counts().QueueWaits+q.Counts().CreditWaits, "coalescing is no wait for room or credits")
-	completeWR(q, p.chains[0][0].ID)
-	require.Len(t, p.chains, coalesceAfter+1, "the completion posts all that waited in one chain")
+	write(true)
+	require.Len(t, p.chains, coalesceAfter+1)
 	chain := p.chains[coalesceAfter]
-	require.Len(t, chain, waiting)
-	for i, wr := range chain {
-		signaled := i == waiting-1 || (i+1)%signalEvery == 0
-		assert.Equal(t, signaled, wr.Flags&verbs.SendSignaled != 0, "WR %d of the chain", i)
-	}
-	assert.Equal(t, want, p.inline, "the bytes as they were at each call")
-	write("rdma", false)
+	require.Len(t, chain, signalEvery+1, "one chain: those waiting and the one that found them")
+	assert.Equal(t, []int{signalEvery - 1, signalEvery}, signaled(chain))
+
+	write(false)
 	require.Len(t, p.chains, coalesceAfter+2, "not inline: posted at its call")
-	for _, c := range p.chains[1:] {
+
+	// A completion came: the next one posts those waiting and itself.
+	for range 3 {
+		write(true)
+	}
+	completeWR(q, p.chains[0][0].ID)
+	require.Len(t, p.chains, coalesceAfter+2, "still coalesceAfter in flight: the completion posts nothing")
+	write(true)
+	require.Len(t, p.chains, coalesceAfter+3)
+	chain = p.chains[coalesceAfter+2]
+	require.Len(t, chain, 4)
+	assert.Equal(t, []int{3}, signaled(chain))
+
+	// None issued: the completions post them once fewer than
+	// coalesceAfter are in flight.
+	write(true)
+	write(true)
+	n := len(p.chains)
+	for _, c := range p.chains[1:n] {
 		completeWR(q, c[len(c)-1].ID)
 	}
+	require.Len(t, p.chains, n+1)
+	require.Len(t, p.chains[n], 2)
+	completeWR(q, p.chains[n][1].ID)
+
+	assert.Equal(t, want, p.inline, "the bytes as they were at each call")
 	for i, f := range fs {
 		assert.True(t, f.Resolved(), "future %d", i)
 		assert.NoError(t, f.Err(), "future %d", i)
 	}
 	assert.Zero(t, q.sent.len())
+	assert.Zero(t, q.pending.Len())
 	assert.Zero(t, pl.Stats().BuffersInUse, "the copies and the callers' buffers are back")
 }
