@@ -24,7 +24,7 @@ type queuedPost struct {
 	wrs  []verbs.SendWR
 	sges []verbs.SGE
 	ops  []Op
-	// A coalescing chain (coalesce.go) holds the inline bytes of its
+	// A coalescing chain (coalesceLocked) holds the inline bytes of its
 	// WRs in stage, one slot of the inline size each, until it is
 	// posted; at is completed when it began.
 	coal  bool
@@ -107,21 +107,12 @@ func (q *SendQueue) drainLocked() { _, _ = q.drainWithLocked(nil, nil, false) }
 func (q *SendQueue) drainWithLocked(wrs []verbs.SendWR, ops []Op, flush bool) (took bool, err error) {
 	d := &q.drain
 	room, need := 0, 0 // the room and credits of the chains taken so far
-	fits := func(wrs []verbs.SendWR) bool {
-		// roomLocked looks at what is left after the chains taken.
-		q.sqFree -= room
-		q.credits -= need
-		ok := q.roomLocked(wrs)
-		q.sqFree += room
-		q.credits += need
-		return ok
-	}
 	for q.pending.Len() > 0 {
 		head := q.pending.Items()[0]
 		if head.coal && !flush && q.depth-q.sqFree >= coalesceAfter {
 			break // the next operation, or completion, posts it
 		}
-		if !fits(head.wrs) {
+		if !q.roomAfterLocked(head.wrs, room, need) {
 			break
 		}
 		qp := q.pending.Pop()
@@ -140,7 +131,7 @@ func (q *SendQueue) drainWithLocked(wrs []verbs.SendWR, ops []Op, flush bool) (t
 		d.qps = append(d.qps, qp)
 	}
 	queued := len(d.wrs)
-	if wrs != nil && q.pending.Len() == 0 && fits(wrs) {
+	if wrs != nil && q.pending.Len() == 0 && q.roomAfterLocked(wrs, room, need) {
 		took = true
 		q.stampLatency(ops)
 		d.wrs = append(d.wrs, wrs...)

@@ -441,11 +441,15 @@ func (q *SendQueue) SubmitChain(wrs []verbs.SendWR, ops []Op) error {
 // roomLocked reports whether wrs fit the send queue and the credits,
 // and asks the peer for credits when they are what is short. Caller
 // holds postMu.
-func (q *SendQueue) roomLocked(wrs []verbs.SendWR) bool {
-	if q.sqFree < len(wrs) || q.held {
+func (q *SendQueue) roomLocked(wrs []verbs.SendWR) bool { return q.roomAfterLocked(wrs, 0, 0) }
+
+// roomAfterLocked is roomLocked after room WRs and credits credits more
+// are taken: those of a chain being put together. Caller holds postMu.
+func (q *SendQueue) roomAfterLocked(wrs []verbs.SendWR, room, credits int) bool {
+	if q.sqFree-room < len(wrs) || q.held {
 		return false
 	}
-	need := NeedCredits(wrs)
+	need := credits + NeedCredits(wrs)
 	if q.credits >= need {
 		return true
 	}

@@ -36,7 +36,7 @@ var recordFields = map[string]bool{"sqFree": true, "posted": true}
 // them, and the files that own them: no other file should write their
 // fields.
 var parts = map[string][]string{
-	"sq":   {"rc/sendq.go", "rc/sendwait.go", "rc/combine.go", "rc/sendcredit.go", "rc/revoked.go"},
+	"sq":   {"rc/sendq.go", "rc/sendwait.go", "rc/combine.go", "rc/queued.go", "rc/coalesce.go", "rc/sendcredit.go", "rc/revoked.go"},
 	"cr":   {"rc/grants.go"},
 	"cw":   {"rc/creditword.go"},
 	"life": {"rc/life.go"},
@@ -47,7 +47,7 @@ var parts = map[string][]string{
 	"rg":   {"rc/regions.go"},
 	"ops":  {"rc/ops.go"},
 	// The same parts as rc.Conn's fields name them.
-	"SQ":      {"rc/sendq.go", "rc/sendwait.go", "rc/combine.go", "rc/sendcredit.go", "rc/revoked.go"},
+	"SQ":      {"rc/sendq.go", "rc/sendwait.go", "rc/combine.go", "rc/queued.go", "rc/coalesce.go", "rc/sendcredit.go", "rc/revoked.go"},
 	"Grants":  {"rc/grants.go"},
 	"Life":    {"rc/life.go"},
 	"RQ":      {"rc/receiver.go"},
