@@ -140,14 +140,15 @@ func TestSendQueueStageFails(t *testing.T) {
 	assert.Zero(t, pl.Stats().BuffersInUse)
 }
 
-// While coalesceAfter WRs or more are in flight, inline operations issued
-// one by one wait, and go out as one chain (one doorbell, the bytes as
+// While coalesceAfter WRs or more are in flight, operations issued one
+// by one wait, and go out as one chain (one doorbell, the bytes as
 // they were at each call, one WR in signalEvery and the last signaled,
 // the others resolved when a later completion covers them): with the
 // operation that finds signalEvery waiting, with the first issued after a
 // completion, or, when none is issued, with the completion that leaves
-// fewer than coalesceAfter in flight. Fewer in flight, and a WR that is
-// not inline, go out at their call.
+// fewer than coalesceAfter in flight. Fewer in flight, and one of more
+// than coalesceMax bytes, go out at their call; a WR that is not inline
+// joins as well, from its caller's buffer.
 func TestSendQueueCoalesces(t *testing.T) {
 	reg := &memReg{}
 	pl, err := pool.New(reg, pool.Options{})
@@ -200,10 +201,16 @@ func TestSendQueueCoalesces(t *testing.T) {
 	require.Len(t, chain, signalEvery+1, "one chain: those waiting and the one that found them")
 	assert.Equal(t, []int{signalEvery - 1, signalEvery}, signaled(chain))
 
-	write(false)
-	require.Len(t, p.chains, coalesceAfter+2, "not inline: posted at its call")
+	// More than coalesceMax bytes: posted at its call.
+	big, o, f := sendOpOf(verbs.OpWrite)
+	o.N = coalesceMax + 1
+	q.Submit(&big, verbs.SGE{Addr: 4096, Length: coalesceMax + 1, LKey: 7}, &o)
+	fs = append(fs, f)
+	require.Len(t, p.chains, coalesceAfter+2, "a big one: posted at its call")
 
 	// A completion came: the next one posts those waiting and itself.
+	// One not inline waits too, from its caller's buffer.
+	write(false)
 	for range 3 {
 		write(true)
 	}
@@ -212,8 +219,10 @@ func TestSendQueueCoalesces(t *testing.T) {
 	write(true)
 	require.Len(t, p.chains, coalesceAfter+3)
 	chain = p.chains[coalesceAfter+2]
-	require.Len(t, chain, 4)
-	assert.Equal(t, []int{3}, signaled(chain))
+	require.Len(t, chain, 5)
+	assert.Equal(t, []int{4}, signaled(chain))
+	assert.Zero(t, chain[0].Flags&verbs.SendInline, "not inline")
+	assert.False(t, fs[len(fs)-5].Resolved(), "unsignaled: resolved when a later completion covers it")
 
 	// None issued: the completions post them once fewer than
 	// coalesceAfter are in flight.
