@@ -38,7 +38,7 @@ const (
 // coalesceLocked puts the one-WR chain wrs (ops) in the coalescing
 // chain, which it starts when nothing is queued, and reports whether it
 // did. Starting one needs room and credits for wrs (the caller found
-// them). An inline operation's bytes go to the chain's stage, taken from
+// them), joining one room and credits for the chain with wrs. An inline operation's bytes go to the chain's stage, taken from
 // the pool with the first: without one it goes out at once. Atomics
 // and operations of more than coalesceMax bytes do not coalesce.
 // Caller holds postMu.
@@ -59,8 +59,12 @@ func (q *SendQueue) coalesceLocked(wrs []verbs.SendWR, ops []Op) bool {
 		c.wrs, c.ops = c.wrs[:0], c.ops[:0]
 		c.sges = slices.Grow(c.sges[:0], signalEvery) // never grows again: the WRs point into it
 	case 1:
+		// It joins while the chain can go with it (room, credits), so
+		// a chain never waits for room, nor for credits, where its
+		// operations would have gone out one by one.
 		c = q.pending.Items()[0]
-		if !c.coal || len(c.wrs) == signalEvery || q.completed.Load() != c.at {
+		if !c.coal || len(c.wrs) == signalEvery || q.completed.Load() != c.at ||
+			!q.roomAfterLocked(wrs, len(c.wrs), NeedCredits(c.wrs)) {
 			return false
 		}
 	default:

@@ -245,3 +245,30 @@ func TestSendQueueCoalesces(t *testing.T) {
 	assert.Zero(t, q.pending.Len())
 	assert.Zero(t, pl.Stats().BuffersInUse, "the copies and the callers' buffers are back")
 }
+
+// A coalescing chain takes no more operations than the send queue has
+// room for: the one past the room waits for room, counted as such, and
+// the chain goes out without it.
+func TestSendQueueCoalescesWithinRoom(t *testing.T) {
+	q, p := newSendQueue(t, coalesceAfter+4, 64)
+	for range coalesceAfter {
+		issue(q, verbs.OpWrite)
+	}
+	require.Len(t, p.chains, coalesceAfter)
+	for range 4 {
+		issue(q, verbs.OpWrite)
+	}
+	require.Len(t, p.chains, coalesceAfter, "4 coalesce, within the room")
+	last := issue(q, verbs.OpWrite)
+	require.Len(t, p.chains, coalesceAfter+1, "the chain goes out without the one past the room")
+	assert.Len(t, p.chains[coalesceAfter], 4)
+	assert.Equal(t, 1, q.pending.Len())
+	assert.Equal(t, uint64(1), q.Counts().QueueWaits)
+	completeWR(q, p.chains[0][0].ID)
+	require.Len(t, p.chains, coalesceAfter+2)
+	for _, c := range p.chains[1:] {
+		completeWR(q, c[len(c)-1].ID)
+	}
+	assert.True(t, last.Resolved())
+	assert.Zero(t, q.sent.len())
+}
