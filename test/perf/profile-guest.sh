@@ -6,10 +6,12 @@
 #   P TEST TOOL stat: task-clock, context switches, migrations, wall
 #   the top of `perf report` by command/shared object, and the tool's
 #   top symbols (both of its processes).
-# Usage (in the guest): profile-guest.sh "POINTS"   (default: all)
+# Usage (in the guest): profile-guest.sh "POINTS" [N_MR]   (default: all, 1280)
 #   points: write_bw send_bw write_mr send_lat write_lat ud_send_bw ud_send_lat
+#   N_MR: iterations of write_mr
 set -uo pipefail
 POINTS=" ${1:-write_bw send_bw write_mr send_lat write_lat} "
+N_MR=${2:-1280}
 IP0=${RDMA_VM_IP0:?not in the VM?}
 GIDX=${RDMA_VM_GID_INDEX:?}
 PERF=/job/rdmaperf
@@ -44,7 +46,7 @@ echo "guest: $(nproc) CPUs, $(uname -r), perf $(perf version 2>&1 | head -1)"
 for p in $POINTS; do
   case $p in
   write_bw | send_bw) t=${p%_bw} args="-s 65536 -n 300" ;;
-  write_mr) t=write args="-s 2 -n 1280 -l 64 -Q 32" ;;
+  write_mr) t=write args="-s 2 -n $N_MR -l 64 -Q 32" ;;
   send_lat | write_lat) t=${p%_lat} args="-s 8 -n 2000" ;;
   # over UD (-c UD, both tools' flag): 1 KiB, rxe's MTU over the veths
   ud_send_bw) t=send args="-c UD -s 1024 -n 10000" ;;
@@ -63,6 +65,6 @@ for p in $POINTS; do
   # the message rate through Futures, one post each (compare.sh's
   # async_futures)
   [ "$p" = write_mr ] && prof "$p" async_futures rdmaperf \
-    "$PERF write_bw --api async --poll adaptive -d rxe0 -p 18600 -s 2 -n 1280" \
-    "$PERF write_bw --api async --poll adaptive -d rxe1 -p 18600 -s 2 -n 1280 -l 1 $IP0"
+    "$PERF write_bw --api async --poll adaptive -d rxe0 -p 18600 -s 2 -n $N_MR" \
+    "$PERF write_bw --api async --poll adaptive -d rxe1 -p 18600 -s 2 -n $N_MR -l 1 $IP0"
 done
