@@ -92,7 +92,7 @@ func (q *SendQueue) coalesceLocked(wrs []verbs.SendWR, ops []Op) bool {
 		sge := wrs[0].SGL[0]
 		if inline {
 			n := int(sge.Length)
-			copy(c.stage.Held(i*q.inline, n), o.Buf.Held(int(sge.Addr-o.Buf.Addr()), n))
+			copy(c.stage.Held(i*q.inline, n), o.bytesAt(sge))
 			sge = verbs.SGE{Addr: c.stage.Addr() + uint64(i*q.inline), Length: uint32(n), LKey: c.stage.LKey()}
 		}
 		c.sges = append(c.sges, sge)

@@ -34,6 +34,18 @@ import (
 // signaled one, so that completions return send-queue room in steps.
 const signalEvery = 16
 
+// signalSparsely leaves the WRs wrs[from:to] unsignaled but every
+// signalEvery-th of them and the chain's last (index last): their ops
+// resolve when a later completion covers them (TakeCovered).
+func signalSparsely(wrs []verbs.SendWR, ops []Op, from, to, last int) {
+	for i := from; i < to; i++ {
+		if i != last && (i-from+1)%signalEvery != 0 {
+			wrs[i].Flags &^= verbs.SendSignaled
+			ops[i].Signaled, ops[i].Covered = false, true
+		}
+	}
+}
+
 // postReq is an operation left in the combining queue: its WR, its SGE
 // and its op (its Future and buffer reference are taken).
 type postReq struct {
@@ -116,17 +128,13 @@ func (q *SendQueue) postCombinedLocked() {
 		wrs, sges, ops = append(wrs, r.wr), append(sges, r.sge), append(ops, r.op)
 	}
 	if len(wrs) > 0 {
-		last := len(wrs) - 1
 		for j := range wrs {
 			wrs[j].SGL = sges[j : j+1]
 			if ops[j].N == 0 {
 				wrs[j].SGL = nil
 			}
-			if j != last && (j+1)%signalEvery != 0 {
-				wrs[j].Flags &^= verbs.SendSignaled
-				ops[j].Signaled, ops[j].Covered = false, true
-			}
 		}
+		signalSparsely(wrs, ops, 0, len(wrs), len(wrs)-1)
 		q.stampLatency(ops)
 		if err := q.postLocked(wrs, ops); err != nil {
 			// The connection fails (postLocked): the WRs the provider

@@ -74,13 +74,18 @@ func stageInline(sge *verbs.SGE, o *Op) error {
 	if err != nil {
 		return fmt.Errorf("copy %d inline bytes: %w", n, err)
 	}
-	copy(cp.Held(0, n), o.Buf.Held(int(sge.Addr-o.Buf.Addr()), n))
+	copy(cp.Held(0, n), o.bytesAt(*sge))
 	cp.Ref() // the op's reference, and no owner's: DropBuf's Unref gives it back
 	cp.Release()
 	o.Buf.Unref()
 	o.Buf, o.Off = cp, 0
 	*sge = verbs.SGE{Addr: cp.Addr(), Length: uint32(n), LKey: cp.LKey()}
 	return nil
+}
+
+// bytesAt is the memory of o's buffer that sge names.
+func (o *Op) bytesAt(sge verbs.SGE) []byte {
+	return o.Buf.Held(int(sge.Addr-o.Buf.Addr()), int(sge.Length))
 }
 
 // drainChain is drainWithLocked's chain, kept for the next drain:
@@ -141,12 +146,7 @@ func (q *SendQueue) drainWithLocked(wrs []verbs.SendWR, ops []Op, flush bool) (t
 		last, j := len(d.wrs)-1, 0
 		for _, qp := range d.qps {
 			if qp.coal {
-				for i := j; i < j+len(qp.wrs); i++ {
-					if i != last && (i-j+1)%signalEvery != 0 {
-						d.wrs[i].Flags &^= verbs.SendSignaled
-						d.ops[i].Signaled, d.ops[i].Covered = false, true
-					}
-				}
+				signalSparsely(d.wrs, d.ops, j, j+len(qp.wrs), last)
 			}
 			j += len(qp.wrs)
 		}
