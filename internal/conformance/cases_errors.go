@@ -187,7 +187,8 @@ func caseRNR(e *Env) {
 }
 
 const ruleRemoteAccess = "a WRITE that breaks the remote region's rules completes with REM_ACCESS_ERR (errors.Is ErrRemoteAccess) and changes no " +
-	"remote byte: wrong rkey, a range past the end of the region, a region registered without REMOTE_WRITE; then the QP is in ERR and " +
+	"remote byte: wrong rkey, a range past the end of the region, a region registered without REMOTE_WRITE, a region deregistered after a READ " +
+	"through its rkey succeeded; then the QP is in ERR and " +
 	"every outstanding WR and every later send completes WR_FLUSH_ERR exactly once with its wr_id (later receives: RecvAfterError)"
 
 func caseRemoteAccess(e *Env) {
@@ -197,10 +198,15 @@ func caseRemoteAccess(e *Env) {
 		acc  verbs.Access
 		rkey func(verbs.MR) uint32
 		off  int
+		// dereg: a READ through the region first, then the region is
+		// deregistered (a provider that remembers the last region a key
+		// found must not find this one).
+		dereg bool
 	}{
-		{"WrongRKey", AccessAll, func(m verbs.MR) uint32 { return m.RKey() ^ 0x00a5a500 }, 1000},
-		{"PastEnd", AccessAll, verbs.MR.RKey, 4096 - 16}, // 64 bytes from 16 before the end
-		{"NoRemoteWrite", verbs.AccessLocalWrite | verbs.AccessRemoteRead, verbs.MR.RKey, 1000},
+		{"WrongRKey", AccessAll, func(m verbs.MR) uint32 { return m.RKey() ^ 0x00a5a500 }, 1000, false},
+		{"PastEnd", AccessAll, verbs.MR.RKey, 4096 - 16, false}, // 64 bytes from 16 before the end
+		{"NoRemoteWrite", verbs.AccessLocalWrite | verbs.AccessRemoteRead, verbs.MR.RKey, 1000, false},
+		{"Deregistered", AccessAll, verbs.MR.RKey, 1000, true},
 	}
 	for _, s := range subs {
 		e.Sub(s.name, func(e *Env) {
@@ -215,13 +221,34 @@ func caseRemoteAccess(e *Env) {
 			for i := range mapping {
 				mapping[i] = fill
 			}
-			rem := e.Reg(e.B, mapping[:4096], s.acc)
+			var rem verbs.MR
+			if s.dereg {
+				var err error
+				if rem, err = e.B.PD.RegMR(mapping[:4096], s.acc); err != nil {
+					e.Fatalf("RegMR: %v", err)
+				}
+			} else {
+				rem = e.Reg(e.B, mapping[:4096], s.acc)
+			}
+			// Keys and address are read before a deregistration, after
+			// which the MR is not to be used.
+			addr, rkey, goodKey := rem.Addr(), s.rkey(rem), rem.RKey()
+			if s.dereg {
+				e.PostSend(qa, verbs.SendWR{ID: 90, Opcode: verbs.OpRead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{SGE(loc, 3200, 64)},
+					RemoteAddr: addr + 1000, RKey: rkey})
+				if wc := e.Wait1(e.A.CQ, "READ before the deregistration"); wc.WRID != 90 || wc.Status != verbs.WCSuccess {
+					e.Fatalf("READ before the deregistration completed %s; want wr_id 90 SUCCESS", FmtWC(wc))
+				}
+				if err := rem.Close(); err != nil {
+					e.Fatalf("deregister: %v", err)
+				}
+			}
 			e.PostRecv(qa, Recv(0xe001, SGE(loc, 3000, 64)))
 			e.PostSend(qa,
 				verbs.SendWR{ID: 91, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{SGE(loc, 0, 64)},
-					RemoteAddr: rem.Addr() + uint64(s.off), RKey: s.rkey(rem)},
+					RemoteAddr: addr + uint64(s.off), RKey: rkey},
 				verbs.SendWR{ID: 92, Opcode: verbs.OpWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{SGE(loc, 64, 64)},
-					RemoteAddr: rem.Addr() + 2000, RKey: rem.RKey()})
+					RemoteAddr: addr + 2000, RKey: goodKey})
 			wc := e.Wait1(e.A.CQ, "bad WRITE")
 			if wc.WRID != 91 || wc.Status != verbs.WCRemAccessErr {
 				e.Errorf("bad WRITE completion %s; want wr_id 91 status REM_ACCESS_ERR", FmtWC(wc))

@@ -79,12 +79,13 @@ func (m *mr) slice(addr, n uint64) ([]byte, bool) {
 }
 
 // remoteSlice checks an incoming request against rkey, range and rights
-// for QP q and returns the target memory, holding the MR.
+// for QP q and returns the target memory, holding the MR. Caller holds
+// q.mu.
 func (q *qp) remoteSlice(rkey uint32, addr, n uint64, need verbs.Access) (*mr, []byte, bool) {
 	if q.access&need != need {
 		return nil, nil, false
 	}
-	m := keys.lookup(rkey, true)
+	m := q.rkeys.get(rkey, true)
 	if m == nil {
 		return nil, nil, false
 	}

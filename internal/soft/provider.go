@@ -374,6 +374,33 @@ func (t *keyTable) lookup(k uint32, remote bool) *mr {
 	return m
 }
 
+// keyCache is one QP's memory of the last MR a key lookup found, so that
+// a run of WRs on one buffer (a Batch's staging, a stream's ring) skips
+// the table's lock and map: a lookup in the table was a tenth of an
+// in-process WRITE's cost (BenchmarkOps Write/batch/8B/qd64). The QP's mu
+// guards it. A cached MR is used only while it is open: get takes a
+// reference first and then checks that Close has not begun, the order
+// that makes Close's drain either see the reference or this check see
+// the close.
+type keyCache struct {
+	key uint32
+	m   *mr
+}
+
+// get is keys.lookup(k, remote) through the cache.
+func (c *keyCache) get(k uint32, remote bool) *mr {
+	if m := c.m; m != nil && c.key == k {
+		m.refs.acquire()
+		if !m.refs.closing.Load() {
+			return m
+		}
+		m.refs.release()
+	}
+	m := keys.lookup(k, remote)
+	c.key, c.m = k, m
+	return m
+}
+
 func (t *keyTable) add(m *mr) {
 	t.Lock()
 	defer t.Unlock()

@@ -103,6 +103,9 @@ type qp struct {
 	events atomic.Pointer[[]*cq]
 	conn   *conn
 	tx     txBatch // frames staged by whoever pumps
+	// The last MRs this QP's inline copies (lkeys) and its responder
+	// (rkeys) found; mu guards them.
+	lkeys, rkeys keyCache
 
 	rq     []recvSlot
 	rqHead uint64
@@ -632,7 +635,7 @@ func (q *qp) copyInline(s *sendSlot, sges []verbs.SGE, n uint64) error {
 		if e.Length == 0 {
 			continue
 		}
-		m := keys.lookup(e.LKey, false)
+		m := q.lkeys.get(e.LKey, false)
 		if m == nil {
 			return fmt.Errorf("%w: inline SGE with unknown lkey %#x", verbs.ErrInvalid, e.LKey)
 		}
