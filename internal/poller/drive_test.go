@@ -272,6 +272,36 @@ func TestDriveYieldsFirst(t *testing.T) {
 	assert.Zero(t, p.Stats().DrivesCut, "the drive was cut for a goroutine that ran at its yield")
 }
 
+// Rule: a goroutine that waits by driving yields its P every
+// yieldDriveEvery empty polls counted across its drives, so that short
+// drives, one per round trip of a ping-pong, yield too: a goroutine that
+// never yields is retaken by sysmon every 10 ms while in a cgo call, and
+// sysmon then wakes every 20 µs for a millisecond. Before, the count
+// started again at each drive, and such drives never yielded.
+func TestDriveYieldsAcrossDrives(t *testing.T) {
+	cq := newFakeCQ(64, nil)
+	var driven atomic.Pointer[Poller]
+	const emptyPerDrive = 10
+	var flag atomic.Uint32
+	polls := 0 // the driver's Polls: only the goroutine holding the drive counts
+	cq.afterEmpty = func() {
+		if p := driven.Load(); p != nil && p.driving.Load() {
+			if polls++; polls%(emptyPerDrive*spinPolls) == 0 {
+				flag.Store(1)
+			}
+		}
+	}
+	p := mustNew(t, cq, nil, newCollector(1, 1), Config{Mode: Busy, noCrowdCut: true})
+	driven.Store(p)
+	const drives = 40
+	for range drives {
+		flag.Store(0)
+		require.True(t, p.Drive(context.Background(), &flag))
+	}
+	assert.GreaterOrEqual(t, p.Stats().Yields, uint64(drives*emptyPerDrive/yieldDriveEvery),
+		"%d drives of %d empty polls each", drives, emptyPerDrive)
+}
+
 // Rule: a Busy poller with a completion channel parks on it when
 // goroutines wait for a P, and an event brings it back: nothing is lost.
 func TestBusyParksWhenCrowded(t *testing.T) {

@@ -289,6 +289,7 @@ type Poller struct {
 	leaves     atomic.Uint64 // drives ended; the standby timer reads it
 	seen       atomic.Uint64 // leaves at the standby timer's last look
 	dsched     schedProbe    // the driver's (one at a time: driving)
+	dempty     uint64        // the drivers' empty polls, across drives (driving)
 	crowdAt    atomic.Int64  // nanotime of the last backlog seen (crowd); 0: none lately
 	holdFor    int64         // crowdHold in ns; tests change it before Start
 
