@@ -38,8 +38,9 @@ const (
 // coalesceLocked puts the one-WR chain wrs (ops) in the coalescing
 // chain, which it starts when nothing is queued, and reports whether it
 // did. Starting one needs room and credits for wrs (the caller found
-// them), joining one room and credits for the chain with wrs. An inline operation's bytes go to the chain's stage, taken from
-// the pool with the first: without one it goes out at once. Atomics
+// them), joining one room and credits for the chain with wrs. An
+// inline operation's bytes go to the chain's stage, taken from the pool
+// with the first: without one it goes out at once. Atomics
 // and operations of more than coalesceMax bytes do not coalesce.
 // Caller holds postMu.
 func (q *SendQueue) coalesceLocked(wrs []verbs.SendWR, ops []Op) bool {

@@ -377,7 +377,7 @@ func (t *keyTable) lookup(k uint32, remote bool) *mr {
 // keyCache is one QP's memory of the last MR a key lookup found, so that
 // a run of WRs on one buffer (a Batch's staging, a stream's ring) skips
 // the table's lock and map: a lookup in the table was a tenth of an
-// in-process WRITE's cost (BenchmarkOps Write/batch/8B/qd64). The QP's mu
+// in-process WRITE's cost (BenchmarkWrite/batch/8B/qd64). The QP's mu
 // guards it. A cached MR is used only while it is open: get takes a
 // reference first and then checks that Close has not begun, the order
 // that makes Close's drain either see the reference or this check see
