@@ -42,8 +42,8 @@ const StandbyFor = time.Millisecond
 // the same tick for 10 ms while in a cgo call has its P retaken by the
 // runtime's sysmon, which then polls every 20 µs for the next
 // millisecond. In a ping-pong on rxe (2 vCPUs, TCG) that was half of the
-// process's context switches, 3,559 of 6,357 for 2,000 round trips,
-// where perftest had 254 (perf, sched:sched_switch); counted within one
+// processes' context switches, 3,246 of 6,712 for 2,000 round trips,
+// where perftest had 261 (test/perf/switches.sh); counted within one
 // drive, a short drive per round trip never reached the count.
 const (
 	driveCheckEvery = 64
