@@ -98,13 +98,8 @@ if [ "$PUREGO" = 1 ]; then
   files+=(-f "$OUT/rdmaperf.purego")
 fi
 if [ -n "$BASE" ]; then
-  base_rev=$(git -C "$ROOT" rev-parse --verify "$BASE^{commit}") || { echo "compare.sh: no revision $BASE" >&2; exit 2; }
-  base_tree=$(mktemp -d)
-  trap 'git -C "$ROOT" worktree remove --force "$base_tree" >/dev/null 2>&1 || true; rm -rf "$base_tree"' EXIT
-  rmdir "$base_tree"
-  git -C "$ROOT" worktree add --detach -q "$base_tree" "$base_rev"
-  echo "building rdmaperf at $BASE ($base_rev)"
-  (cd "$base_tree" && CGO_ENABLED=1 go build -o "$OUT/rdmaperf.base" ./cmd/rdmaperf)
+  echo "building rdmaperf at $BASE"
+  "$ROOT/test/perf/rdmaperf-at.sh" "$BASE" "$OUT/rdmaperf.base"
   files+=(-f "$OUT/rdmaperf.base")
 fi
 echo "VM run: runs=$RUNS n_bw=$N_BW n_lat=$N_LAT n_mr=$N_MR n_ud=$N_UD sizes=$SIZES lat_sizes=$LAT_SIZES tests=$TESTS"

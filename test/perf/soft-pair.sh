@@ -58,12 +58,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 (cd "$ROOT" && go build -o "$tmp/rdmaperf" ./cmd/rdmaperf)
 if [ -n "$BASE" ]; then
-  base_rev=$(git -C "$ROOT" rev-parse --verify "$BASE^{commit}") || { echo "soft-pair.sh: no revision $BASE" >&2; exit 2; }
-  base_tree=$(mktemp -d)
-  trap 'git -C "$ROOT" worktree remove --force "$base_tree" >/dev/null 2>&1 || true; rm -rf "$tmp" "$base_tree"' EXIT
-  rmdir "$base_tree"
-  git -C "$ROOT" worktree add --detach -q "$base_tree" "$base_rev"
-  (cd "$base_tree" && go build -o "$tmp/rdmaperf.base" ./cmd/rdmaperf)
+  "$ROOT/test/perf/rdmaperf-at.sh" "$BASE" "$tmp/rdmaperf.base"
   all=""
   for t in $tools; do all="$all $t base_$t"; done
   tools=$all

@@ -30,17 +30,10 @@ done
 case $TEST in send_lat | write_lat) ;; *) echo "switches.sh: -T send_lat or write_lat" >&2; exit 2 ;; esac
 command -v perf >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q linux-perf >/dev/null
 tmp=$(mktemp -d)
-cleanup() {
-  [ -z "$BASE" ] || git -C "$ROOT" worktree remove --force "$tmp/base" >/dev/null 2>&1 || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+trap 'rm -rf "$tmp"' EXIT
 mkdir "$tmp/job"
 (cd "$ROOT" && CGO_ENABLED=1 go build -o "$tmp/job/rdmaperf-head" ./cmd/rdmaperf)
-if [ -n "$BASE" ]; then
-  git -C "$ROOT" worktree add --detach -q "$tmp/base" "$BASE"
-  (cd "$tmp/base" && CGO_ENABLED=1 go build -o "$tmp/job/rdmaperf-base" ./cmd/rdmaperf)
-fi
+[ -z "$BASE" ] || "$ROOT/test/perf/rdmaperf-at.sh" "$BASE" "$tmp/job/rdmaperf-base"
 cat > "$tmp/job/guest.sh" <<'GUEST'
 set -u
 ROUNDS=$1 N=$2 TEST=$3 IP0=$RDMA_VM_IP0 GIDX=$RDMA_VM_GID_INDEX
