@@ -293,6 +293,8 @@ func parseArgs(args []string, errw io.Writer) (*params, error) {
 		return nil, fmt.Errorf("-l %d: want at least 1", p.postList)
 	case p.cqMod < 1:
 		return nil, fmt.Errorf("-Q %d: want at least 1", p.cqMod)
+	case p.isLat && p.cqMod > p.txDepth+16:
+		return nil, fmt.Errorf("-Q %d: a latency test's send queue holds -t + 16 = %d WRs, and room comes back only with a signaled one; want at most that", p.cqMod, p.txDepth+16)
 	case p.api != "verbs" && p.api != "async" && p.api != "stream":
 		return nil, fmt.Errorf("--api %q: want verbs, async or stream", p.api)
 	case p.provider != "auto" && p.provider != "soft" && p.provider != "verbs":

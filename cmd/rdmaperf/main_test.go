@@ -255,7 +255,7 @@ func TestParseArgs(t *testing.T) {
 	bad := [][]string{
 		{}, {"nosuch_bw"}, {"write_bw", "-s", "0"}, {"write_bw", "--api", "stream2"},
 		{"write_lat", "-t", "4"}, {"write_bw", "--provider", "x"}, {"atomic_bw", "-a"},
-		{"write_bw", "h1", "h2"}, {"send_bw", "--poller_lock=maybe"},
+		{"write_bw", "h1", "h2"}, {"send_bw", "--poller_lock=maybe"}, {"send_lat", "-Q", "18"},
 	}
 	for _, a := range bad {
 		if _, err := parseArgs(a, &bytes.Buffer{}); err == nil {

@@ -454,6 +454,9 @@ func (s *rawSide) clientLat(o *oob, size int) (result, error) {
 		if i%p.cqMod == p.cqMod-1 || op == verbs.OpRead {
 			wr[0].Flags |= verbs.SendSignaled
 		}
+		if err := s.awaitRoom(i); err != nil {
+			return result{}, err
+		}
 		var stall time.Time
 		t0 := cycles()
 		if _, err := q.qp.PostSend(wr); err != nil {
@@ -526,6 +529,27 @@ func (s *rawSide) clientLat(o *oob, size int) (result, error) {
 	return latResult(p, size, samples), nil
 }
 
+// awaitRoom polls until QP 0's send queue has room for WR i (its WRs
+// are numbered from 0 in the loop; done is one past the last completed):
+// a WR completes when the peer acknowledges it, which a peer may put off
+// (soft coalesces up to 16 ACKs), so a ping-pong's WRs can fill the
+// send queue (-t + 16) while its pings are answered.
+func (s *rawSide) awaitRoom(i int) error {
+	if i-s.qps[0].done < s.p.txDepth+16 {
+		return nil
+	}
+	stall := time.Now().Add(s.p.timeout)
+	for i-s.qps[0].done >= s.p.txDepth+16 {
+		if _, err := s.poll(); err != nil {
+			return err
+		}
+		if time.Now().After(stall) {
+			return fmt.Errorf("no send completion for %v", s.p.timeout)
+		}
+	}
+	return nil
+}
+
 // drain waits until the send WR lastSig (of QP 0) has completed.
 func (s *rawSide) drain(lastSig int) error {
 	stall := time.Now().Add(s.p.timeout)
@@ -591,6 +615,9 @@ func (s *rawSide) serveLat(o *oob, size int) (result, error) {
 		wr[0].Flags = inl
 		if i%p.cqMod == p.cqMod-1 {
 			wr[0].Flags |= verbs.SendSignaled
+		}
+		if err := s.awaitRoom(i); err != nil {
+			return result{}, err
 		}
 		if _, err := q.qp.PostSend(wr); err != nil {
 			return result{}, err

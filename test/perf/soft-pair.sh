@@ -12,8 +12,10 @@
 # Latency tests (send_lat): tools async_adaptive and stream (--api
 # stream, adaptive); prints the median of each tool's typical latency
 # (half the round trip, µs).
+# A run that fails (server or client) is counted, with its error, and the
+# rounds go on; the script then exits 1.
 #
-# Usage: test/perf/soft-pair.sh [-r ROUNDS] [-n ITERS] [-s "SIZES"] [-T TEST] [-l POSTLIST] [-B BASE] [-c "SCPUS CCPUS"]
+# Usage: test/perf/soft-pair.sh [-r ROUNDS] [-n ITERS] [-s "SIZES"] [-T TEST] [-l POSTLIST] [-B BASE] [-c "SCPUS CCPUS"] [-t "TOOLS"]
 #   ROUNDS (5), ITERS per run (20000; 5000 for latency), SIZES in bytes
 #   ("4096 65536"; "64" for latency), TEST an rdmaperf test (write_bw),
 #   POSTLIST the WRs per post of both paths (the async API's Batch size;
@@ -23,10 +25,13 @@
 #   "0 0" puts both on one CPU, "0 1" on one each (default: unpinned).
 #   On 2 vCPUs the placement decides a ping-pong's latency (wakes across
 #   CPUs), so compare tools in one placement.
+#   TOOLS the tools to run instead of the test's (verbs, async,
+#   async_adaptive, stream): -T send_lat -t verbs runs the raw path's
+#   ping-pong, which the latency tools leave out (below).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-ROUNDS=5 N="" SIZES="" TEST=write_bw L=64 BASE="" CPUS=""
-while getopts ":r:n:s:T:l:B:c:" opt; do
+ROUNDS=5 N="" SIZES="" TEST=write_bw L=64 BASE="" CPUS="" TOOLS=""
+while getopts ":r:n:s:T:l:B:c:t:" opt; do
   case $opt in
     r) ROUNDS=$OPTARG ;;
     n) N=$OPTARG ;;
@@ -35,7 +40,8 @@ while getopts ":r:n:s:T:l:B:c:" opt; do
     l) L=$OPTARG ;;
     B) BASE=$OPTARG ;;
     c) CPUS=$OPTARG ;;
-    *) sed -n '2,25p' "$0" >&2; exit 2 ;;
+    t) TOOLS=$OPTARG ;;
+    *) sed -n '2,31p' "$0" >&2; exit 2 ;;
   esac
 done
 lat=0
@@ -44,12 +50,12 @@ if [ "$lat" = 1 ]; then
   # Not the raw path: its client and server both spin, and two spinning
   # processes on 2 cores measure the kernel's scheduler (pinned, a round
   # trip takes its 10 ms time slices; unpinned, 99th percentiles of 1 ms
-  # and more), and rdmaperf's raw server sometimes fails there, its send
-  # queue full of SENDs whose ACKs wait behind the spinners.
+  # and more).
   N=${N:-5000} SIZES=${SIZES:-64} tools="async_adaptive stream"
 else
   N=${N:-20000} SIZES=${SIZES:-"4096 65536"} tools="verbs async async_adaptive"
 fi
+tools=${TOOLS:-$tools}
 spin=() cpin=()
 if [ -n "$CPUS" ]; then
   read -r scpu ccpu <<< "$CPUS"
@@ -85,9 +91,9 @@ run() {
     timeout 120 "${cpin[@]}" "$bin" "$TEST" --provider soft "${args[@]}" -p "$port" -s "$size" -n "$N" --no_progress 127.0.0.1 > "$tmp/c.out" 2>&1 && break
     sleep 0.05
   done
-  wait "$sp" || { echo "soft-pair.sh: $1 server failed:" >&2; cat "$tmp/s.out" >&2; exit 1; }
+  wait "$sp" || { echo "soft-pair.sh: $1 server failed: $(grep 'rdmaperf:' "$tmp/s.out" | tail -1)" >&2; return 1; }
   row=$(awk '$1 ~ /^[0-9]+$/ && NF >= 5' "$tmp/c.out" | tail -1)
-  [ -n "$row" ] || { echo "soft-pair.sh: $1 client printed no row:" >&2; cat "$tmp/c.out" >&2; exit 1; }
+  [ -n "$row" ] || { echo "soft-pair.sh: $1 client printed no row: $(grep 'rdmaperf:' "$tmp/c.out" | tail -1)" >&2; return 1; }
   echo "R $1 $row" >&2
   col=4
   [ "$lat" = 1 ] && col=5 # t_typical
@@ -96,7 +102,7 @@ run() {
 unit="MiB/s"
 [ "$lat" = 1 ] && unit="µs typical"
 echo "$TEST on soft between two processes, $N iterations, $ROUNDS rounds, CPUs ${CPUS:-unpinned} (host load $(cut -d' ' -f1-3 /proc/loadavg))"
-med() { sort -g "$1" | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+med() { sort -g "$1" | awk '{a[NR]=$1} END {if (NR) print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 set -- $tools
 ntools=$#
 for size in $SIZES; do
@@ -106,21 +112,27 @@ for size in $SIZES; do
     set -- $tools
     k=$(( r % ntools ))
     order="${*:k+1} ${*:1:k}"
-    for t in $order; do run "$t" "$size" >> "$tmp/$t"; done
+    for t in $order; do run "$t" "$size" >> "$tmp/$t" || echo "$t $size" >> "$tmp/failed"; done
   done
-  v=$( [ "$lat" = 1 ] || med "$tmp/verbs")
+  # ratio A B: A/B, or nothing when either is missing (every run failed)
+  ratio() { if [ -n "$1" ] && [ -n "$2" ]; then echo "$1 $2" | awk '{printf "%.2f×", $1/$2}'; fi; }
+  v=$( [ "$lat" = 1 ] || med "$tmp/verbs" 2>/dev/null || true)
   for t in $tools; do
     a=$(med "$tmp/$t")
     line="size $size: $t $a $unit (median; per round $(tr '\n' ' ' < "$tmp/$t"))"
     case $t in
       verbs|base_verbs) ;;
-      base_*) [ "$lat" = 1 ] || line="$line; against base raw $(med "$tmp/base_verbs"): $(echo "$a $(med "$tmp/base_verbs")" | awk '{printf "%.2f×", $1/$2}')" ;;
-      *) [ "$lat" = 1 ] || line="$line; against raw $v: $(echo "$a $v" | awk '{printf "%.2f×", $1/$2}')" ;;
+      base_*) [ "$lat" = 1 ] || [ -z "$v" ] || { b=$(med "$tmp/base_verbs"); line="$line; against base raw $b: $(ratio "$a" "$b")"; } ;;
+      *) [ "$lat" = 1 ] || [ -z "$v" ] || line="$line; against raw $v: $(ratio "$a" "$v")" ;;
     esac
     if [ -n "$BASE" ] && [ "${t#base_}" = "$t" ]; then
       b=$(med "$tmp/base_$t")
-      line="$line; against base $b: $(echo "$a $b" | awk '{printf "%.2f×", $1/$2}')"
+      line="$line; against base $b: $(ratio "$a" "$b")"
     fi
+    f=$(grep -cx "$t $size" "$tmp/failed" 2>/dev/null || true)
+    [ "${f:-0}" = 0 ] || line="$line; failed runs: $f of $ROUNDS"
     echo "$line"
   done
 done
+# A failed run is an error (its message went to stderr above).
+[ ! -s "$tmp/failed" ]
