@@ -196,10 +196,13 @@ func (c *conn) readFrame() error {
 		<-s.release
 	}
 	// An idle connection may wait for ever; once a frame has begun, each
-	// chunk of it must arrive within ioTimeout.
-	c.armRead()
+	// chunk of it must arrive within ioTimeout. The deadline is looked
+	// at only before a read (a frame already buffered needs none): each
+	// look reads the clock, which a ping-pong's profile found at 7 % of
+	// its samples.
 	x := &c.rx
 	if x.buffered() == 0 {
+		c.armRead()
 		if _, err := x.read(nil); err != nil {
 			if isTimeout(err) {
 				return nil
@@ -207,7 +210,9 @@ func (c *conn) readFrame() error {
 			return err
 		}
 	}
-	c.armRead()
+	if x.buffered() < hdrSize {
+		c.armRead()
+	}
 	h := &c.h
 	*h = header{}
 	err := c.readHeader(h)

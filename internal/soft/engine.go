@@ -617,7 +617,7 @@ func (q *qp) onResponse(c *conn, h *header, w *sgl, src *streamSource) error {
 		progressed = true
 	}
 	if h.typ == frameAck {
-		q.progress(progressed)
+		q.progress(progressed, c)
 		q.mu.Unlock()
 		return nil
 	}
@@ -673,7 +673,7 @@ func (q *qp) onResponse(c *conn, h *header, w *sgl, src *streamSource) error {
 		w.release()
 		q.rdOut--
 		q.completeHead()
-		q.progress(true)
+		q.progress(true, c)
 	case frameReadResp:
 		if s.wr.Opcode != verbs.OpRead || uint64(h.length) != s.length {
 			q.mu.Unlock()
@@ -701,7 +701,7 @@ func (q *qp) onResponse(c *conn, h *header, w *sgl, src *streamSource) error {
 		if q.epoch == epoch {
 			q.rdOut--
 			q.completeHead()
-			q.progress(true)
+			q.progress(true, c)
 		}
 	default:
 		q.mu.Unlock()
@@ -711,13 +711,17 @@ func (q *qp) onResponse(c *conn, h *header, w *sgl, src *streamSource) error {
 	return nil
 }
 
-// progress notes a response: the timeout restarts, and a worker waiting
-// for READ/atomic responses or for the queue to drain runs again.
-func (q *qp) progress(yes bool) {
+// progress notes a response that came on c: the timeout restarts, from
+// when the read that brought it returned (c's stamp: no clock read), and
+// a worker waiting for READ/atomic responses or for the queue to drain
+// runs again.
+func (q *qp) progress(yes bool, c *conn) {
 	if !yes {
 		return
 	}
-	q.lastProgress = time.Now()
+	if h := c.lastHeard(); h.After(q.lastProgress) {
+		q.lastProgress = h
+	}
 	if q.stalled {
 		q.stalled = false
 		q.wake()

@@ -181,7 +181,9 @@ func (s *streamSource) fill(p []byte) error {
 	}
 	for len(p) > 0 {
 		n := min(len(p), ioChunk)
-		s.c.armRead()
+		if s.c.rx.buffered() < n {
+			s.c.armRead() // a read follows
+		}
 		err := s.c.rx.readFull(p[:n])
 		s.left -= uint64(n)
 		if err != nil {
@@ -196,7 +198,9 @@ func (s *streamSource) fill(p []byte) error {
 func (s *streamSource) discard() error {
 	for s.left > 0 {
 		n := min(s.left, ioChunk)
-		s.c.armRead()
+		if uint64(s.c.rx.buffered()) < n {
+			s.c.armRead() // a read follows
+		}
 		err := s.c.rx.discard(n)
 		s.left -= n
 		if err != nil {
