@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -71,8 +72,12 @@ func TestBurstManyConns(t *testing.T) {
 		before := got.Load()
 		fmt.Fprintf(child.Stdin(), "%d %d\n", k, total/k)
 		line := child.ReadLine(t)
-		ns, err := strconv.ParseInt(line, 10, 64)
+		f := strings.Fields(line)
+		require.Len(t, f, 4, "child: %s", line)
+		ns, err := strconv.ParseInt(f[0], 10, 64)
 		require.NoError(t, err, "child: %s", line)
+		ms := func(s string) float64 { n, _ := strconv.ParseInt(s, 10, 64); return float64(n) / 1e6 }
+		t.Logf("%d connections: the median one done after %.0f ms, the 90th percentile %.0f, the last %.0f", k, ms(f[1]), ms(f[2]), ms(f[3]))
 		// A SEND completes at the sender before the server's handler
 		// has run for it.
 		require.Eventually(t, func() bool { return got.Load()-before == total }, time.Minute, time.Millisecond,
@@ -107,7 +112,8 @@ func TestBurstManyConns(t *testing.T) {
 // burstChild dials $RDMA_TEST_N connections to $RDMA_TEST_ADDR at the
 // default options (soft), says "ready", then for each line "k m" on stdin sends
 // m messages of 64 B on each of its first k connections, all at once,
-// waits for them and prints the time it took in nanoseconds.
+// waits for them and prints the time it took in nanoseconds, then when
+// the median, the 90th percentile and the last connection were done.
 func burstChild() int {
 	n, _ := strconv.Atoi(os.Getenv("RDMA_TEST_N"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -161,8 +167,10 @@ func burstChild() int {
 		start := time.Now()
 		var failed atomic.Value
 		var wg sync.WaitGroup
+		took := make([]time.Duration, k)
 		for i := range k {
 			wg.Go(func() {
+				defer func() { took[i] = time.Since(start) }()
 				fs := make([]*rdma.Future, m)
 				for j := range fs {
 					fs[j] = conns[i].Send(bufs[i])
@@ -176,11 +184,12 @@ func burstChild() int {
 			})
 		}
 		wg.Wait()
+		slices.Sort(took)
 		if err, _ := failed.Load().(error); err != nil {
 			fmt.Println("child:", err)
 			return 1
 		}
-		fmt.Println(time.Since(start).Nanoseconds())
+		fmt.Println(time.Since(start).Nanoseconds(), took[k/2].Nanoseconds(), took[k*9/10].Nanoseconds(), took[k-1].Nanoseconds())
 	}
 	return 0
 }

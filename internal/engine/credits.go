@@ -94,6 +94,7 @@ type creditQueue struct {
 	byConn   map[Grantee]*creditWaiter
 	wantSum  int64                        // want over ws
 	reserved Grantee                      // the waiter the free receives are kept for, if any
+	since    time.Time                    // when reserved became the waiter it is (recallLocked)
 	n        atomic.Int32                 // len(ws), for a look without the lock
 	solo     atomic.Pointer[creditWaiter] // the one waiter when there is one, for OthersWait
 }
@@ -190,6 +191,7 @@ func (s *SRQ) grantLocked(c Grantee, k int, ahead bool) int {
 func (s *SRQ) serveLocked() {
 	q := &s.wq
 	ws := q.ws
+	prev := q.reserved
 	q.reserved = nil
 	free := s.headroomLocked()
 	kept, i := 0, 0 // ws[:kept] are passed-over waiters kept in order
@@ -255,6 +257,9 @@ func (s *SRQ) serveLocked() {
 		q.ws = nil
 	}
 	q.lenChanged()
+	if q.reserved != nil && q.reserved != prev {
+		q.since = s.now() // recallLocked counts from here
+	}
 }
 
 // Ask serves a peer's request for want credits, need of them at once:
@@ -403,21 +408,41 @@ func (s *SRQ) join(c Grantee) {
 // one walks the engine's connections.
 const recallGap = time.Millisecond
 
+// recallAllAfter is how long the reserved waiter waits before every
+// connection holding credits is recalled (recallLocked).
+const recallAllAfter = 20 * time.Millisecond
+
+// now is the time for recallAllAfter: the clock, or an SRQHand's.
+// Caller holds mu.
+func (s *SRQ) now() time.Time {
+	if s.hand != nil {
+		return s.hand.now
+	}
+	return time.Now()
+}
+
 // recallLocked asks the connections on s that may hold credits they
 // cannot use now to give them back: those given credits beyond what they
 // asked for, and waiting chains whose peer holds part of them
 // (holdsChain), but not the waiter the headroom is kept for. Connections
-// that asked and were given what they asked for use it all: recalling
-// them would cost a frame each for nothing. At most once a recallGap; the retry
-// timer looks again while the reserved waiter waits. Caller holds mu.
+// that asked and were given what they asked for mostly use it all:
+// recalling them would cost a frame each for nothing. But an ask made
+// while credits were on their way to the peer may be given more than
+// its messages then need, and those credits would come back only with
+// the decay look (srqDecay): once the reserved waiter has waited
+// recallAllAfter, every connection that holds credits and does not wait
+// itself is asked. At most once a recallGap; the retry timer looks again
+// while the reserved waiter waits. Caller holds mu.
 func (s *SRQ) recallLocked() {
 	if s.wq.reserved == nil {
 		return // the waiters left wait for their own messages to be taken
 	}
 	if now := time.Now(); now.Sub(s.recallAt) >= recallGap {
 		s.recallAt = now
+		all := s.now().Sub(s.wq.since) >= recallAllAfter
 		for c := range s.members {
-			if c.CreditsOut() > 0 && c != s.wq.reserved && (c.Spare() || s.wq.holdsChain(c)) {
+			if c.CreditsOut() > 0 && c != s.wq.reserved &&
+				(c.Spare() || s.wq.holdsChain(c) || all && s.wq.byConn[c] == nil) {
 				c.Recall()
 			}
 		}

@@ -10,13 +10,15 @@ import (
 // SRQHand is a shared receive queue in a test's hand: the property tests
 // of internal/rc, which drive the connections' real grants against a
 // real SRQ. Its retry and decay timers only record that they were set
-// or fired, its clock of recalls stands still between Tick calls, and
+// or fired, its clock of recalls stands still between Tick calls (and
+// that of recallAllAfter moves only as the test fires the timers), and
 // the test fires the timers and hands over the completions. So every
 // step of such a test runs on the test's goroutine, and a failure
 // replays from its seed. Nothing else uses it.
 type SRQHand struct {
 	s                      *SRQ
 	retryFired, decayFired atomic.Bool
+	now                    time.Time // the SRQ's clock for recallAllAfter: moves only as the timers fire (under s.mu)
 }
 
 // handFarFuture is the last recall's time while recallGap has not passed.
@@ -27,6 +29,7 @@ func (s *SRQ) Hand() *SRQHand {
 	h := &SRQHand{s: s}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.hand = h
 	s.retry.Stop()
 	s.decay.Stop()
 	s.retry = time.AfterFunc(time.Hour, func() { h.retryFired.Store(true) })
@@ -76,6 +79,9 @@ func (h *SRQHand) RetryFired() bool { return h.retryFired.Load() }
 // it was set.
 func (h *SRQHand) FireRetry() {
 	h.Tick()
+	h.s.mu.Lock()
+	h.now = h.now.Add(srqRetry)
+	h.s.mu.Unlock()
 	h.s.refill(RefillRetry)
 	h.Clock()
 }
@@ -87,6 +93,7 @@ func (h *SRQHand) DecayArmed() bool { return h.s.decayArmed.Load() }
 func (h *SRQHand) FireDecay() {
 	h.s.mu.Lock()
 	h.s.decay.Stop()
+	h.now = h.now.Add(srqDecay)
 	h.s.mu.Unlock()
 	h.decayFired.Store(false)
 	h.s.decayLook()

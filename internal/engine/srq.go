@@ -63,6 +63,7 @@ type SRQ struct {
 	sges     []verbs.SGE
 	retry    *time.Timer // a refill cut short by the pool limit, or a recall, tries again
 	recallAt time.Time   // the last recall of idle credits
+	hand     *SRQHand    // a test's hand, with the clock of recallAllAfter (SRQ.now); nil but in tests
 	closed   bool
 
 	// The decay look and withdrawals (srq_withdraw.go). wmu is held by a
