@@ -426,12 +426,13 @@ func (s *SRQ) now() time.Time {
 // asked for, and waiting chains whose peer holds part of them
 // (holdsChain), but not the waiter the headroom is kept for. Connections
 // that asked and were given what they asked for mostly use it all:
-// recalling them would cost a frame each for nothing. But an ask made
-// while credits were on their way to the peer may be given more than
-// its messages then need, and those credits would come back only with
-// the decay look (srqDecay): once the reserved waiter has waited
-// recallAllAfter, every connection that holds credits and does not wait
-// itself is asked. At most once a recallGap; the retry timer looks again
+// recalling them would cost a frame each for nothing. Yet some end up
+// holding credits their messages no longer need (a 1,000-connection
+// burst showed it, TestBurstManyConns; which path leads there is not
+// pinned down), and those would come back only with the decay look
+// (srqDecay): so once the reserved waiter has waited recallAllAfter,
+// every connection that holds credits and does not wait itself is
+// asked. At most once a recallGap; the retry timer looks again
 // while the reserved waiter waits. Caller holds mu.
 func (s *SRQ) recallLocked() {
 	if s.wq.reserved == nil {
