@@ -53,6 +53,9 @@ type Grantee interface {
 	// Give records k credits given to its peer, ahead of what the peer
 	// asked for when ahead is set, and tells the peer.
 	Give(k int, ahead bool)
+	// Given is the credits given over the connection's life, as Give
+	// counts them: an ask says how many of them its peer had seen.
+	Given() uint32
 	// CreditsOut is what its peer holds or used on messages not yet here.
 	CreditsOut() int64
 	// Spare reports whether its peer may hold credits it cannot use:
@@ -264,16 +267,30 @@ func (s *SRQ) serveLocked() {
 
 // Ask serves a peer's request for want credits, need of them at once:
 // what its first waiting chain, of chain credits, lacks of what the
-// peer holds. It is served at once from the headroom when no one waits,
-// else in turn. A new ask of a connection that waits replaces its old
-// one, in its place.
-func (s *SRQ) Ask(c Grantee, want, need, chain int) {
+// peer holds, when it had seen seen of the credits given (Given). It
+// is served at once from the headroom when no one waits, else in turn.
+// A new ask of a connection that waits replaces its old one, in its
+// place. It reports whether the peer holds more than it asked for.
+//
+// The credits given that the peer had not seen when it asked (a grant
+// on its way) count toward the ask. They are counted here, under mu,
+// where every grant is made: counted before, a grant to the waiting
+// record between the count and the ask would be given twice, once to
+// the record and once more to its replacement, and the connection would
+// hold credits for messages it no longer has (a 1,000-connection burst
+// showed it, TestBurstManyConns; TestAskCountsRacingGrants).
+func (s *SRQ) Ask(c Grantee, want, need, chain int, seen uint32) (spare bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unseen := max(0, int(int32(c.Given()-seen)))
+	want -= unseen
+	if need -= unseen; need <= 0 {
+		need, chain = 1, 1 // its first chain has its credits: what else waits is asked for later
+	}
 	if want <= 0 {
 		// What it asked for was given meanwhile.
 		s.wq.remove(c)
-		return
+		return want < 0
 	}
 	need = min(max(need, 1), c.CreditCap()) // a chain needs at most the cap (Batch.Post)
 	chain = min(max(chain, need), c.CreditCap())
@@ -284,7 +301,7 @@ func (s *SRQ) Ask(c Grantee, want, need, chain int) {
 		if s.serveLocked(); s.wq.reserved != nil {
 			s.refillLocked(RefillGrant) // too few posted
 		}
-		return
+		return false
 	}
 	if room := c.CreditRoom(); s.wq.len() == 0 && room >= need {
 		// No one else waits: give what the connection may have, so that
@@ -305,13 +322,14 @@ func (s *SRQ) Ask(c Grantee, want, need, chain int) {
 		if s.headroomLocked() >= need {
 			got := s.grantLocked(c, give, give > want)
 			if got >= want {
-				return
+				return false
 			}
 			want, need, chain = want-got, 1, 1
 		}
 	}
 	s.wq.add(c, want, need, chain, false)
 	s.refillLocked(RefillGrant)
+	return false
 }
 
 // Regrant gives c back the credits of k messages its application took,
@@ -425,15 +443,15 @@ func (s *SRQ) now() time.Time {
 // cannot use now to give them back: those given credits beyond what they
 // asked for, and waiting chains whose peer holds part of them
 // (holdsChain), but not the waiter the headroom is kept for. Connections
-// that asked and were given what they asked for mostly use it all:
-// recalling them would cost a frame each for nothing. Yet some end up
-// holding credits their messages no longer need (a 1,000-connection
-// burst showed it, TestBurstManyConns; which path leads there is not
-// pinned down), and those would come back only with the decay look
-// (srqDecay): so once the reserved waiter has waited recallAllAfter,
-// every connection that holds credits and does not wait itself is
-// asked. At most once a recallGap; the retry timer looks again
-// while the reserved waiter waits. Caller holds mu.
+// that asked and were given what they asked for use it all: recalling
+// them would cost a frame each for nothing. One that holds credits
+// otherwise (an ask netted wrongly did that, until Ask counted the
+// credits on their way under mu) would give them back only at the decay
+// look (srqDecay), a second on: so once the reserved waiter has waited
+// recallAllAfter, every connection that holds credits and does not wait
+// itself is asked, which bounds the wait whatever left them there. At
+// most once a recallGap; the retry timer looks again while the reserved
+// waiter waits. Caller holds mu.
 func (s *SRQ) recallLocked() {
 	if s.wq.reserved == nil {
 		return // the waiters left wait for their own messages to be taken

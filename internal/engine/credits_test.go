@@ -14,6 +14,7 @@ import (
 type fakeGrantee struct {
 	room    int
 	out     int64
+	given   uint32
 	recalls int
 }
 
@@ -21,7 +22,9 @@ func (g *fakeGrantee) CreditRoom() int { return g.room - int(g.out) }
 func (g *fakeGrantee) CreditCap() int  { return g.room }
 func (g *fakeGrantee) Give(k int, ahead bool) {
 	g.out += int64(k)
+	g.given += uint32(k)
 }
+func (g *fakeGrantee) Given() uint32     { return g.given }
 func (g *fakeGrantee) CreditsOut() int64 { return g.out }
 func (g *fakeGrantee) Spare() bool       { return false }
 func (g *fakeGrantee) WaitsForRoom() int { return 0 }
@@ -30,13 +33,14 @@ func (g *fakeGrantee) LookQuiet() bool   { return false }
 func (g *fakeGrantee) Failed() bool      { return false }
 
 // TestRecallAllAfter: a connection given just what it asked for, which
-// its messages then did not need (they went out on credits it got
-// otherwise), holds them unused; it is neither Spare nor a waiting
-// chain, so the targeted recalls pass it over, and the credits came back
-// only with the decay look, once a second (TestBurstManyConns: the last
-// connections of a 1,000-connection burst finished 0.6-1.4 s late).
-// Once the waiter the headroom is kept for has waited recallAllAfter,
-// every connection that holds credits and does not wait is recalled.
+// it then no longer needs, is neither Spare nor a waiting chain, so the
+// targeted recalls pass it over, and its credits came back only with
+// the decay look, once a second (TestBurstManyConns: the last
+// connections of a 1,000-connection burst finished 0.6-1.4 s late; the
+// path there was an ask netted outside the lock, TestAskCountsRacingGrants
+// in internal/rc). Once the waiter the headroom is kept for has waited
+// recallAllAfter, every connection that holds credits and does not wait
+// is recalled, whatever left them there.
 func TestRecallAllAfter(t *testing.T) {
 	const depth = 8
 	e, err := Open(Config{Port: 1}, soft.Provider, "")
@@ -57,9 +61,9 @@ func TestRecallAllAfter(t *testing.T) {
 	s.join(waiter) // as SRQFor joins a connection
 	e.mu.Unlock()
 
-	s.Ask(holder, 4, 4, 4)
+	s.Ask(holder, 4, 4, 4, holder.Given())
 	require.EqualValues(t, 4, holder.out, "the holder is given what it asked for")
-	s.Ask(waiter, depth, depth, depth) // a chain of the whole queue: it waits for the holder's 4
+	s.Ask(waiter, depth, depth, depth, waiter.Given()) // a chain of the whole queue: it waits for the holder's 4
 	require.Zero(t, waiter.out)
 	for range int(recallAllAfter/srqRetry) - 1 {
 		h.FireRetry()

@@ -100,6 +100,17 @@ func (h *SRQHand) FireDecay() {
 	h.Clock()
 }
 
+// Waiting is what c's record in the queue of waiters wants, and
+// whether it has one.
+func (h *SRQHand) Waiting(c Grantee) (want int, ok bool) {
+	h.s.mu.Lock()
+	defer h.s.mu.Unlock()
+	if w := h.s.wq.byConn[c]; w != nil {
+		return w.want, true
+	}
+	return 0, false
+}
+
 // Refill refills the queue as for cause.
 func (h *SRQHand) Refill(cause int) { h.s.refill(cause) }
 

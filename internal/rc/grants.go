@@ -225,20 +225,11 @@ func (g *Grants) OnAsk(want, seen, need, chain uint32) {
 	g.peerWants.Store(true)
 	g.recalled.Store(false)
 	g.spare.Store(false) // it is short: what it holds, its first chain needs
-	// Credits given that the peer had not seen when it asked (a WRITE in
-	// flight) count toward its ask; beyond it, they are spare.
-	unseen := max(0, int(int32(g.cw.Total()-seen)))
-	w := int(min(want, MaxAsk)) - unseen
-	if w < 0 {
-		g.spare.Store(true)
-	}
-	n := int(min(need, MaxAsk)) - unseen
-	ch := int(min(chain, MaxAsk))
-	if n <= 0 {
-		n, ch = 1, 1 // its first chain has its credits: what else waits is asked for later
-	}
+	w := int(min(want, MaxAsk))
 	// Under rmu, with the takes: a take between the flush and the mark
-	// would keep its credit until a batch fills.
+	// would keep its credit until a batch fills. The mark counts the
+	// whole ask, credits on their way to the peer included (the SRQ nets
+	// them, under its lock): at worst one take more goes back at once.
 	g.rmu.Lock()
 	g.giveTakenLocked(false)
 	if w > g.CreditRoom() {
@@ -247,7 +238,11 @@ func (g *Grants) OnAsk(want, seen, need, chain uint32) {
 		g.short.And(^uint32(shortAsk))
 	}
 	g.rmu.Unlock()
-	g.srq.Ask(g, w, n, ch)
+	// Credits given that the peer had not seen when it asked (a WRITE in
+	// flight) count toward its ask; beyond it, they are spare.
+	if g.srq.Ask(g, w, int(min(need, MaxAsk)), int(min(chain, MaxAsk)), seen) {
+		g.spare.Store(true)
+	}
 	// Answer at once when the peer has credits it has not seen (a WRITE
 	// in flight); else the next grant answers.
 	if !g.creditQueued.Swap(true) {
@@ -319,6 +314,10 @@ func (g *Grants) Give(k int, ahead bool) {
 
 // CreditsOut is what the peer holds or used on messages not yet here.
 func (g *Grants) CreditsOut() int64 { return g.creditOut.Load() }
+
+// Given is the credits given over the connection's life: Give adds
+// them, under the SRQ's lock, before it returns.
+func (g *Grants) Given() uint32 { return g.cw.Total() }
 
 // Spare reports whether the peer was given credits ahead of its asks.
 func (g *Grants) Spare() bool { return g.spare.Load() }

@@ -101,6 +101,7 @@ type propInert struct{}
 func (propInert) CreditRoom() int   { return 0 }
 func (propInert) CreditCap() int    { return 0 }
 func (propInert) Give(int, bool)    {}
+func (propInert) Given() uint32     { return 0 }
 func (propInert) CreditsOut() int64 { return 0 }
 func (propInert) Spare() bool       { return false }
 func (propInert) WaitsForRoom() int { return 0 }
