@@ -174,6 +174,13 @@ func CreditIdleArmed(c *Conn) bool {
 	return c.rc.SQ.IdleArmed()
 }
 
+// CreditsGiven is what c's peer holds of the credits c gave it (or used
+// on messages not here yet), and whether some were given ahead of its
+// asks (Spare).
+func CreditsGiven(c *Conn) (out int64, ahead bool) {
+	return c.rc.Grants.CreditsOut(), c.rc.Grants.Spare()
+}
+
 // SendRawControl writes b to c's control channel as it is, as a hostile
 // peer could: a frame header with any length, or bytes of no frame.
 func SendRawControl(c *Conn, b []byte) error {
