@@ -708,6 +708,16 @@ const (
 // fires in a second, the decay look's and the idle timers' period.
 const propRetriesPerSecond = 200
 
+// propPromptRetries bounds the retries in a row, with nothing else to
+// run, that propPromptly allows: the first waiter's wait of
+// recallAllAfter (20 ms, 4 retries), after which every connection
+// holding credits is recalled, and a retry more for the recall to go
+// out; the recalls' answers are steps, not retries. (The walks of
+// TestGrantsPropProgress pass with a bound of 1 as well: their waiters
+// are served by the targeted recalls within a retry.) It was a second's
+// worth, 200, before the recall of every holder.
+const propPromptRetries = 6
+
 // settle runs the steps that answer recalls, complete sends and WRITEs,
 // hand messages over and let the applications take them, in a random
 // order, and, whenever nothing else can run, the timers p lets fire,
@@ -733,7 +743,11 @@ func (r *propRig) settle(limit int, p propPace) (seconds int) {
 		}
 		r.steps++
 		retry := r.s.RetryArmed()
-		if retry && retries < propRetriesPerSecond {
+		bound := propRetriesPerSecond
+		if p == propPromptly {
+			bound = propPromptRetries
+		}
+		if retry && retries < bound {
 			retries++
 			r.ran.retries++
 			r.logf("retry")
