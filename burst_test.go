@@ -82,26 +82,27 @@ func TestBurstManyConns(t *testing.T) {
 		// has run for it.
 		require.Eventually(t, func() bool { return got.Load()-before == total }, time.Minute, time.Millisecond,
 			"messages the server took: %d of %d", got.Load()-before, total)
-		// Every message is here, so a connection's peer holds only
-		// credits given ahead of its asks, which its idle give-back
-		// returns a second on. Credits given as asked went to the
-		// messages asked for: any left over were served twice
+		// Every message is here, so no connection waits for credits (an
+		// ask still on its way finds them given), and a connection's
+		// peer holds only credits given ahead of its asks, which its idle
+		// give-back returns a second on. Credits given as asked went to
+		// the messages asked for: any left over were served twice
 		// (TestAskCountsRacingGrants) and would come back only at a
-		// recall or the idle give-back. (A connection may still wait, for
-		// credits of its takes to give ahead, passed over while its peer
-		// holds its cap: that record goes with the idle give-back.)
+		// recall or the idle give-back.
+		var waiting int
 		var held []string
 		for deadline := time.Now().Add(300 * time.Millisecond); ; time.Sleep(5 * time.Millisecond) {
-			held = held[:0]
+			waiting, held = rdma.SharedRecvStats(accepted[0]).Waiting, held[:0]
 			for i, c := range accepted {
 				if out, ahead := rdma.CreditsGiven(c); out > 0 && !ahead {
 					held = append(held, fmt.Sprintf("connection %d: %d", i, out))
 				}
 			}
-			if len(held) == 0 || time.Now().After(deadline) {
+			if waiting == 0 && len(held) == 0 || time.Now().After(deadline) {
 				break
 			}
 		}
+		assert.Zero(t, waiting, "%d connections: connections waiting for credits after every message arrived", k)
 		assert.Empty(t, held, "%d connections: credits given as asked and not used after every message arrived", k)
 		return time.Duration(ns)
 	}

@@ -84,11 +84,15 @@ const MaxAsk = 1 << 16
 // creditWaiter is a connection waiting for credits.
 type creditWaiter struct {
 	c     Grantee
-	want  int  // credits its peer's messages waiting need, less those given since it asked
-	need  int  // the least grant that lets its first waiting chain go; 0 once that was given
-	chain int  // the credits of that chain; need is what the peer lacks of them
-	ahead bool // want includes credits of messages taken, given back before the peer asks
+	want  int // credits its peer's messages waiting need, less those given since it asked
+	need  int // the least grant that lets its first waiting chain go; 0 once that was given
+	chain int // the credits of that chain; need is what the peer lacks of them
+	extra int // of want, credits of messages taken, to give back before the peer asks (Regrant); the rest it asked for
 }
+
+// asked is the part of w's want that its peer asked for: a grant serves
+// it before the extra.
+func (w *creditWaiter) asked() int { return w.want - w.extra }
 
 // creditQueue is the waiting connections of an SRQ, oldest first. It is
 // under the SRQ's mu; n is read without it.
@@ -136,12 +140,13 @@ func (q *creditQueue) holdsChain(c Grantee) bool {
 }
 
 // add queues c for want credits, need of them at once for a chain of
-// chain; ahead when they are given back before the peer asks.
-func (q *creditQueue) add(c Grantee, want, need, chain int, ahead bool) {
+// chain; extra of them are credits of takes to give back before the
+// peer asks.
+func (q *creditQueue) add(c Grantee, want, need, chain, extra int) {
 	if q.byConn == nil {
 		q.byConn = map[Grantee]*creditWaiter{}
 	}
-	w := &creditWaiter{c: c, want: want, need: need, chain: chain, ahead: ahead}
+	w := &creditWaiter{c: c, want: want, need: need, chain: chain, extra: extra}
 	q.ws = append(q.ws, w)
 	q.byConn[c] = w
 	q.wantSum += int64(want)
@@ -219,6 +224,14 @@ func (s *SRQ) serveLocked() {
 			}
 		}
 		if room < need {
+			if w.asked() == 0 {
+				// Its peer holds its cap and asked for nothing more:
+				// what it waits for is only credits of takes to give
+				// ahead, which its next takes give anyway (Regrant).
+				q.wantSum -= int64(w.want)
+				delete(q.byConn, c)
+				continue
+			}
 			// Its own messages fill its cap: served once it takes them.
 			// A single message's credits come back in a batch, or at
 			// once when its peer holds none (Conn.tookLocked): until
@@ -231,9 +244,11 @@ func (s *SRQ) serveLocked() {
 			q.reserved = c
 			break
 		}
-		got := s.grantLocked(c, min(w.want, room, free), w.ahead)
+		k := min(w.want, room, free)
+		got := s.grantLocked(c, k, k > w.asked()) // the asked part first
 		free -= got
 		w.want -= got
+		w.extra = min(w.extra, w.want)
 		w.need = 0
 		q.wantSum -= int64(got)
 		switch {
@@ -241,6 +256,11 @@ func (s *SRQ) serveLocked() {
 			delete(q.byConn, c)
 		case free == 0:
 			q.reserved = c // it stays first for the rest
+		case w.asked() == 0:
+			// Its cap cut the grant, and all it waits for is credits
+			// of takes to give ahead: its next takes give them.
+			q.wantSum -= int64(w.want)
+			delete(q.byConn, c)
 		default:
 			// Its cap cut the grant: served again once it takes messages.
 			ws[kept] = w
@@ -297,7 +317,7 @@ func (s *SRQ) Ask(c Grantee, want, need, chain int, seen uint32) (spare bool) {
 	want = max(want, need)
 	if w := s.wq.byConn[c]; w != nil {
 		s.wq.wantSum += int64(want - w.want)
-		w.want, w.need, w.chain = want, need, chain
+		w.want, w.need, w.chain, w.extra = want, need, chain, 0
 		if s.serveLocked(); s.wq.reserved != nil {
 			s.refillLocked(RefillGrant) // too few posted
 		}
@@ -327,7 +347,7 @@ func (s *SRQ) Ask(c Grantee, want, need, chain int, seen uint32) (spare bool) {
 			want, need, chain = want-got, 1, 1
 		}
 	}
-	s.wq.add(c, want, need, chain, false)
+	s.wq.add(c, want, need, chain, 0)
 	s.refillLocked(RefillGrant)
 	return false
 }
@@ -345,7 +365,7 @@ func (s *SRQ) Regrant(c Grantee, k int) {
 		// its own messages to be taken: these add to what it is given.
 		d := min(w.want+k, MaxAsk) - w.want
 		w.want += d
-		w.ahead = true
+		w.extra += d
 		s.wq.wantSum += int64(d)
 		if s.serveLocked(); s.wq.reserved != nil {
 			s.refillLocked(RefillGrant) // too few posted
@@ -358,7 +378,7 @@ func (s *SRQ) Regrant(c Grantee, k int) {
 			// Too few receives posted: the refill gives the rest.
 			s.refillForLocked(RefillGrant, int64(k-got))
 			if got += s.grantLocked(c, k-got, true); got < k {
-				s.wq.add(c, k-got, 1, 1, true)
+				s.wq.add(c, k-got, 1, 1, k-got)
 			}
 		}
 	}

@@ -74,3 +74,46 @@ func TestRecallAllAfter(t *testing.T) {
 	assert.Positive(t, holder.recalls, "the waiter waited recallAllAfter: the holder is recalled")
 	assert.Zero(t, waiter.recalls, "not the waiter the headroom is kept for")
 }
+
+// TestTakesAheadDoNotWait: a connection that streams alone waits for
+// what it asked for, and the credits of its takes are added to its wait,
+// to give ahead. Once its cap cuts a grant and what is left is only
+// those, it waits no more: it asked for nothing more, and its next takes
+// give them anyway. It stayed in the queue, passed over until its peer's
+// idle give-back a second on, and while it did every other connection
+// gave each take's credit back on its own (OthersWait) and asked through
+// the queue (TestBurstManyConns found one after a burst).
+func TestTakesAheadDoNotWait(t *testing.T) {
+	const depth, cap = 16, 4
+	e, err := Open(Config{Port: 1}, soft.Provider, "")
+	require.NoError(t, err)
+	defer func() { require.NoError(t, e.Release()) }()
+	e.Cfg.SharedRecvs = depth
+	c := &fakeGrantee{room: cap}
+	s, err := e.SRQFor(64, c)
+	require.NoError(t, err)
+	h := s.Hand()
+	defer func() {
+		s.Leave(c, 0, int(c.out))
+		h.Stop()
+		require.NoError(t, e.DropSRQ(s))
+	}()
+
+	s.Ask(c, cap+2, 1, 1, c.Given())
+	require.EqualValues(t, cap, c.out, "its cap cuts the grant")
+	want, waits := h.Waiting(c)
+	require.True(t, waits)
+	require.Equal(t, 2, want, "it waits for the rest of what it asked for")
+
+	// Its cap's messages arrive and are taken; their credits come back.
+	for range cap {
+		s.Arrived()
+	}
+	c.out -= cap
+	s.Taken(cap)
+	s.Regrant(c, cap)
+	assert.EqualValues(t, cap, c.out, "served again up to its cap: the 2 it asked for and 2 of its takes")
+	_, waits = h.Waiting(c)
+	assert.False(t, waits, "only credits of its takes are left to give: it does not wait for them")
+	assert.Zero(t, s.Stats().Waiting)
+}
