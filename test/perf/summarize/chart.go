@@ -329,7 +329,7 @@ func panel(img *image.RGBA, x0, y0, x1, y1 int, title string, ss []series, order
 
 // ratioChart draws, for each test and size, the median of every tool
 // divided by perftest's (perftest = 1), with issue 18's targets as red
-// marks (the stream's, issue 19's, at 0.9 or 1.5 times the async bar). For
+// marks (the stream's at 0.9 or 1.2 times the async bar). For
 // latency lower is better, for bandwidth higher.
 func ratioChart(pts []Point) image.Image {
 	slots := slices.Clone(tools)
@@ -401,7 +401,7 @@ func ratioChart(pts []Point) image.Image {
 	}
 	note := "RED MARK: ISSUE 18 TARGET. "
 	if slices.Contains(slots, "stream") {
-		note = "RED MARK: ISSUE 18 TARGET (STREAM: ISSUE 19, 0.9X ASYNC BW, 1.5X ASYNC LAT). "
+		note = "RED MARK: ISSUE 18 TARGET (STREAM: 0.9X ASYNC BW, 1.2X ASYNC LAT). "
 	}
 	text(img, left, H-22, note+"SOFT-ROCE UNDER QEMU TCG: RATIOS ONLY, NOT HARDWARE SPEED", black, 2)
 	return img

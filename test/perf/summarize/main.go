@@ -86,15 +86,16 @@ func targetsOf(test string, size int) map[string]float64 {
 	return nil
 }
 
-// asyncTargetsOf are issue 19's targets as ratios to the async API: the
-// stream's send_bw at 64 KiB is to reach 0.9x the async API's, and its
-// 8 B latency at most 1.5x the async API's send_lat.
+// asyncTargetsOf are the stream's targets as ratios to the async API:
+// its send_bw at 64 KiB is to reach 0.9x the async API's (issue 19), and
+// its 8 B latency at most 1.2x the async API's send_lat (issue 33; issue
+// 19 asked 1.5x).
 func asyncTargetsOf(test string, size int) map[string]float64 {
 	switch {
 	case test == "send_bw" && size == 64<<10:
 		return map[string]float64{"stream": 0.9}
 	case test == "send_lat" && size == 8:
-		return map[string]float64{"stream": 1.5}
+		return map[string]float64{"stream": 1.2}
 	}
 	return nil
 }
