@@ -89,21 +89,16 @@ func TestBurstManyConns(t *testing.T) {
 		// the messages asked for: any left over were served twice
 		// (TestAskCountsRacingGrants) and would come back only at a
 		// recall or the idle give-back.
-		var waiting int
-		var held []string
-		for deadline := time.Now().Add(300 * time.Millisecond); ; time.Sleep(5 * time.Millisecond) {
-			waiting, held = rdma.SharedRecvStats(accepted[0]).Waiting, held[:0]
-			for i, c := range accepted {
-				if out, ahead := rdma.CreditsGiven(c); out > 0 && !ahead {
+		assert.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.Zero(c, rdma.SharedRecvStats(accepted[0]).Waiting, "%d connections: connections waiting for credits after every message arrived", k)
+			var held []string
+			for i, conn := range accepted {
+				if out, ahead := rdma.CreditsGiven(conn); out > 0 && !ahead {
 					held = append(held, fmt.Sprintf("connection %d: %d", i, out))
 				}
 			}
-			if waiting == 0 && len(held) == 0 || time.Now().After(deadline) {
-				break
-			}
-		}
-		assert.Zero(t, waiting, "%d connections: connections waiting for credits after every message arrived", k)
-		assert.Empty(t, held, "%d connections: credits given as asked and not used after every message arrived", k)
+			assert.Empty(c, held, "%d connections: credits given as asked and not used after every message arrived", k)
+		}, 300*time.Millisecond, 5*time.Millisecond)
 		return time.Duration(ns)
 	}
 	// The baseline: the slowest of two, since a loaded machine makes it
