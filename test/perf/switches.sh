@@ -9,22 +9,27 @@
 # usec), then, for the tool's processes (server and client): all their
 # context switches, sysmon's sleeps (runtime.usleep from runtime.sysmon),
 # sysmon's retakes (handoffp from sysmon), and the most frequent call
-# chains (user frames only, innermost first).
+# chains (user frames only, innermost first). With -S, instead: the
+# scheduler's record of the run (`perf sched record`) and, per command,
+# how long its threads waited for a CPU once woken (`perf sched latency`:
+# switches, average and largest delay), the async API also with --poll
+# adaptive.
 #
-# Usage: test/perf/switches.sh [-r ROUNDS] [-n ITERS] [-T TEST] [-B BASE]
+# Usage: test/perf/switches.sh [-r ROUNDS] [-n ITERS] [-T TEST] [-B BASE] [-S]
 #   ROUNDS (2), ITERS (2000), TEST send_lat or write_lat (send_lat),
 #   BASE a revision whose async API runs beside (e.g. 7ecbba6)
 # Needs what test/vm/setup.sh installs, plus linux-perf (installed here).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-ROUNDS=2 N=2000 TEST=send_lat BASE=
-while getopts ":r:n:T:B:" opt; do
+ROUNDS=2 N=2000 TEST=send_lat BASE= SCHED=0
+while getopts ":r:n:T:B:S" opt; do
   case $opt in
     r) ROUNDS=$OPTARG ;;
     n) N=$OPTARG ;;
     T) TEST=$OPTARG ;;
     B) BASE=$OPTARG ;;
-    *) sed -n '2,17p' "$0" >&2; exit 2 ;;
+    S) SCHED=1 ;;
+    *) sed -n '2,22p' "$0" >&2; exit 2 ;;
   esac
 done
 case $TEST in send_lat | write_lat) ;; *) echo "switches.sh: -T send_lat or write_lat" >&2; exit 2 ;; esac
@@ -36,7 +41,7 @@ mkdir "$tmp/job"
 [ -z "$BASE" ] || "$ROOT/test/perf/rdmaperf-at.sh" "$BASE" "$tmp/job/rdmaperf-base"
 cat > "$tmp/job/guest.sh" <<'GUEST'
 set -u
-ROUNDS=$1 N=$2 TEST=$3 IP0=$RDMA_VM_IP0 GIDX=$RDMA_VM_GID_INDEX
+ROUNDS=$1 N=$2 TEST=$3 SCHED=$4 IP0=$RDMA_VM_IP0 GIDX=$RDMA_VM_GID_INDEX
 kind=${TEST%_lat}
 for b in /job/rdmaperf-*; do perf probe -q -x "$b" runtime.handoffp >/dev/null 2>&1; done
 # run NAME COMM SERVER CLIENT
@@ -44,6 +49,15 @@ run() {
   local name=$1 comm=$2 srv=$3 cli=$4 sp
   timeout 120 bash -c "$srv" > /tmp/s.out 2>&1 &
   sp=$!
+  if [ "$SCHED" = 1 ]; then
+    perf sched record -q -a -o /tmp/p.data -- bash -c "
+      for i in \$(seq 60); do timeout 120 bash -c '$cli' > /tmp/c.out 2>&1 && exit 0; sleep 0.25; done; exit 1" >/dev/null 2>&1
+    wait "$sp"
+    echo "=== $name: $(awk '$1 ~ /^[0-9]+$/ && NF >= 8' /tmp/c.out | tail -1)"
+    # The tool's threads: runtime, switches, average and largest delay.
+    perf sched latency -i /tmp/p.data --sort max 2>/dev/null | grep -F " ${comm:0:15}" | awk -F'|' '{ print "   " $1 "|" $2 "|" $3 "|" $4 "|" $5 }'
+    return
+  fi
   perf record -q -e sched:sched_switch -e 'probe_rdmaperf*:*' -g -a -o /tmp/p.data -- bash -c "
     for i in \$(seq 60); do timeout 120 bash -c '$cli' > /tmp/c.out 2>&1 && exit 0; sleep 0.25; done; exit 1" >/dev/null 2>&1
   wait "$sp"
@@ -70,8 +84,10 @@ for r in $(seq "$ROUNDS"); do
     [ -x "$b" ] || continue
     run "$t" "${b##*/}" "$b $TEST --api $api -d rxe0 -p 18600 -s 8 -n $N" "$b $TEST --api $api -d rxe1 -p 18600 -s 8 -n $N $IP0"
   done
+  [ "$SCHED" = 1 ] && run async_adaptive rdmaperf-head "/job/rdmaperf-head $TEST --api async --poll adaptive -d rxe0 -p 18600 -s 8 -n $N" \
+    "/job/rdmaperf-head $TEST --api async --poll adaptive -d rxe1 -p 18600 -s 8 -n $N $IP0"
 done
 GUEST
 files=(-f "$tmp/job/rdmaperf-head")
 [ -z "$BASE" ] || files+=(-f "$tmp/job/rdmaperf-base")
-TIMEOUT=${TIMEOUT:-900} "$ROOT/test/vm/run.sh" "${files[@]}" "$tmp/job/guest.sh" "$ROUNDS" "$N" "$TEST"
+TIMEOUT=${TIMEOUT:-900} "$ROOT/test/vm/run.sh" "${files[@]}" "$tmp/job/guest.sh" "$ROUNDS" "$N" "$TEST" "$SCHED"
