@@ -599,6 +599,9 @@ func (s *asyncSide) clientLat(ctx context.Context, o *oob, size int) (result, er
 		if p.test != "read_lat" {
 			d /= 2
 		}
+		if d >= slowAfter {
+			slowRoundTrip(int64(d))
+		}
 		samples = append(samples, d)
 		line.tick(samples)
 	}

@@ -22,3 +22,15 @@ func cycleNS() float64 {
 	})
 	return nsPerCycles
 }
+
+// slowAfter is the one-way latency from which a latency test calls
+// slowRoundTrip.
+const slowAfter = 1e6 // ns
+
+// slowRoundTrip does nothing: it is where test/perf/switches.sh -W puts a
+// uprobe to find the latency tests' slow round trips (d, the one-way
+// latency in ns, in the first argument's register) in the scheduler's
+// record of the run.
+//
+//go:noinline
+func slowRoundTrip(d int64) { _ = d }

@@ -503,6 +503,9 @@ func (s *rawSide) clientLat(o *oob, size int) (result, error) {
 		if op != verbs.OpRead {
 			d /= 2
 		}
+		if d >= slowAfter {
+			slowRoundTrip(int64(d))
+		}
 		samples = append(samples, d)
 		line.tick(samples)
 		if op == verbs.OpSend && q.posted < len(s.recvs)/2 {
