@@ -20,7 +20,10 @@ const (
 	// PollBusy spins on the CQ from a locked OS thread, and Future.Wait
 	// polls the CQ from the waiting goroutine (run to completion): the
 	// lowest latency at queue depth 1 when the waiter has a core to
-	// itself. When goroutines outnumber cores, pollers and waiters step
+	// itself. Once a Wait has polled, the poller stands by until a
+	// goroutine waits without polling (a Wait that could not, a select
+	// on Done) or, when no Wait has polled for a millisecond, a look at
+	// the CQ finds completions. When goroutines outnumber cores, pollers and waiters step
 	// back to PollAdaptive's behaviour (docs/guide.md has what that
 	// costs).
 	PollBusy

@@ -273,6 +273,9 @@ type PollerStats struct {
 	Drives   uint64 // Waits that polled the CQ
 	Driven   uint64 // completions those Waits polled (also in Completions)
 	Standbys uint64 // times a poller stood by while a Wait polled
+	// Looks counts a standing-by poller's looks at its CQ, every
+	// millisecond once no Wait has polled for one (also in Polls).
+	Looks uint64
 	// DrivesCut counts the Waits that stopped polling before their
 	// future resolved because goroutines were waiting for a CPU.
 	DrivesCut uint64
@@ -382,6 +385,7 @@ func (t *PollerStats) add(s PollerStats) {
 	t.Drives += s.Drives
 	t.Driven += s.Driven
 	t.Standbys += s.Standbys
+	t.Looks += s.Looks
 	t.DrivesCut += s.DrivesCut
 	t.Backlogs += s.Backlogs
 }

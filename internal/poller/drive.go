@@ -20,18 +20,33 @@ import (
 // So in Busy mode a waiter may drive the poller: Drive polls the CQ and
 // dispatches to the handler from the calling goroutine until its flag is
 // set. One goroutine drives at a time; the poller's own goroutine stands
-// by (blocked, using no CPU) while anyone drives, and resumes StandbyFor
-// to twice that after the last driver left, or at once if goroutines wait in
-// WaitingAdd. A completion that arrives when nobody drives is therefore
-// polled within StandbyFor by the poller, or at once by the next driver.
+// by (blocked, using no CPU) once anyone drives, and spins again only
+// when a goroutine waits for a completion without driving (WaitingAdd,
+// Resume). Meanwhile, once nobody has driven for StandbyFor, its standby
+// timer looks at the CQ every StandbyFor and handles what it finds, so a
+// completion nobody waits for (a released future's, a peer's credit
+// frame) is polled twice StandbyFor late at worst; if it found any, the
+// poller spins again.
+//
+// The poller used to resume spinning StandbyFor after the last drive
+// whatever happened. A loop that waits for its own operation and then
+// spins on memory for the peer's WRITE (rdmaperf write_lat, as
+// ib_write_lat) then had two threads spinning per process whenever an
+// answer was a millisecond late, and on two CPUs (rxe under TCG) the
+// late answers fed themselves: the second spinner keeps the CPUs full,
+// so sysmon retakes the P of every long cgo call (a post on rxe sends
+// the packet in the call) and then wakes every 20 µs for a millisecond
+// (test/perf/switches.sh -W: 10,992 of the run's 14,201 wakes of the
+// program's threads were sysmon's; 4,108 of 5,680 with this standby).
 //
 // The poll lock serializes the handler: it is called by one goroutine at
 // a time, whichever polls, as before.
 
-// StandbyFor is how long a Busy poller stays blocked after the last
-// driver left. A waiter that drives again within it (a ping-pong, a
-// window of operations) costs the poller nothing; an idle connection gets
-// its completions polled this late at worst.
+// StandbyFor is how often a standing-by Busy poller's timer looks
+// whether anyone drove since its last look, and if not, at the CQ. A
+// waiter that drives (a ping-pong, a window of operations) costs the
+// poller nothing; a completion nobody waits for is polled twice this
+// late at worst.
 const StandbyFor = time.Millisecond
 
 // driveCheckEvery is how many polls a driver makes between looks at its
@@ -119,10 +134,11 @@ func (p *Poller) Drive(ctx context.Context, flag *atomic.Uint32) bool {
 }
 
 // leave ends a drive: the poller resumes at once if goroutines are
-// blocked waiting (they need someone to poll), else after StandbyFor.
+// blocked waiting (they need someone to poll); otherwise its standby
+// timer looks at the CQ (no timer call per Wait).
 func (p *Poller) leave() {
 	p.driving.Store(false)
-	p.leaves.Add(1) // the standby timer looks at it; no timer call per Wait
+	p.leaves.Add(1) // the standby timer looks at it
 	if p.waiting.Load() > 0 {
 		p.resumeNow()
 	}
@@ -154,16 +170,42 @@ func (p *Poller) resumeNow() {
 }
 
 // standbyExpired runs on the standby timer, armed when the poller
-// starts standing by. While someone drives, or drove since the timer's
-// last look, it looks again StandbyFor later; otherwise the poller
-// resumes. So the poller resumes StandbyFor to twice that after the last
-// drive, and a Wait costs an atomic add here rather than a timer reset.
+// starts standing by, and re-arms it while the poller stands by. While
+// goroutines drive (one drove since its last look), they poll for
+// everyone. Once none has for StandbyFor, it polls the CQ once and hands
+// what it finds to the handler; if it found anything, nobody drives for
+// the traffic, and the poller spins again. So a completion nobody waits
+// for is polled StandbyFor to twice that late, and while drivers still
+// come by the timer neither polls nor wakes the poller (a ping-pong's
+// SEND completion is left for the next drive).
 func (p *Poller) standbyExpired() {
-	if n := p.leaves.Load(); p.seen.Swap(n) != n || p.driving.Load() {
-		p.standby.Reset(p.standbyFor)
-		return
+	if !p.standing.Load() {
+		return // the poller spins again; waitDrivers re-arms the timer
 	}
-	p.Resume()
+	if l := p.leaves.Load(); p.seen.Swap(l) == l && !p.driving.Load() && p.mu.TryLock() {
+		if p.ended.Load() || p.stop.Load() {
+			p.mu.Unlock()
+			return
+		}
+		n, err := verbs.PollSpin(p.cq, p.wc, 1)
+		if n > 0 {
+			p.h.Completions(p.wc[:n:n])
+			p.st.batches.Add(1)
+			p.st.completions.Add(uint64(n))
+		} else {
+			p.st.empty.Add(1)
+		}
+		p.st.looks.Add(1)
+		p.mu.Unlock()
+		if n > 0 || err != nil {
+			// Not Resume, which leaves a poller whose driver came back
+			// meanwhile blocked with no timer armed: waitDrivers re-arms
+			// it. An error: the poller's own poll meets it and stops.
+			p.resumeNow()
+			return
+		}
+	}
+	p.standby.Reset(p.standbyFor)
 }
 
 // waitDrivers blocks the poller's goroutine while a driver drives. It
@@ -171,11 +213,13 @@ func (p *Poller) standbyExpired() {
 func (p *Poller) waitDrivers() {
 	for p.driving.Load() && !p.stop.Load() {
 		p.st.standbys.Add(1)
+		p.standing.Store(true)
 		p.standby.Reset(p.standbyFor)
 		select {
 		case <-p.resume:
 		case <-p.ctx.Done():
 		}
+		p.standing.Store(false)
 	}
 }
 

@@ -159,6 +159,46 @@ func TestStandbyEnds(t *testing.T) {
 	}
 }
 
+// TestStandbyLooksWithoutSpinning: once a drive has ended and nobody
+// waits, a standing-by poller does not spin again; its timer looks at
+// the CQ every StandbyFor instead. A completion that comes then is
+// handled by a look, not a driver, and the poller spins again. (It used
+// to resume spinning StandbyFor after the last drive whatever happened:
+// two spinners per process in a loop that waits for its WRITE and then
+// spins on memory, drive.go.)
+func TestStandbyLooksWithoutSpinning(t *testing.T) {
+	cq := newFakeCQ(64, nil)
+	h := newFlagger(2, 2)
+	p, err := New(cq, nil, h, Config{Mode: Busy, noCrowdCut: true})
+	require.NoError(t, err)
+	require.NoError(t, p.Start())
+	defer p.Close()
+	drove := startDriving(t, p, context.Background(), &h.flags[0])
+	cq.push1(0)
+	require.True(t, recvOrFail(t, drove, "driver returns"))
+	// The poller's own polls: a spinning one publishes them every
+	// flushEvery empty polls, thousands a millisecond on a fake CQ.
+	own := func(s Stats) uint64 { return s.Polls - s.Looks }
+	before := p.Stats()
+	require.True(t, spinUntil(func() bool { return p.Stats().Looks >= before.Looks+5 }),
+		"the standby timer did not look: %+v", p.Stats())
+	after := p.Stats()
+	assert.Equal(t, own(before), own(after), "the poller polled while standing by with nobody waiting")
+	assert.Equal(t, before.Standbys, after.Standbys)
+
+	cq.push1(1)
+	waitOrFail(t, h.done, "a look handles the completion", p)
+	s := p.Stats()
+	assert.Equal(t, after.Driven, s.Driven, "a completion counted as driven with nobody driving")
+	require.True(t, spinUntil(func() bool { return own(p.Stats()) > own(s) }),
+		"the poller did not spin again after a look found a completion: %+v", p.Stats())
+	// The timer, should it fire while the poller spins, neither looks
+	// nor re-arms.
+	looks := p.Stats().Looks
+	p.standbyExpired()
+	assert.Equal(t, looks, p.Stats().Looks, "the standby timer looked while the poller spun")
+}
+
 // closeCheckCQ fails a Poll that comes after the poller's Close has
 // returned: the owner may destroy the CQ then.
 type closeCheckCQ struct {

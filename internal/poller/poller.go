@@ -23,8 +23,10 @@ const (
 	// the zero Mode and the default.
 	Adaptive Mode = iota
 	// Busy spins while the CPU is free. It holds an OS thread and a P,
-	// except while a waiting goroutine polls the CQ itself (Drive): then
-	// it stands by. When goroutines wait for a P, drivers give up and
+	// except once a waiting goroutine has polled the CQ itself (Drive):
+	// then it stands by until a goroutine waits without driving, its
+	// timer looking at the CQ once nobody has driven for StandbyFor
+	// (drive.go). When goroutines wait for a P, drivers give up and
 	// block and the poller parks on its completion channel, as Adaptive
 	// does; under a backlog it is Adaptive for a millisecond. With 16
 	// goroutines on 2 cores this took Busy from about 5× Adaptive's time
@@ -284,10 +286,11 @@ type Poller struct {
 	driving    atomic.Bool
 	waiting    atomic.Int32
 	resume     chan struct{} // one slot: wakes the poller from standby
-	standby    *time.Timer
-	standbyFor time.Duration // StandbyFor; tests change it
+	standing   atomic.Bool   // the poller is blocked in waitDrivers
 	leaves     atomic.Uint64 // drives ended; the standby timer reads it
 	seen       atomic.Uint64 // leaves at the standby timer's last look
+	standby    *time.Timer
+	standbyFor time.Duration // StandbyFor; tests change it
 	dsched     schedProbe    // the driver's (one at a time: driving)
 	dempty     uint64        // the drivers' empty polls, across drives (driving)
 	crowdAt    atomic.Int64  // nanotime of the last backlog seen (crowd); 0: none lately

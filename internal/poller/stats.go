@@ -37,6 +37,9 @@ type Stats struct {
 	Drives   uint64 // Drive calls that drove
 	Driven   uint64 // completions a driver polled (also in Completions)
 	Standbys uint64 // times the poller blocked while a driver drove
+	// Looks counts the standby timer's polls of the CQ once nobody had
+	// driven for StandbyFor (also in Polls).
+	Looks uint64
 	// DrivesCut counts the drives that ended before their future
 	// resolved because goroutines were waiting for a P.
 	DrivesCut uint64
@@ -65,6 +68,7 @@ type counters struct {
 	drives       atomic.Uint64
 	driven       atomic.Uint64
 	standbys     atomic.Uint64
+	looks        atomic.Uint64
 	drivesCut    atomic.Uint64
 	backlogs     atomic.Uint64
 }
@@ -92,6 +96,7 @@ func (p *Poller) Stats() Stats {
 		Drives:       c.drives.Load(),
 		Driven:       c.driven.Load(),
 		Standbys:     c.standbys.Load(),
+		Looks:        c.looks.Load(),
 		DrivesCut:    c.drivesCut.Load(),
 		Backlogs:     c.backlogs.Load(),
 	}

@@ -264,6 +264,7 @@ var pollerCounters = []pollerCounter{
 	{newMetric("poller", "drives_total", "Drive calls that drove (busy mode).", counter, engineLabels), func(e rdma.EngineStats) uint64 { return e.Pollers.Drives }},
 	{newMetric("poller", "driven_total", "Completions a driver polled (busy mode; also in completions_total).", counter, engineLabels), func(e rdma.EngineStats) uint64 { return e.Pollers.Driven }},
 	{newMetric("poller", "standbys_total", "Times a poller blocked while a driver drove (busy mode).", counter, engineLabels), func(e rdma.EngineStats) uint64 { return e.Pollers.Standbys }},
+	{newMetric("poller", "looks_total", "Times a standing-by poller looked at its CQ while nobody drove (busy mode).", counter, engineLabels), func(e rdma.EngineStats) uint64 { return e.Pollers.Looks }},
 }
 
 // pollerMaxBatch is a maximum: engines that share their labels make the

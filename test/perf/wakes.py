@@ -11,9 +11,9 @@ still runnable), what woke them (the waker's command and its user frames,
 or where it has none or the wake came from an interrupt, the kernel's below
 the wake-up itself) and where the thread was asleep (its user frames when
 it blocked), and, for the round trips that rdmaperf marked slow
-(one way >= 1 ms), where the two CPUs' time went during them: per thread
-of the tool (client or server, and the thread's role, its most frequent
-frame of ours when it was switched out) and per other command.
+(one way >= 1 ms), where the CPUs' time went during them: for the tool's
+threads, per side (client or server) and what the thread was running when
+it was switched out (its first frame of ours), and per other command.
 """
 import collections
 import re
@@ -71,7 +71,6 @@ def main():
         if e['comm'] == tool:
             tgid[e['tid']] = e['pid']
     client = {e['pid'] for e in evs if e['name'].endswith(':slowrt')}
-    frames = collections.defaultdict(collections.Counter)  # tid -> our frame at switch-out
     switches = pre = wakeups = 0
     preempted = collections.Counter()
     woken = collections.Counter()
@@ -79,8 +78,6 @@ def main():
     for e in evs:
         if e['name'] == 'sched:sched_switch' and e['comm'] == tool:
             switches += 1
-            ours = next((u for u in e['user'] if OURS.match(u)), e['user'][0] if e['user'] else '(kernel)')
-            frames[e['tid']][ours] += 1
             if field(e['trace'], 'prev_state').startswith('R'):
                 pre += 1
                 preempted[' < '.join(e['user'][:4]) or '(kernel)'] += 1
@@ -99,26 +96,29 @@ def main():
     for k, n in woken.most_common(10):
         print(f'      {n} {k}')
 
-    def label(tid, comm):
+    def ours(chain):
+        return next((u for u in chain if OURS.match(u)), chain[0] if chain else '(kernel)')
+
+    def label(e):
+        """What the thread e switches out ran: its side and its frame of ours."""
+        tid = e['tid']
         if tid == 0:
             return 'idle'
         if tid in tgid:
             side = 'client' if tgid[tid] in client else 'server'
-            role = frames[tid].most_common(1)[0][0] if frames[tid] else '?'
-            return f'{side}[{tid}] {role}'
-        return re.sub(r'[/:]\d+$', '', comm)
+            return f'{side}: {ours(e["user"])}'
+        return re.sub(r'[/:]\d+$', '', e['comm'])
 
     # Who held each CPU when: intervals between switches.
     runs = []  # (start, end, label)
-    last = {}  # cpu -> (time, tid, comm) of the task switched in
+    last = {}  # cpu -> when the task now on it was switched in
     for e in evs:
         if e['name'] != 'sched:sched_switch':
             continue
         c, t = e['cpu'], e['t']
         if c in last:
-            t0, tid, comm = last[c]
-            runs.append((t0, t, label(tid, comm)))
-        last[c] = (t, int(field(e['trace'], 'next_pid') or 0), field(e['trace'], 'next_comm'))
+            runs.append((last[c], t, label(e)))
+        last[c] = t
     slow = [(e['t'], int(field(e['trace'], 'd') or 0) * 2 / 1e9) for e in evs if e['name'].endswith(':slowrt')]
     if not slow:
         print('    no round trip of 2 ms or more')
