@@ -153,14 +153,20 @@ func (q *creditQueue) add(c Grantee, want, need, chain, extra int) {
 	q.lenChanged()
 }
 
+// forget drops w from the index and the sum; the caller takes it out
+// of ws.
+func (q *creditQueue) forget(w *creditWaiter) {
+	delete(q.byConn, w.c)
+	q.wantSum -= int64(w.want)
+}
+
 // remove takes c's record out of the queue, if it has one.
 func (q *creditQueue) remove(c Grantee) {
 	w := q.byConn[c]
 	if w == nil {
 		return
 	}
-	delete(q.byConn, c)
-	q.wantSum -= int64(w.want)
+	q.forget(w)
 	for i, x := range q.ws {
 		if x == w {
 			q.ws = append(q.ws[:i], q.ws[i+1:]...)
@@ -207,8 +213,7 @@ func (s *SRQ) serveLocked() {
 		w := ws[i]
 		c := w.c
 		if c.Failed() || w.want <= 0 {
-			q.wantSum -= int64(w.want)
-			delete(q.byConn, c)
+			q.forget(w)
 			continue
 		}
 		room := c.CreditRoom()
@@ -228,8 +233,7 @@ func (s *SRQ) serveLocked() {
 				// Its peer holds its cap and asked for nothing more:
 				// what it waits for is only credits of takes to give
 				// ahead, which its next takes give anyway (Regrant).
-				q.wantSum -= int64(w.want)
-				delete(q.byConn, c)
+				q.forget(w)
 				continue
 			}
 			// Its own messages fill its cap: served once it takes them.
@@ -253,14 +257,13 @@ func (s *SRQ) serveLocked() {
 		q.wantSum -= int64(got)
 		switch {
 		case w.want == 0:
-			delete(q.byConn, c)
+			q.forget(w)
 		case free == 0:
 			q.reserved = c // it stays first for the rest
 		case w.asked() == 0:
 			// Its cap cut the grant, and all it waits for is credits
 			// of takes to give ahead: its next takes give them.
-			q.wantSum -= int64(w.want)
-			delete(q.byConn, c)
+			q.forget(w)
 		default:
 			// Its cap cut the grant: served again once it takes messages.
 			ws[kept] = w
