@@ -23,9 +23,9 @@ const (
 	// itself. Once a Wait has polled, the poller stands by until a
 	// goroutine waits without polling (a Wait that could not, a select
 	// on Done) or, when no Wait has polled for a millisecond, a look at
-	// the CQ finds completions. When goroutines outnumber cores, pollers and waiters step
-	// back to PollAdaptive's behaviour (docs/guide.md has what that
-	// costs).
+	// the CQ finds completions. When goroutines outnumber cores,
+	// pollers and waiters step back to PollAdaptive's behaviour
+	// (docs/guide.md has what that costs).
 	PollBusy
 	// PollEvent never spins: it parks on the completion channel whenever
 	// the CQ is empty. The least CPU, the most latency.
