@@ -157,10 +157,12 @@ func WithPollMode(m PollMode) EngineOption {
 // WithPollSpin sets how long an Adaptive poller keeps polling an empty
 // CQ before it parks on the completion channel. The default is what a
 // park and wake of the provider's channel costs, so that spinning never
-// wastes more than twice the best choice made in hindsight: 50 µs for
-// verbs (an fd waited for through the netpoller) and
-// 10 µs for soft (a Go channel). Longer spins lower latency when
-// completions come at longer gaps, at the price of a core.
+// wastes more than twice the best choice made in hindsight: for verbs (an
+// fd waited for through the netpoller) 50 µs, or, where the poller
+// measures its wake-ups to cost more (rxe in an emulated machine), as
+// long as they cost, up to 200 µs; 10 µs for soft (a Go channel). Longer
+// spins lower latency when completions come at longer gaps, at the price
+// of a core. A spin given here is used as given.
 func WithPollSpin(d time.Duration) EngineOption {
 	return engineOpt(func(c *config) error {
 		if d <= 0 {
@@ -186,7 +188,7 @@ func (c *config) pollSpin(prov string) time.Duration {
 	case prov == ProviderSoft:
 		return softSpin
 	}
-	return poller.DefaultSpin
+	return 0 // the poller's own: DefaultSpin, longer where its wakes cost more
 }
 
 // WithPollerThreadLock locks every completion poller to its own OS

@@ -282,6 +282,10 @@ type PollerStats struct {
 	// Backlogs counts the times a PollBusy engine found goroutines
 	// queued for CPUs and behaved as PollAdaptive for a millisecond.
 	Backlogs uint64
+	// LongSpins counts the PollAdaptive spins longer than 50 µs: without
+	// WithPollSpin a poller on verbs spins for as long as its wake-ups
+	// have lately cost, up to 200 µs (docs/poller.md).
+	LongSpins uint64
 }
 
 // ConnEntry is one connection's counters, with its addresses.
@@ -388,6 +392,7 @@ func (t *PollerStats) add(s PollerStats) {
 	t.Looks += s.Looks
 	t.DrivesCut += s.DrivesCut
 	t.Backlogs += s.Backlogs
+	t.LongSpins += s.LongSpins
 }
 
 func (t *ConnStats) add(s ConnStats) {

@@ -161,9 +161,9 @@ func (s *asyncSide) printStats(w io.Writer) {
 	for _, es := range rdma.AllStats() {
 		ps := es.Pollers
 		fmt.Fprintf(w, "rdmaperf: pollers: polls %d empty %d completions %d yields %d spins-cut %d parks %d events %d kicks %d "+
-			"drives %d driven %d standbys %d looks %d drives-cut %d backlogs %d\n",
+			"drives %d driven %d standbys %d looks %d drives-cut %d backlogs %d long-spins %d\n",
 			ps.Polls, ps.EmptyPolls, ps.Completions, ps.Yields, ps.SpinsCut, ps.Parks, ps.Events, ps.Kicks,
-			ps.Drives, ps.Driven, ps.Standbys, ps.Looks, ps.DrivesCut, ps.Backlogs)
+			ps.Drives, ps.Driven, ps.Standbys, ps.Looks, ps.DrivesCut, ps.Backlogs, ps.LongSpins)
 	}
 	for i, ac := range s.conns {
 		st := ac.c.Stats()

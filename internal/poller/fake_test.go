@@ -163,6 +163,9 @@ type fakeChan struct {
 	delivered atomic.Uint64
 	lost      atomic.Uint64 // blocks that broke the invariant
 	blocked   chan struct{} // if not nil, gets a token each time GetEvent blocks
+	// wakeDelay is how long a wait that its context ended takes to
+	// return: a dear wake-up, as under emulation.
+	wakeDelay time.Duration
 }
 
 func newFakeChan() *fakeChan {
@@ -222,6 +225,7 @@ func (c *fakeChan) GetEvent(ctx context.Context) (verbs.CQ, error) {
 		select {
 		case <-c.notify:
 		case <-ctx.Done():
+			time.Sleep(c.wakeDelay) // the stimulus, not a synchronisation
 		case <-c.closed:
 		}
 	}

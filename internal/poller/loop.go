@@ -16,6 +16,7 @@ type loopState struct {
 	empty    uint64 // empty polls not yet published to st.empty
 	maxBatch int
 	sched    schedProbe
+	wakeCost int64 // the mean cost of a Kick's wake, ns (window.go)
 }
 
 // schedProbe reads the runtime's count of runnable goroutines and
@@ -165,7 +166,11 @@ func (p *Poller) loop(ls *loopState) error {
 			}
 		case Adaptive:
 			if takeSpinSlot() {
-				err = p.spin(ls, p.cfg.Spin.Nanoseconds())
+				w := p.window(ls)
+				if w > p.spinMin {
+					p.st.longSpins.Add(1)
+				}
+				err = p.spin(ls, w)
 				spinners.Add(-1)
 			} else {
 				p.st.spinsDenied.Add(1)
@@ -382,6 +387,7 @@ func (p *Poller) park(ls *loopState) error {
 	// Take the wait's context before announcing the park: a Kick that
 	// sees parked cancels this very context, never one made after it.
 	ctx := p.waitCtx()
+	p.kickAt.Store(0)
 	p.parked.Store(true)
 	if p.kick.Swap(false) {
 		p.parked.Store(false)
@@ -395,6 +401,9 @@ func (p *Poller) park(ls *loopState) error {
 		if p.stop.Load() || (ctx.Err() != nil && errors.Is(err, context.Canceled)) {
 			p.kick.Store(false) // this wake served the Kick
 			p.st.wakeups.Add(1)
+			if at := p.kickAt.Swap(0); at != 0 && !p.stop.Load() && p.spinMax > p.spinMin {
+				ls.wakeSample(nanotime() - at)
+			}
 			return nil
 		}
 		return err

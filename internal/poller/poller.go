@@ -18,9 +18,9 @@ import (
 type Mode uint8
 
 const (
-	// Adaptive spins for Config.Spin after the last completion, then arms
-	// the CQ, polls once more and parks on the completion channel. It is
-	// the zero Mode and the default.
+	// Adaptive spins for Config.Spin (see window.go) after the last
+	// completion, then arms the CQ, polls once more and parks on the
+	// completion channel. It is the zero Mode and the default.
 	Adaptive Mode = iota
 	// Busy spins while the CPU is free. It holds an OS thread and a P,
 	// except once a waiting goroutine has polled the CQ itself (Drive):
@@ -89,10 +89,10 @@ type HandlerFunc func(wc []verbs.WorkCompletion)
 func (f HandlerFunc) Completions(wc []verbs.WorkCompletion) { f(wc) }
 
 // Config configures a Poller. The zero Config is the default: Adaptive,
-// batches of 64, a 50 µs spin, one yield after each burst, automatic
-// YieldEvery, and an ordinary goroutine (only Busy pollers are locked to
-// their OS threads by default). The package
-// documentation gives the measurements behind these choices.
+// batches of 64, a 50 µs spin (longer where wakes cost more), one yield
+// after each burst, automatic YieldEvery, and an ordinary goroutine
+// (only Busy pollers are locked to their OS threads by default). The
+// package documentation gives the measurements behind these choices.
 type Config struct {
 	// Mode is Adaptive (the zero value), Busy or Event.
 	Mode Mode
@@ -100,8 +100,10 @@ type Config struct {
 	// MaxBatch. Zero means DefaultBatch.
 	Batch int
 	// Spin is how long an Adaptive poller keeps polling an empty CQ
-	// after the last completion before it parks. Zero means DefaultSpin.
-	// Busy and Event ignore it.
+	// after the last completion before it parks. Zero means DefaultSpin,
+	// or, once the poller has measured its wake-ups to cost more, as
+	// long as they cost, up to MaxSpin (window.go). Busy and Event
+	// ignore it.
 	Spin time.Duration
 	// YieldEvery makes a spinning poller (Busy, and Adaptive while it
 	// spins) call runtime.Gosched after every YieldEvery consecutive empty
@@ -298,6 +300,9 @@ type Poller struct {
 
 	tid atomic.Int32 // the locked thread (ThreadID)
 
+	spinMin, spinMax int64        // an Adaptive spin's window, least and most (window.go)
+	kickAt           atomic.Int64 // when a Kick found the poller parked; 0: none since it parked
+
 	st counters
 }
 
@@ -330,6 +335,7 @@ func New(cq verbs.CQ, ch verbs.CompChannel, h Handler, cfg Config) (*Poller, err
 	if cfg.Spin < 0 {
 		return nil, fmt.Errorf("poller: %w: negative spin %v", verbs.ErrInvalid, cfg.Spin)
 	}
+	spinMin, spinMax := spinBounds(cfg.Spin)
 	if cfg.Spin == 0 {
 		cfg.Spin = DefaultSpin
 	}
@@ -351,6 +357,8 @@ func New(cq verbs.CQ, ch verbs.CompChannel, h Handler, cfg Config) (*Poller, err
 		resume:     make(chan struct{}, 1),
 		standbyFor: StandbyFor,
 		holdFor:    int64(crowdHold),
+		spinMin:    spinMin,
+		spinMax:    spinMax,
 	}
 	if d, ok := ch.(verbs.DirectChannel); ok && cfg.Mode != Busy {
 		d.SetDirect(p.direct)
@@ -453,6 +461,7 @@ func (p *Poller) Kick() {
 	}
 	p.kick.Store(true)
 	if p.parked.Load() {
+		p.kickAt.CompareAndSwap(0, nanotime()) // the wake's cost is a sample of a park's (window.go)
 		p.kmu.Lock()
 		p.kcancel()
 		p.kmu.Unlock()

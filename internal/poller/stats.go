@@ -47,6 +47,9 @@ type Stats struct {
 	// waiting for Ps (4 per P): a Busy poller then behaves as an
 	// Adaptive one, and Wait does not drive, for the next millisecond.
 	Backlogs uint64
+	// LongSpins counts the Adaptive spins longer than DefaultSpin: the
+	// poller's wakes had lately cost more (window.go).
+	LongSpins uint64
 }
 
 type counters struct {
@@ -71,6 +74,7 @@ type counters struct {
 	looks        atomic.Uint64
 	drivesCut    atomic.Uint64
 	backlogs     atomic.Uint64
+	longSpins    atomic.Uint64
 }
 
 // Stats reads the counters.
@@ -99,5 +103,6 @@ func (p *Poller) Stats() Stats {
 		Looks:        c.looks.Load(),
 		DrivesCut:    c.drivesCut.Load(),
 		Backlogs:     c.backlogs.Load(),
+		LongSpins:    c.longSpins.Load(),
 	}
 }

@@ -265,6 +265,7 @@ var pollerCounters = []pollerCounter{
 	{newMetric("poller", "driven_total", "Completions a driver polled (busy mode; also in completions_total).", counter, engineLabels), func(e rdma.EngineStats) uint64 { return e.Pollers.Driven }},
 	{newMetric("poller", "standbys_total", "Times a poller blocked while a driver drove (busy mode).", counter, engineLabels), func(e rdma.EngineStats) uint64 { return e.Pollers.Standbys }},
 	{newMetric("poller", "looks_total", "Times a standing-by poller looked at its CQ while nobody drove (busy mode).", counter, engineLabels), func(e rdma.EngineStats) uint64 { return e.Pollers.Looks }},
+	{newMetric("poller", "long_spins_total", "Adaptive spins longer than the default 50 µs, as the poller's wake-ups have lately cost more (up to 200 µs).", counter, engineLabels), func(e rdma.EngineStats) uint64 { return e.Pollers.LongSpins }},
 }
 
 // pollerMaxBatch is a maximum: engines that share their labels make the

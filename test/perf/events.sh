@@ -8,24 +8,28 @@
 # trip outlasts an Adaptive poller's 50 µs spin, so Adaptive parks as
 # Event does, and both pay the event path that perftest -e pays.
 # Prints one row per run (#bytes #iterations t_min t_max t_typical t_avg
-# t_stdev 99% 99.9%, in usec) and the counters.
+# t_stdev 99% 99.9%, in usec) and the counters. With -B, rdmaperf built
+# at BASE runs each poll mode too ("async@base"), beside the work tree's.
 #
-# Usage: test/perf/events.sh [-r ROUNDS] [-n ITERS]
+# Usage: test/perf/events.sh [-r ROUNDS] [-n ITERS] [-B BASE]
 # Needs what test/vm/setup.sh installs, plus linux-perf (installed here).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-ROUNDS=2 N=2000
-while getopts ":r:n:" opt; do
+ROUNDS=2 N=2000 BASE=
+while getopts ":r:n:B:" opt; do
   case $opt in
     r) ROUNDS=$OPTARG ;;
     n) N=$OPTARG ;;
-    *) sed -n '2,14p' "$0" >&2; exit 2 ;;
+    B) BASE=$OPTARG ;;
+    *) sed -n '2,16p' "$0" >&2; exit 2 ;;
   esac
 done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-(cd "$ROOT" && CGO_ENABLED=1 go build -o "$tmp/rdmaperf" ./cmd/rdmaperf)
-cat > "$tmp/events-guest.sh" <<'GUEST'
+mkdir "$tmp/job"
+(cd "$ROOT" && CGO_ENABLED=1 go build -o "$tmp/job/rdmaperf" ./cmd/rdmaperf)
+[ -z "$BASE" ] || "$ROOT/test/perf/rdmaperf-at.sh" "$BASE" "$tmp/job/rdmaperf-base"
+cat > "$tmp/job/events-guest.sh" <<'GUEST'
 set -u
 command -v perf >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q linux-perf >/dev/null 2>&1
 ROUNDS=$1 N=$2 P=/job/rdmaperf IP0=$RDMA_VM_IP0 GIDX=$RDMA_VM_GID_INDEX
@@ -48,9 +52,15 @@ for r in $(seq "$ROUNDS"); do
   pair perftest "ib_send_lat -d rxe0 -x $GIDX -F -s 8 -n $N" "ib_send_lat -d rxe1 -x $GIDX -F -s 8 -n $N $IP0"
   pair "perftest -e" "ib_send_lat -e -d rxe0 -x $GIDX -F -s 8 -n $N" "ib_send_lat -e -d rxe1 -x $GIDX -F -s 8 -n $N $IP0"
   for m in busy adaptive event; do
-    pair "async $m" "$P send_lat --api async --poll $m --stats -d rxe0 -p 18600 -s 8 -n $N" \
-      "$P send_lat --api async --poll $m --stats -d rxe1 -p 18600 -s 8 -n $N $IP0"
+    for b in /job/rdmaperf /job/rdmaperf-base; do
+      [ -x "$b" ] || continue
+      name="async $m"; [ "$b" = /job/rdmaperf-base ] && name="async@base $m"
+      pair "$name" "$b send_lat --api async --poll $m --stats -d rxe0 -p 18600 -s 8 -n $N" \
+        "$b send_lat --api async --poll $m --stats -d rxe1 -p 18600 -s 8 -n $N $IP0"
+    done
   done
 done
 GUEST
-TIMEOUT=${TIMEOUT:-900} "$ROOT/test/vm/run.sh" -f "$tmp/rdmaperf" "$tmp/events-guest.sh" "$ROUNDS" "$N"
+files=(-f "$tmp/job/rdmaperf")
+[ -z "$BASE" ] || files+=(-f "$tmp/job/rdmaperf-base")
+TIMEOUT=${TIMEOUT:-900} "$ROOT/test/vm/run.sh" "${files[@]}" "$tmp/job/events-guest.sh" "$ROUNDS" "$N"
