@@ -159,8 +159,8 @@ func WithPollMode(m PollMode) EngineOption {
 // park and wake of the provider's channel costs, so that spinning never
 // wastes more than twice the best choice made in hindsight: for verbs (an
 // fd waited for through the netpoller) 50 µs, or, where the poller
-// measures its wake-ups to cost more (rxe in an emulated machine), as
-// long as they cost, up to 200 µs; 10 µs for soft (a Go channel). Longer
+// measures its wake-ups to cost more (rxe in an emulated machine), twice
+// what they cost, up to 200 µs; 10 µs for soft (a Go channel). Longer
 // spins lower latency when completions come at longer gaps, at the price
 // of a core. A spin given here is used as given.
 func WithPollSpin(d time.Duration) EngineOption {

@@ -283,7 +283,7 @@ type PollerStats struct {
 	// queued for CPUs and behaved as PollAdaptive for a millisecond.
 	Backlogs uint64
 	// LongSpins counts the PollAdaptive spins longer than 50 µs: without
-	// WithPollSpin a poller on verbs spins for as long as its wake-ups
+	// WithPollSpin a poller on verbs spins for twice what its wake-ups
 	// have lately cost, up to 200 µs (docs/poller.md).
 	LongSpins uint64
 }

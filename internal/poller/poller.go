@@ -101,9 +101,9 @@ type Config struct {
 	Batch int
 	// Spin is how long an Adaptive poller keeps polling an empty CQ
 	// after the last completion before it parks. Zero means DefaultSpin,
-	// or, once the poller has measured its wake-ups to cost more, as
-	// long as they cost, up to MaxSpin (window.go). Busy and Event
-	// ignore it.
+	// or, once the poller has measured its wake-ups to cost more than
+	// half of it, twice what they cost, up to MaxSpin (window.go). Busy
+	// and Event ignore it.
 	Spin time.Duration
 	// YieldEvery makes a spinning poller (Busy, and Adaptive while it
 	// spins) call runtime.Gosched after every YieldEvery consecutive empty

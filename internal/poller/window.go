@@ -9,10 +9,10 @@ import "time"
 // ski-rental rule; docs/poller.md). DefaultSpin is that rule for a park
 // of 39-44 µs, as measured on the development machine. Where waking a
 // parked poller costs more (rxe under emulation: an 8 B ping-pong's
-// typical round trip with Adaptive pollers took 0.9-1.3 ms against 65-83
-// µs with Busy ones, every answer coming after the poller had parked,
-// test/perf/events.sh), a 50 µs spin parks before nearly every
-// completion, and each pays the dear wake.
+// typical round trip with Adaptive pollers took 0.9-1.4 ms against
+// 65-140 µs with Busy ones, nearly every answer coming after the poller
+// had parked, test/perf/events.sh), a 50 µs spin parks before nearly
+// every completion, and each pays the dear wake.
 //
 // So an Adaptive poller with the default Config.Spin measures its wakes:
 // a Kick that finds it parked (a post while it sleeps) stamps the time,
@@ -21,8 +21,9 @@ import "time"
 // netpoller, a thread woken, the goroutine run), not the kernel's
 // delivery of the event: a lower bound of a park's cost. The poller
 // spins for twice the mean of the recent samples, never less than
-// DefaultSpin nor more than MaxSpin. A poller whose events are handled where they are raised
-// (soft's DirectChannel) is never kicked and keeps DefaultSpin. An
+// DefaultSpin nor more than MaxSpin. A poller whose events are handled
+// where they are raised (soft's DirectChannel) is never kicked awake and
+// keeps DefaultSpin (rdma gives soft an explicit spin anyway). An
 // explicit Config.Spin is used as given.
 
 // MaxSpin is the longest window an Adaptive poller with the default
