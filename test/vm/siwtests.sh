@@ -24,7 +24,7 @@ ulimit -l unlimited
 rc=0 passed=0 fskips=0
 # The stream's tests that run on rdma_cm set-ups (eachProvider's
 # verbs-rdma_cm subtests).
-STREAM_CM_TESTS='^(TestStreamNettest|TestStreamBasic|TestStreamSmallWindow|TestStreamSmallRing|TestStreamReadFromWriteTo|TestStreamCloseDuringCopy|TestStreamDeadlines|TestStreamCloseUnblocks|TestStreamPeerKilled|TestStreamHTTP|TestStreamGRPC)$/^verbs-rdma_cm$'
+STREAM_CM_TESTS='^(TestStreamListenerSurvivesAbortedConnects|TestStreamNettest|TestStreamBasic|TestStreamSmallWindow|TestStreamSmallRing|TestStreamReadFromWriteTo|TestStreamCloseDuringCopy|TestStreamDeadlines|TestStreamCloseUnblocks|TestStreamPeerKilled|TestStreamHTTP|TestStreamGRPC)$/^verbs-rdma_cm$'
 run() { # NAME PKG BINARY [ENV=VALUE]... -- [ARG]...
   local name=$1 pkg=$2 bin=$PWD/$3 envs=() log=/tmp/siw-$1.log brc
   shift 3
