@@ -6,6 +6,7 @@
 # then runs the chosen benchmarks of the two alternately, ROUNDS times, so
 # that both see the same machine, and prints benchstat's comparison
 # (ns/op, B/op, allocs/op and the benchmarks' own metrics such as Gb/s).
+# A base older than the root benchmarks' slow-% metric is given it.
 #
 # Usage: scripts/bench-ab.sh [-n ROUNDS] [-t BENCHTIME] [-p "PKGS"] [-o OUT] [-P] [-V "ARGS"] BASE [PATTERN]
 #   BASE      a revision: a tag, a commit (e.g. b5710ea for v0.1.0)
@@ -54,6 +55,16 @@ trap cleanup EXIT
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 git -C "$ROOT" worktree add --detach -q "$work/base" "$base_rev"
+# A base whose root bench_test.go predates the slow-% metric (the share
+# of operations slower than 4× the median) gets the work tree's two
+# lines of it, so that benchstat compares it too.
+bt=$work/base/bench_test.go
+if [ -f "$bt" ] && ! grep -q 'slow-%' "$bt" && grep -q 'b.ReportMetric(at(0.99), "p99-us")' "$bt"; then
+  sed -i -e '/b.ReportMetric(at(0.99), "p99-us")/a\
+	slow := len(l.d) - sort.Search(len(l.d), func(i int) bool { return l.d[i] > 4*l.d[len(l.d)/2] })\
+	b.ReportMetric(100*float64(slow)/float64(len(l.d)), "slow-%")' \
+    -e '0,/^\t"slices"$/s//\t"slices"\n\t"sort"/' "$bt"
+fi
 
 # build TREE NAME: the test binaries of PKGS in TREE, as $work/bin/NAME.<pkg>.test
 build() {
