@@ -313,3 +313,20 @@ func BenchmarkKick(b *testing.B) {
 		p.Kick()
 	}
 }
+
+// BenchmarkSchedProbe: one read of the scheduler's counters, what a
+// spinner pays every clockEvery empty polls (loop.go), and the spin
+// clock's read beside it.
+func BenchmarkSchedProbe(b *testing.B) {
+	b.Run("probe", func(b *testing.B) {
+		var s schedProbe
+		for b.Loop() {
+			s.load()
+		}
+	})
+	b.Run("clock", func(b *testing.B) {
+		for b.Loop() {
+			nanotime()
+		}
+	})
+}
