@@ -1,7 +1,6 @@
 package stream_test
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -58,21 +57,7 @@ func testListenerSurvivesAbortedConnects(t *testing.T, opts []rdma.Option) {
 	t.Logf("%d of %d aborted connects reached a TCP listener", connected, aborts)
 	require.True(t, connected == 0 || connected == aborts, "connected %d of %d", connected, aborts)
 
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	acc := make(chan net.Conn, 1)
-	go func() {
-		s, _ := l.(*stream.Listener).AcceptContext(ctx)
-		acc <- s
-	}()
-	c, err := stream.Dial(ctx, "rdma", addr, opts...)
-	s := <-acc
-	if s != nil {
-		defer s.Close()
-	}
-	require.NoError(t, err, "the dial after %d aborted connects", connected)
-	defer c.Close()
-	require.NotNil(t, s, "accept after %d aborted connects", connected)
+	c, s := dialListener(t, l, opts...)
 
 	msg := []byte("still listening")
 	_, err = c.Write(msg)

@@ -104,6 +104,13 @@ func streamPair(t testing.TB, opts ...rdma.Option) (client, server *stream.Conn)
 	l, err := stream.Listen("rdma", listenAddr(t), opts...)
 	require.NoError(t, err)
 	defer l.Close()
+	return dialListener(t, l, opts...)
+}
+
+// dialListener dials l and accepts the connection, within a minute; t's
+// cleanup closes both ends.
+func dialListener(t testing.TB, l net.Listener, opts ...rdma.Option) (client, server *stream.Conn) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	acc := make(chan net.Conn, 1)
