@@ -50,7 +50,12 @@ func testStreamAutocork(t *testing.T, opts []rdma.Option) {
 	}
 
 	// A byte the server does not read yet: the peer's credits cannot
-	// cover what follows it, so only the WRITEs in flight decide.
+	// cover what follows it, so only the WRITEs in flight decide. It goes
+	// out alone, once the last lone WRITE has completed (the server read
+	// that byte, but the client may not have reaped the completion yet:
+	// then 'x' would gather with what follows, 1,001 bytes corked).
+	require.Eventually(t, func() bool { return stream.InFlight(c) == 0 }, 10*time.Second, time.Millisecond,
+		"the last lone WRITE never completed")
 	_, err := c.Write([]byte{'x'})
 	require.NoError(t, err)
 	// Hold the WRITEs in flight: a message ahead of them that completes
