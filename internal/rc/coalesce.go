@@ -16,7 +16,7 @@ import (
 // issued next join it (an inline one with its bytes copied into the
 // chain's stage, since its caller may change them at once). The chain
 // goes out, as one chain with one WR in signalEvery signaled, with the
-// first operation that finds it full (signalEvery WRs), or finds that a
+// first operation that finds it full (coalesceChain WRs), or finds that a
 // completion came since it began, or cannot join it (a Batch, an
 // atomic, a big one): so it grows at the rate completions come, and the
 // issuing goroutine posts it, as it would have posted each. Should no
@@ -29,10 +29,14 @@ import (
 // operation wait to go out in a chain; coalesceMax is the most bytes
 // one may move: a bigger one costs more than its doorbell, which it
 // keeps (on soft, 64 KiB operations that waited measured up to 17 %
-// slower in one process, and level between two).
+// slower in one process, and level between two). coalesceChain is the
+// longest chain, perftest's post list: on rxe, where a doorbell is a
+// system call, one goroutine's 2 B WRITEs through Futures measured
+// 1.22-1.29× the message rate of chains of 16 (docs/performance.md).
 const (
 	coalesceAfter = 8
 	coalesceMax   = 4096
+	coalesceChain = 64
 )
 
 // coalesceLocked puts the one-WR chain wrs (ops) in the coalescing
@@ -58,13 +62,13 @@ func (q *SendQueue) coalesceLocked(wrs []verbs.SendWR, ops []Op) bool {
 		c = queuedPool.Get().(*queuedPost)
 		c.coal, c.at = true, q.completed.Load()
 		c.wrs, c.ops = c.wrs[:0], c.ops[:0]
-		c.sges = slices.Grow(c.sges[:0], signalEvery) // never grows again: the WRs point into it
+		c.sges = slices.Grow(c.sges[:0], coalesceChain) // never grows again: the WRs point into it
 	case 1:
 		// It joins while the chain can go with it (room, credits), so
 		// a chain never waits for room, nor for credits, where its
 		// operations would have gone out one by one.
 		c = q.pending.Items()[0]
-		if !c.coal || len(c.wrs) == signalEvery || q.completed.Load() != c.at ||
+		if !c.coal || len(c.wrs) == coalesceChain || q.completed.Load() != c.at ||
 			!q.roomAfterLocked(wrs, len(c.wrs), NeedCredits(c.wrs)) {
 			return false
 		}
@@ -73,7 +77,7 @@ func (q *SendQueue) coalesceLocked(wrs []verbs.SendWR, ops []Op) bool {
 	}
 	i, o := len(c.wrs), &ops[0]
 	if inline && c.stage == nil {
-		stage, err := o.Buf.Pool().Get(signalEvery * q.inline)
+		stage, err := o.Buf.Pool().Get(coalesceChain * q.inline)
 		if err != nil {
 			if i == 0 {
 				c.free()

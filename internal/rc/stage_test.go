@@ -154,7 +154,7 @@ func TestSendQueueCoalesces(t *testing.T) {
 	pl, err := pool.New(reg, pool.Options{})
 	require.NoError(t, err)
 	defer pl.Close()
-	q, p := newSendQueue(t, 64, 64)
+	q, p := newSendQueue(t, 2*coalesceChain, 2*coalesceChain)
 	q.inline = 64
 	p.read = reg.read
 	var fs []*fakeFuture
@@ -189,8 +189,8 @@ func TestSendQueueCoalesces(t *testing.T) {
 	}
 	require.Len(t, p.chains, coalesceAfter, "fewer than coalesceAfter in flight: each at its call")
 
-	// signalEvery waiting: the next one posts them and itself.
-	for range signalEvery {
+	// coalesceChain waiting: the next one posts them and itself.
+	for range coalesceChain {
 		write(true)
 	}
 	require.Len(t, p.chains, coalesceAfter, "coalescing: no doorbell")
@@ -198,8 +198,12 @@ func TestSendQueueCoalesces(t *testing.T) {
 	write(true)
 	require.Len(t, p.chains, coalesceAfter+1)
 	chain := p.chains[coalesceAfter]
-	require.Len(t, chain, signalEvery+1, "one chain: those waiting and the one that found them")
-	assert.Equal(t, []int{signalEvery - 1, signalEvery}, signaled(chain))
+	require.Len(t, chain, coalesceChain+1, "one chain: those waiting and the one that found them")
+	var every []int
+	for i := signalEvery - 1; i < coalesceChain; i += signalEvery {
+		every = append(every, i)
+	}
+	assert.Equal(t, append(every, coalesceChain), signaled(chain), "one in signalEvery, and the last")
 
 	// More than coalesceMax bytes: posted at its call.
 	big, o, f := sendOpOf(verbs.OpWrite)
