@@ -8,6 +8,9 @@
 #   top symbols (both of its processes).
 # Usage (in the guest): profile-guest.sh "POINTS" [N_MR]   (default: all, 1280)
 #   points: write_bw send_bw write_mr send_lat write_lat ud_send_bw ud_send_lat
+#           stream_bw (rsockets' rstream against the stream, 300 transfers
+#           of 64 KiB, as compare.sh's rstream point, and the async API's
+#           send_bw beside them)
 #   N_MR: iterations of write_mr
 set -uo pipefail
 POINTS=" ${1:-write_bw send_bw write_mr send_lat write_lat} "
@@ -34,16 +37,35 @@ prof() {
   echo "=== $point $tool (client exit $crc, server exit $?)"
   awk -F, '$3 ~ /task-clock|context-switches|cpu-migrations/ {printf "P %s %s %s %s\n", "'"$point"'", "'"$tool"'", $3, $1}' /tmp/stat.out
   grep -E '^ *[0-9]+ +[0-9]' /tmp/client.out | head -2 | sed "s/^/T $point $tool /"
+  # rstream's: name size xfers iters bytes seconds Gb/sec usec/xfer
+  awk 'NF == 8 && $7 ~ /^[0-9.]+$/' /tmp/client.out | sed "s/^/T $point $tool /"
   echo "--- by command and object (all CPUs)"
   perf report -i /tmp/perf.data --stdio --no-children --sort comm,dso -g none 2>/dev/null |
     grep -E '^ +[0-9.]+%' | head -12
   echo "--- $comm (server and client) symbols"
   perf report -i /tmp/perf.data --stdio --no-children --comm "$comm" --sort dso,sym -g none 2>/dev/null |
     grep -E '^ +[0-9.]+%' | head -25
+  # the idle task's samples: halted (idle) or softirq work (rxe's
+  # packets) that ran while the CPU had nothing else
+  echo "--- swapper symbols"
+  perf report -i /tmp/perf.data --stdio --no-children --comm swapper --sort sym -g none 2>/dev/null |
+    grep -E '^ +[0-9.]+%' | head -8
 }
 
 echo "guest: $(nproc) CPUs, $(uname -r), perf $(perf version 2>&1 | head -1)"
 for p in $POINTS; do
+  if [ "$p" = stream_bw ]; then
+    ip1=${RDMA_VM_IP1:?}
+    prof "$p" rstream rstream \
+      "rstream -b $IP0 -S 65536 -C 300 -I 1" \
+      "rstream -s $IP0 -b $ip1 -S 65536 -C 300 -I 1"
+    for api in stream async; do
+      prof "$p" "$api" rdmaperf \
+        "$PERF send_bw --api $api -d rxe0 -p 18600 -s 65536 -n 300" \
+        "$PERF send_bw --api $api -d rxe1 -p 18600 -s 65536 -n 300 $IP0"
+    done
+    continue
+  fi
   case $p in
   write_bw | send_bw) t=${p%_bw} args="-s 65536 -n 300" ;;
   write_mr) t=write args="-s 2 -n $N_MR -l 64 -Q 32" ;;

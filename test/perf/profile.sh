@@ -6,7 +6,8 @@
 #
 # Usage: test/perf/profile.sh [-o OUT] [-m N_MR] [POINT...]
 #   POINT: write_bw send_bw write_mr send_lat write_lat (default all),
-#          ud_send_bw ud_send_lat (-c UD)
+#          ud_send_bw ud_send_lat (-c UD), stream_bw (rstream, the
+#          stream and the async API's send_bw at 64 KiB)
 #   -m N_MR  iterations of write_mr (default 1280; under TCG that is
 #            under a second: take 12800 for a profile of the rate)
 # Needs what test/vm/setup.sh installs, plus linux-perf (installed here).
