@@ -158,6 +158,16 @@ func (s *asyncSide) close() {
 // printStats writes --stats: the counters of the engines' pollers (all
 // of the process's engines, summed per engine) and of each connection.
 func (s *asyncSide) printStats(w io.Writer) {
+	conns := make([]*rdma.Conn, len(s.conns))
+	for i, ac := range s.conns {
+		conns[i] = ac.c
+	}
+	printStats(w, conns)
+}
+
+// printStats writes the counters of the process's pollers (summed per
+// engine) and of each of conns.
+func printStats(w io.Writer, conns []*rdma.Conn) {
 	for _, es := range rdma.AllStats() {
 		ps := es.Pollers
 		fmt.Fprintf(w, "rdmaperf: pollers: polls %d empty %d completions %d yields %d spins-cut %d parks %d events %d kicks %d "+
@@ -165,8 +175,8 @@ func (s *asyncSide) printStats(w io.Writer) {
 			ps.Polls, ps.EmptyPolls, ps.Completions, ps.Yields, ps.SpinsCut, ps.Parks, ps.Events, ps.Kicks,
 			ps.Drives, ps.Driven, ps.Standbys, ps.Looks, ps.DrivesCut, ps.Backlogs, ps.LongSpins)
 	}
-	for i, ac := range s.conns {
-		st := ac.c.Stats()
+	for i, c := range conns {
+		st := c.Stats()
 		fmt.Fprintf(w, "rdmaperf: conn %d: sends %d writes %d reads %d recvs %d completions %d failed %d recv-failed %d "+
 			"credit-waits %d queue-waits %d credits-out %d credit-writes %d control-frames %d doorbells %d\n",
 			i, st.Sends, st.Writes, st.Reads, st.Recvs, st.Completions, st.Failed, st.RecvFailed,

@@ -72,7 +72,7 @@ type params struct {
 	progress bool   // the progress line on stderr (--no_progress clears it)
 	cpuProf  string // --cpuprofile: pprof CPU profile of the whole run
 	trace    string // --trace: execution trace of the whole run
-	stats    bool   // --stats: each async connection's counters at the end, on stderr
+	stats    bool   // --stats: the pollers' and each async or stream connection's counters at the end, on stderr
 	ud       bool   // -c UD: unreliable datagrams (send_bw, send_lat)
 	udMTU    int    // -c UD: the path MTU, the largest size (set once both sides know it)
 	setFlags map[string]bool
@@ -228,7 +228,7 @@ func parseArgs(args []string, errw io.Writer) (*params, error) {
 	fs.IntVar(&p.qps, "q", 1, "queue pairs for the bw tests, traffic round robin, tx depth each (async API: connections)")
 	fs.StringVar(&p.cpuProf, "cpuprofile", "", "write a pprof CPU profile of the run to this file (go tool pprof)")
 	fs.StringVar(&p.trace, "trace", "", "write an execution trace of the run to this file (go tool trace)")
-	fs.BoolVar(&p.stats, "stats", false, "print each async connection's counters (rdma.ConnStats) to stderr at the end")
+	fs.BoolVar(&p.stats, "stats", false, "print the pollers' and each async or stream connection's counters (rdma.ConnStats) to stderr at the end")
 	tf := transportFlag{ud: &p.ud}
 	fs.Var(tf, "c", "connection type: RC, or UD (send_bw and send_lat: unreliable datagrams of up to the path MTU, as perftest's -c UD)")
 	fs.Var(tf, "connection", "the same as -c")

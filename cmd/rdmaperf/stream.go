@@ -41,6 +41,9 @@ func runStream(ctx context.Context, p *params) ([]result, error) {
 	}
 	defer c.Close()
 	rc := c.RDMAConn()
+	if p.stats && p.stderr != nil {
+		defer printStats(p.stderr, []*rdma.Conn{rc})
+	}
 	return runSizes(p, o, rc.Provider(), rc.Device(), 1, nil, func(size int) (result, error) {
 		switch {
 		case p.host == "" && p.isLat:

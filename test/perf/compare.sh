@@ -110,7 +110,9 @@ TIMEOUT=${TIMEOUT:-600} "$ROOT/test/vm/run.sh" "${files[@]}" "$ROOT/test/perf/gu
 rc=${PIPESTATUS[0]}
 set -e
 [ "$rc" = 0 ] || echo "compare.sh: the VM job failed (exit $rc); summarising what was measured" >&2
-"$OUT/summarize" -json "$OUT/compare.json" -png "$OUT/compare.png" -ratios "$OUT/ratios.png" \
+# (-T rstream alone has no R lines, only S lines, below)
+: > "$OUT/table.md"
+grep -q '^R ' "$OUT/raw.txt" && "$OUT/summarize" -json "$OUT/compare.json" -png "$OUT/compare.png" -ratios "$OUT/ratios.png" \
   < "$OUT/raw.txt" | tee "$OUT/table.md"
 # The stream against rsockets (-T rstream): medians of the S lines.
 if grep -q '^S ' "$OUT/raw.txt"; then
@@ -121,12 +123,12 @@ if grep -q '^S ' "$OUT/raw.txt"; then
       return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
     }
     END {
-      print "\n| point | size | stream | rstream | stream/rstream | target |\n|---|---|---|---|---|---|"
-      for (k in v) { split(k, f, " "); if (f[2] == "stream") { o = f[1] " rstream " f[3]
+      print "\n| point | size | poll mode | stream | rstream | stream/rstream | target |\n|---|---|---|---|---|---|---|"
+      for (k in v) { split(k, f, " "); if (f[2] == "stream" || f[2] == "stream_adaptive") { o = f[1] " rstream " f[3]
         if (!(o in v)) continue
-        s = median(v[k]); r = median(v[o])
-        if (f[1] == "lat") printf "| round trip / 2, t_avg [usec] | %d B | %.1f | %.1f | %.2f× | ≤1.20× |\n", f[3], s, r, s / r
-        else printf "| bandwidth [Gb/s] | %d B | %.3f | %.3f | %.2f× | ≥1.00× |\n", f[3], s, r, s / r } }
+        s = median(v[k]); r = median(v[o]); m = f[2] == "stream" ? "Busy" : "Adaptive"
+        if (f[1] == "lat") printf "| round trip / 2, t_avg [usec] | %d B | %s | %.1f | %.1f | %.2f× | ≤1.50× |\n", f[3], m, s, r, s / r
+        else printf "| bandwidth [Gb/s] | %d B | %s | %.3f | %.3f | %.2f× | ≥1.00× |\n", f[3], m, s, r, s / r } }
     }' "$OUT/raw.txt" | tee -a "$OUT/table.md"
 fi
 # Datagrams rdmaperf's receivers missed over UD: the U lines, summed

@@ -232,16 +232,25 @@ rs() {
     elif [ "$kind" = lat ]; then
       echo "S $run lat rstream $size $(echo "$row" | awk '{print $8}')"
     else
-      echo "S $run bw rstream $size $(echo "$row" | awk '{print $7}')"
+      # Gb/s from its seconds and the bytes both ways (its own Gb/sec
+      # column has two decimals, too few at rxe's 0.1 Gb/s)
+      echo "S $run bw rstream $size $(echo "$row" | awk -v b=$((size * n * 2)) '{s = $6; sub(/s$/, "", s); printf "%.4f", b * 8 / s / 1e9}')"
     fi
-    local test=send_bw
+    local test=send_bw poll tool
     [ "$kind" = lat ] && test=send_lat
-    pair "$run" "rs_$test" stream "$size" \
-      "$PERF $test --api stream -d rxe0 -p 18600 -s $size -n $n $( [ "$kind" = bw ] && echo --report_gbits)" \
-      "$PERF $test --api stream -d rxe1 -p 18600 -s $size -n $n $( [ "$kind" = bw ] && echo --report_gbits) $IP0" > /tmp/rs_pair.out
-    cat /tmp/rs_pair.out | grep -v '^R ' || true
-    # send_lat: t_avg (the 4th figure); send_bw: BW average (the 2nd)
-    awk -v run="$run" -v kind="$kind" -v size="$size" '$1 == "R" {print "S", run, kind, "stream", size, (kind == "lat" ? $9 : $7)}' /tmp/rs_pair.out
+    # the stream with Busy pollers (rdmaperf's default), and with the
+    # library's default, Adaptive (stream_adaptive)
+    for poll in busy adaptive; do
+      tool=stream
+      [ "$poll" = adaptive ] && tool=stream_adaptive
+      pair "$run" "rs_$test" "$tool" "$size" \
+        "$PERF $test --api stream --poll $poll -d rxe0 -p 18600 -s $size -n $n $( [ "$kind" = bw ] && echo --report_gbits)" \
+        "$PERF $test --api stream --poll $poll -d rxe1 -p 18600 -s $size -n $n $( [ "$kind" = bw ] && echo --report_gbits) $IP0" > /tmp/rs_pair.out
+      cat /tmp/rs_pair.out | grep -v '^R ' || true
+      # send_lat: t_avg (the 4th figure); send_bw: Gb/s from the
+      # message rate (6 decimals; BW average has 2)
+      awk -v run="$run" -v kind="$kind" -v size="$size" -v tool="$tool" '$1 == "R" {print "S", run, kind, tool, size, (kind == "lat" ? $9 : sprintf("%.4f", $8 * size * 8 / 1000))}' /tmp/rs_pair.out
+    done
   done
 }
 
