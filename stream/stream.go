@@ -82,15 +82,22 @@ func dial(ctx context.Context, eng *rdma.Engine, address string, ringSize int, o
 // streamOptions are the caller's options after the stream's defaults,
 // which they override, and before the stream's protocol name, which they
 // cannot. The TCP fallback is one of the defaults: where a side has no
-// RDMA device, the stream's bytes go over TCP (fallback.go). The default depths leave room for the few messages a stream
-// has in flight: its WRITEs gather behind one another. Its messages
-// carry at most a header and a hello (its bytes go by WRITE into the
-// ring), so its receives are that small, not the async API's 64 KiB.
+// RDMA device, the stream's bytes go over TCP (fallback.go). The default
+// send depth leaves room for the few messages a stream has in flight:
+// its WRITEs gather behind one another. Its messages carry at most a
+// header and a hello (its bytes go by WRITE into the ring), so its
+// receives are that small, not the async API's 64 KiB, and a window of
+// 128 of them costs 8 KiB of the engine's shared receives. The window is
+// that wide because message credits go back in batches of an eighth of
+// it, each an RDMA WRITE that the reader posts on its way to its reply:
+// with 32, one message in 4 of a ping-pong paid one, on rxe a system
+// call ahead of the reply (the round trip with Adaptive pollers 42-45 %
+// longer, typical; TestStreamPingPongCreditWrites).
 func streamOptions(opts []rdma.Option) []rdma.Option {
 	// The stream's defaults are connection options, which every kind of
 	// Dial and Listen takes.
 	all := make([]rdma.Option, 0, len(opts)+4)
-	all = append(all, rdma.WithQueueDepth(64, 32), rdma.WithMaxMessage(maxMessage), rdma.WithTCPFallback(true))
+	all = append(all, rdma.WithQueueDepth(64, 128), rdma.WithMaxMessage(maxMessage), rdma.WithTCPFallback(true))
 	all = append(all, opts...)
 	return append(all, rdma.WithProtocol(Protocol))
 }
