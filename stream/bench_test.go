@@ -199,21 +199,7 @@ func BenchmarkStreamPingPong(b *testing.B) {
 	for _, tr := range benchTransports() {
 		b.Run(tr.name+"/64B", func(b *testing.B) {
 			c, s := tr.pair(b)
-			done := make(chan error, 1)
-			go func() {
-				buf := make([]byte, size)
-				for i := 0; i < b.N; i++ {
-					if _, err := io.ReadFull(s, buf); err != nil {
-						done <- err
-						return
-					}
-					if _, err := s.Write(buf); err != nil {
-						done <- err
-						return
-					}
-				}
-				done <- nil
-			}()
+			done := echo(s, size, b.N)
 			buf := make([]byte, size)
 			b.ReportAllocs()
 			b.ResetTimer()

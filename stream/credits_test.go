@@ -23,21 +23,7 @@ func TestStreamPingPongCreditWrites(t *testing.T) {
 		require.NoError(t, c.SetDeadline(time.Now().Add(30*time.Second)))
 		require.NoError(t, s.SetDeadline(time.Now().Add(30*time.Second)))
 		const rounds = 256
-		done := make(chan error, 1)
-		go func() {
-			buf := make([]byte, 64)
-			for range rounds {
-				if _, err := io.ReadFull(s, buf); err != nil {
-					done <- err
-					return
-				}
-				if _, err := s.Write(buf); err != nil {
-					done <- err
-					return
-				}
-			}
-			done <- nil
-		}()
+		done := echo(s, 64, rounds)
 		msg, got := make([]byte, 64), make([]byte, 64)
 		for i := range rounds {
 			msg[0] = byte(i)

@@ -2,6 +2,7 @@ package stream_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -136,6 +137,28 @@ func dialListener(t testing.TB, l net.Listener, opts ...rdma.Option) (client, se
 
 // requireDevice skips (or fails, under RDMA_TEST_REQUIRE_DEVICE=1) when
 // no verbs device is usable.
+// echo answers rounds messages of size bytes read from s with
+// themselves, in a goroutine, and sends how it ended on the channel it
+// returns.
+func echo(s io.ReadWriter, size, rounds int) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		buf := make([]byte, size)
+		for range rounds {
+			if _, err := io.ReadFull(s, buf); err != nil {
+				done <- err
+				return
+			}
+			if _, err := s.Write(buf); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	return done
+}
+
 func requireDevice(t *testing.T) {
 	t.Helper()
 	devs, err := rdma.Devices()
