@@ -224,6 +224,11 @@ func testHeldRounds(t *testing.T, c, s *rdma.Conn, size int) {
 	fs := make([]*rdma.Future, goroutines)
 	before := c.Stats()
 	for r := range rounds {
+		// A round whose credits are still on their way (the peer's
+		// credit WRITE in flight) would go in two chains: the second
+		// once they come. Start each with them here.
+		require.Eventually(t, func() bool { return rdma.SendCredits(c) >= goroutines }, 10*time.Second, 100*time.Microsecond,
+			"round %d: the peer never gave back the credits of the messages it took", r)
 		release := rdma.HoldPost(c)
 		var wg sync.WaitGroup
 		for i := range goroutines {

@@ -154,6 +154,10 @@ func HoldPost(c *Conn) (release func()) {
 	return release
 }
 
+// SendCredits is how many credits c holds for its messages, its credit
+// word read first.
+func SendCredits(c *Conn) int { return c.rc.SQ.Credits() }
+
 // HoldPostBare is HoldPost whose release only unlocks: it leaves what
 // the combining queue holds to the next holder, as a holder between its
 // unlock and its second look at the queue does (postUnlock).

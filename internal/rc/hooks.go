@@ -22,6 +22,15 @@ func (q *SendQueue) HoldPost() (release, bare func()) {
 	return q.postUnlock, q.postMu.Unlock
 }
 
+// Credits reads the credit word and reports the credits the send queue
+// holds.
+func (q *SendQueue) Credits() int {
+	q.postMu.Lock()
+	defer q.postMu.Unlock()
+	q.pullLocked()
+	return q.credits
+}
+
 // IdleArmed reports whether the idle give-back of credits still runs.
 func (q *SendQueue) IdleArmed() bool {
 	q.postMu.Lock()
